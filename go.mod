@@ -1,0 +1,3 @@
+module github.com/sqllock/sqllock
+
+go 1.24.0

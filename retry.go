@@ -1,0 +1,73 @@
+package sqllock
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// A RetryStrategy tells [Client.Acquire] how long to wait between attempts.
+// One strategy serves every Acquire of a Client at once, so it keeps no
+// state between calls: the attempt number is all it is given.
+type RetryStrategy interface {
+	// Backoff returns how long to wait after the attempt-th failed attempt
+	// (the first is 1) and false when Acquire should give up instead.
+	Backoff(attempt int) (wait time.Duration, ok bool)
+}
+
+// Defaults of the strategy a Client uses unless [WithRetry] says otherwise:
+// exponential backoff from DefaultRetryMin up to DefaultRetryMax, with
+// jitter. A waiter polls at most 1/(DefaultRetryMax/2) times a second once
+// the backoff has grown, and learns of a release within DefaultRetryMax.
+const (
+	DefaultRetryMin = 8 * time.Millisecond
+	DefaultRetryMax = 256 * time.Millisecond
+)
+
+// minBackoff is the least any strategy waits, so that a strategy built with
+// a zero or negative duration cannot spin against the server.
+const minBackoff = time.Millisecond
+
+type retryFunc func(attempt int) (time.Duration, bool)
+
+func (f retryFunc) Backoff(attempt int) (time.Duration, bool) { return f(attempt) }
+
+// NoRetry gives up after the first failed attempt, so that Acquire behaves
+// like [Client.TryAcquire].
+func NoRetry() RetryStrategy {
+	return retryFunc(func(int) (time.Duration, bool) { return 0, false })
+}
+
+// LinearBackoff waits d between attempts, until the context ends.
+func LinearBackoff(d time.Duration) RetryStrategy {
+	d = max(d, minBackoff)
+	return retryFunc(func(int) (time.Duration, bool) { return d, true })
+}
+
+// ExponentialBackoff waits about first after the first failed attempt and
+// doubles the wait after each further one, up to limit. Each wait is drawn
+// at random from the upper half of its step ("equal jitter"), so waiters
+// that failed together do not poll together, and no wait exceeds limit.
+func ExponentialBackoff(first, limit time.Duration) RetryStrategy {
+	first = max(first, minBackoff)
+	limit = max(limit, first)
+	return retryFunc(func(attempt int) (time.Duration, bool) {
+		d := first
+		for i := 1; i < attempt && d < limit; i++ {
+			d *= 2
+		}
+		d = min(d, limit)
+		half := d / 2
+		return half + rand.N(d-half+1), true
+	})
+}
+
+// LimitRetry makes at most n attempts in all, waiting between them as s
+// says. LimitRetry(s, 1) is NoRetry.
+func LimitRetry(s RetryStrategy, n int) RetryStrategy {
+	return retryFunc(func(attempt int) (time.Duration, bool) {
+		if attempt >= n {
+			return 0, false
+		}
+		return s.Backoff(attempt)
+	})
+}

@@ -1,0 +1,19 @@
+-- The one table sqllock needs. Client.CreateTable runs this file with the
+-- configured table name in place of `sqllock`; it can also be run by hand:
+--   mysql -h HOST -u USER DATABASE < schema.sql
+--
+-- VARBINARY makes names and tokens compare byte for byte, whatever the
+-- server's or table's collation: 'Job', 'job' and 'job ' are three locks.
+-- DATETIME(6) is written only from UTC_TIMESTAMP(6), so the session
+-- time_zone never shifts it (TIMESTAMP would convert, and ends in 2038).
+-- The primary key is the only unique key, which keeps the upsert safe for
+-- statement-based replication.
+CREATE TABLE IF NOT EXISTS `sqllock` (
+  name        VARBINARY(255)  NOT NULL,
+  owner       VARBINARY(32)   NOT NULL,
+  holder      VARBINARY(255)  NOT NULL,
+  fence       BIGINT UNSIGNED NOT NULL,
+  acquired_at DATETIME(6)     NOT NULL,
+  expires_at  DATETIME(6)     NOT NULL,
+  PRIMARY KEY (name)
+) ENGINE=InnoDB;

@@ -1,0 +1,565 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultTable is the table a Client uses unless [WithTable] says otherwise.
+	DefaultTable = "sqllock"
+	// MaxNameLen is the longest lock name, in bytes: the width of the name
+	// column. Longer names are refused, never truncated into one another.
+	MaxNameLen = 255
+	// MaxHolderLen is the longest holder description, in bytes.
+	MaxHolderLen = 255
+	// MinTTL is the shortest lease: the server keeps microseconds, but a
+	// lease shorter than a round trip cannot be used.
+	MinTTL = time.Millisecond
+	// MaxTTL is the longest lease: a century, which keeps every expiry far
+	// inside DATETIME's range (it ends in 9999) whatever the server's clock.
+	MaxTTL = 100 * 365 * 24 * time.Hour
+)
+
+// cleanupTimeout bounds the DELETE that undoes an acquire whose outcome is
+// unknown because the caller's context ended while it ran.
+const cleanupTimeout = time.Second
+
+// Statements of queries.sql, by index into Client.stmts.
+const (
+	qAcquire = iota
+	qRefresh
+	qRelease
+	qInspect
+	numStmts
+)
+
+var stmtNames = [numStmts]string{
+	qAcquire: "acquire",
+	qRefresh: "refresh",
+	qRelease: "release",
+	qInspect: "inspect",
+}
+
+// A Client acquires leases on names in one table of one database. It is safe
+// for concurrent use. Its statements are prepared on first use and kept
+// until [Client.Close]; the *sql.DB stays the caller's.
+type Client struct {
+	db     *sql.DB
+	table  string // backtick-quoted
+	holder string
+	retry  RetryStrategy
+
+	sql   [numStmts]string // statement text with the table name in place
+	stmts [numStmts]atomic.Pointer[sql.Stmt]
+
+	mu        sync.Mutex // guards preparing, checked and closed
+	checked   bool       // autocommit was found on
+	closed    bool
+	closedCh  chan struct{}
+	closeOnce sync.Once
+}
+
+// An Option configures a Client in [New].
+type Option func(*Client) error
+
+// WithTable makes the Client use table name instead of [DefaultTable]. The
+// name must match ^[A-Za-z0-9_]{1,64}$; it is quoted, never interpolated raw.
+func WithTable(name string) Option {
+	return func(c *Client) error {
+		q, err := quoteTable(name)
+		if err != nil {
+			return err
+		}
+		c.table = q
+		return nil
+	}
+}
+
+// WithHolder sets the description of this Client stored with each lease it
+// takes and shown by [Client.Inspect]; the default is "hostname:pid". It is
+// for people reading the table: ownership is decided by a random token,
+// never by this text.
+func WithHolder(desc string) Option {
+	return func(c *Client) error {
+		if desc == "" {
+			return errors.New("sqllock: empty holder description")
+		}
+		if len(desc) > MaxHolderLen {
+			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), MaxHolderLen)
+		}
+		c.holder = desc
+		return nil
+	}
+}
+
+// WithRetry sets how [Client.Acquire] waits between attempts. The default is
+// ExponentialBackoff(DefaultRetryMin, DefaultRetryMax).
+func WithRetry(s RetryStrategy) Option {
+	return func(c *Client) error {
+		if s == nil {
+			return errors.New("sqllock: nil RetryStrategy")
+		}
+		c.retry = s
+		return nil
+	}
+}
+
+// New returns a Client that keeps its leases in db. It sends nothing to the
+// server: the table is created by [Client.CreateTable] (or schema.sql run by
+// hand), and statements are prepared on first use.
+func New(db *sql.DB, opts ...Option) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("sqllock: nil *sql.DB")
+	}
+	c := &Client{
+		db:       db,
+		table:    "`" + DefaultTable + "`",
+		holder:   defaultHolder(),
+		retry:    ExponentialBackoff(DefaultRetryMin, DefaultRetryMax),
+		closedCh: make(chan struct{}),
+	}
+	for _, opt := range opts {
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	for i, name := range stmtNames {
+		c.sql[i] = c.substitute(queries[name])
+	}
+	return c, nil
+}
+
+func defaultHolder() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	h := host + ":" + strconv.Itoa(os.Getpid())
+	if len(h) > MaxHolderLen {
+		h = h[len(h)-MaxHolderLen:]
+	}
+	return h
+}
+
+// substitute puts the Client's quoted table name into a statement.
+func (c *Client) substitute(stmt string) string {
+	return strings.ReplaceAll(stmt, tablePlaceholder, c.table)
+}
+
+// CreateTable creates the Client's table if it does not exist, running the
+// statement of schema.sql.
+func (c *Client) CreateTable(ctx context.Context) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
+		return fmt.Errorf("sqllock: create table %s: %w", c.table, err)
+	}
+	return nil
+}
+
+// Close closes the statements the Client prepared. It does not close the
+// *sql.DB. Calls after Close return [ErrClosed].
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	close(c.closedCh)
+	var errs []error
+	for i := range c.stmts {
+		if st := c.stmts[i].Swap(nil); st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closedCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// stmt returns statement i, preparing it on first use. The first use also
+// checks that the session commits on its own.
+func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
+	if st := c.stmts[i].Load(); st != nil {
+		return st, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if st := c.stmts[i].Load(); st != nil {
+		return st, nil
+	}
+	if !c.checked {
+		var on bool
+		if err := c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on); err != nil {
+			return nil, fmt.Errorf("sqllock: check autocommit: %w", err)
+		}
+		if !on {
+			return nil, errors.New("sqllock: the session has autocommit off (a DSN's autocommit=0 or the server's default); sqllock's statements must commit on their own")
+		}
+		c.checked = true
+	}
+	st, err := c.db.PrepareContext(ctx, c.sql[i])
+	if err != nil {
+		return nil, c.serverError("prepare "+stmtNames[i], err)
+	}
+	c.stmts[i].Store(st)
+	return st, nil
+}
+
+// serverError wraps a driver error with what was being done, and says how to
+// mend a missing table.
+func (c *Client) serverError(op string, err error) error {
+	if n, ok := serverErrno(err); ok && n == erNoSuchTable {
+		return fmt.Errorf("sqllock: %s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
+	}
+	return fmt.Errorf("sqllock: %s: %w", op, err)
+}
+
+// exec runs statement i, retrying a bounded number of times when the server
+// rolled it back (deadlock, lock wait timeout, cluster conflict) or the
+// connection broke before the reply. The caller's arguments carry its
+// token, so a retry gives the answer the first attempt would have.
+// maybeApplied reports whether an attempt that failed may have committed.
+func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, maybeApplied bool, err error) {
+	st, err := c.stmt(ctx, i)
+	if err != nil {
+		return nil, false, err
+	}
+	for attempt := 1; ; attempt++ {
+		res, err = st.ExecContext(ctx, args...)
+		if err == nil {
+			return res, maybeApplied, nil
+		}
+		switch classify(err) {
+		case failedUnknown:
+			maybeApplied = true
+		case failedRolledBack:
+		default:
+			if ctx.Err() != nil {
+				// The context ended while the statement was on its way:
+				// the driver cut the connection, the outcome is unknown.
+				maybeApplied = true
+			}
+			return nil, maybeApplied, err
+		}
+		if attempt == maxTransientAttempts {
+			return nil, maybeApplied, err
+		}
+		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
+			return nil, maybeApplied, errors.Join(err, werr)
+		}
+	}
+}
+
+// transientBackoff is the pause before retrying a rolled-back or cut
+// statement: a few milliseconds with jitter, so that the two sides of a
+// deadlock do not collide again.
+func transientBackoff(attempt int) time.Duration {
+	d := time.Millisecond << attempt
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkName returns an error naming what is wrong with a lock name.
+func checkName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("sqllock: empty lock name")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("sqllock: lock name is %d bytes, longer than the %d the table holds", len(name), MaxNameLen)
+	}
+	return nil
+}
+
+// checkTTL returns an error naming what is wrong with a lease length.
+func checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl < MinTTL:
+		return fmt.Errorf("sqllock: ttl %v is below the minimum %v", ttl, MinTTL)
+	case ttl > MaxTTL:
+		return fmt.Errorf("sqllock: ttl %v is beyond the maximum %v", ttl, MaxTTL)
+	}
+	return nil
+}
+
+// TryAcquire makes one attempt to take the lease on name for ttl, measured by
+// the server's clock. It succeeds when the name is free, when its lease has
+// expired (whoever held it), and returns an error wrapping [ErrNotAcquired]
+// when another owner's lease is live. Each call draws a fresh random owner
+// token. The attempt is one statement; a deadlock or a broken connection is
+// retried a few times with the same token.
+func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: token: %w", err)
+	}
+	return c.tryAcquire(ctx, name, ttl, token)
+}
+
+func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+	us := ttl.Microseconds()
+	sent := time.Now()
+	res, maybeApplied, err := c.exec(ctx, qAcquire,
+		name, token, c.holder, us,
+		token, token, token, c.holder, token, token, us)
+	if err != nil {
+		if maybeApplied && ctx.Err() != nil {
+			// The lease may be ours under a token nobody will ever use
+			// again; give the name back rather than block it for ttl.
+			c.cleanup(ctx, name, token)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
+		}
+		return nil, c.serverError(fmt.Sprintf("acquire %q", name), err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
+	}
+	if id == 0 {
+		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+	}
+	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl)}, nil
+}
+
+// cleanup deletes the row an unknown-outcome acquire may have written, with
+// a context of its own: the caller's has ended.
+func (c *Client) cleanup(ctx context.Context, name, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _, _ = c.exec(ctx, qRelease, name, token)
+}
+
+// Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
+// between attempts as the Client's [RetryStrategy] says, until it succeeds,
+// the strategy gives up, or ctx ends. When ctx ends first, the error
+// satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()).
+// One token serves all the attempts of one call.
+func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return nil, fmt.Errorf("sqllock: token: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		l, err := c.tryAcquire(ctx, name, ttl, token)
+		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
+			return l, err
+		}
+		wait, ok := c.retry.Backoff(attempt)
+		if !ok {
+			return nil, err
+		}
+		if werr := sleepCtx(ctx, wait); werr != nil {
+			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, werr)
+		}
+	}
+}
+
+// Info describes the lease on one name as the server sees it.
+type Info struct {
+	Name string
+	// Holder is the description of the last Client to take the name (see
+	// [WithHolder]); empty when the name is free and was released.
+	Holder string
+	// Fence is the fencing token of the last holder; 0 when the row is gone.
+	Fence uint64
+	// Held reports whether a lease on the name is live now.
+	Held bool
+	// TTL is how long the live lease has left by the server's clock; 0 when
+	// Held is false.
+	TTL time.Duration
+}
+
+// Inspect reads the lease on name. A name nobody holds, or that was
+// released, comes back with Held false and no error.
+func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
+	if err := checkName(name); err != nil {
+		return Info{}, err
+	}
+	st, err := c.stmt(ctx, qInspect)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Name: name}
+	var us int64
+	err = st.QueryRowContext(ctx, name).Scan(&info.Holder, &info.Fence, &info.Held, &us)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Info{Name: name}, nil
+	case err != nil:
+		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
+	}
+	if info.Held {
+		info.TTL = time.Duration(us) * time.Microsecond
+	}
+	return info, nil
+}
+
+// A Lock is a lease on one name, taken by [Client.TryAcquire] or
+// [Client.Acquire]. Its methods are safe for concurrent use.
+type Lock struct {
+	c     *Client
+	name  string
+	token string
+	fence uint64
+
+	refreshMu sync.Mutex // one Refresh at a time, so validUntil follows the server
+
+	mu sync.Mutex
+	// validUntil is when the lease could expire at the earliest, on this
+	// process's monotonic clock: the send time of the last statement that
+	// set the expiry, plus its ttl. The server computed the expiry from a
+	// later instant, so the lease is ours at least until then.
+	validUntil time.Time
+	released   bool
+	// releaseUnknown: a Release failed in a way that may have deleted the row.
+	releaseUnknown bool
+}
+
+// Name returns the name the lease is on.
+func (l *Lock) Name() string { return l.name }
+
+// Token returns the random owner token that identifies this lease.
+func (l *Lock) Token() string { return l.token }
+
+// Fence returns the lease's fencing token. Fences of one name grow strictly
+// with every new holder, across takeovers of expired leases and across
+// release and re-acquire, so a store that remembers the highest fence it
+// has seen can refuse a write from a holder that lost its lease. A Refresh
+// keeps the fence.
+func (l *Lock) Fence() uint64 { return l.fence }
+
+// ValidUntil returns the instant, on this process's monotonic clock, before
+// which the lease cannot have expired: the send time of the acquire or the
+// last successful Refresh, plus its ttl. It assumes the client's and the
+// server's clocks run at the same rate, not that they agree.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Refresh extends the lease to ttl from the server's now, in one statement,
+// if it is still ours and has not expired. It returns an error wrapping
+// [ErrNotHeld] when the lease is gone; any other error (network, server,
+// context) means the outcome is unknown, not that the lease is lost, and
+// Refresh may be called again.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.name)
+	}
+	l.refreshMu.Lock()
+	defer l.refreshMu.Unlock()
+	sent := time.Now()
+	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), l.name, l.token)
+	if err != nil {
+		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
+	}
+	if id == 0 {
+		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+	}
+	l.mu.Lock()
+	l.validUntil = sent.Add(ttl)
+	l.mu.Unlock()
+	return nil
+}
+
+// Release deletes the lease, in one statement guarded by the token, so it
+// never removes another owner's lease. It returns an error wrapping
+// [ErrNotHeld] when the row is no longer ours: the lease expired and someone
+// took the name over (so the work done under it may have overlapped theirs),
+// or the Lock was already released. A lease that expired but that nobody
+// took is released without error: nobody else held the name in between.
+// After any other error the outcome is unknown and Release may be called
+// again.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+	}
+	res, maybeApplied, err := l.c.exec(ctx, qRelease, l.name, l.token)
+	done := time.Now()
+	if err != nil {
+		if maybeApplied {
+			l.mu.Lock()
+			l.releaseUnknown = true
+			l.mu.Unlock()
+		}
+		return l.c.serverError(fmt.Sprintf("release %q", l.name), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqllock: release %q: %w", l.name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	if n == 1 {
+		return nil
+	}
+	// No row was ours. If an earlier attempt may have deleted it and this
+	// reply came while the lease was certainly still live, nobody can have
+	// taken it over: that earlier attempt did delete it.
+	if (maybeApplied || l.releaseUnknown) && done.Before(l.validUntil) {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
