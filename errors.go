@@ -29,6 +29,7 @@ const (
 	erLockDeadlock      = 1213 // deadlock, or a Galera certification conflict; rolled back
 	erGRRollback        = 3101 // Group Replication rolled the transaction back
 	erNoSuchTable       = 1146
+	erBadField          = 1054 // unknown column
 	erServerShutdown    = 1053
 	erConnectionKilled  = 1927 // MariaDB: KILL CONNECTION while the statement ran
 	erQueryInterrupted  = 1317
@@ -96,9 +97,20 @@ func classify(err error) outcome {
 		errors.Is(err, syscall.EPIPE),
 		errors.Is(err, syscall.ECONNREFUSED),
 		errors.As(err, &netErr),
-		// go-sql-driver/mysql's ErrInvalidConn: the reply never came.
-		err.Error() == "invalid connection":
+		isInvalidConn(err):
 		return failedUnknown
 	}
 	return failedFinal
+}
+
+// isInvalidConn reports whether err is, or wraps, go-sql-driver/mysql's
+// ErrInvalidConn: the connection broke before the reply came. The library
+// imports no driver, so it knows the error by its text.
+func isInvalidConn(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "invalid connection" {
+			return true
+		}
+	}
+	return false
 }

@@ -53,9 +53,12 @@ func ExponentialBackoff(first, limit time.Duration) RetryStrategy {
 	return retryFunc(func(attempt int) (time.Duration, bool) {
 		d := first
 		for i := 1; i < attempt && d < limit; i++ {
+			if d > limit/2 {
+				d = limit // doubling would pass the limit, or overflow
+				break
+			}
 			d *= 2
 		}
-		d = min(d, limit)
 		half := d / 2
 		return half + rand.N(d-half+1), true
 	})

@@ -6,14 +6,19 @@
 -- server's or table's collation: 'Job', 'job' and 'job ' are three locks.
 -- DATETIME(6) is written only from UTC_TIMESTAMP(6), so the session
 -- time_zone never shifts it (TIMESTAMP would convert, and ends in 2038).
+-- Each name has two rows. kind 'L' is the lease: owner token, holder,
+-- acquired_at and expires_at (its fence column stays 0); Release deletes it.
+-- kind 'F' is the name's fence: the last fencing token issued, kept across
+-- releases so that fences never go back (its other columns are unused).
 -- The primary key is the only unique key, which keeps the upsert safe for
 -- statement-based replication.
 CREATE TABLE IF NOT EXISTS `sqllock` (
   name        VARBINARY(255)  NOT NULL,
+  kind        BINARY(1)       NOT NULL,
   owner       VARBINARY(32)   NOT NULL,
   holder      VARBINARY(255)  NOT NULL,
   fence       BIGINT UNSIGNED NOT NULL,
   acquired_at DATETIME(6)     NOT NULL,
   expires_at  DATETIME(6)     NOT NULL,
-  PRIMARY KEY (name)
+  PRIMARY KEY (name, kind)
 ) ENGINE=InnoDB;

@@ -214,26 +214,36 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	if !c.checked {
 		var on bool
 		if err := c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on); err != nil {
-			return nil, fmt.Errorf("sqllock: check autocommit: %w", err)
+			return nil, fmt.Errorf("check autocommit: %w", err)
 		}
 		if !on {
-			return nil, errors.New("sqllock: the session has autocommit off (a DSN's autocommit=0 or the server's default); sqllock's statements must commit on their own")
+			return nil, errAutocommitOff
 		}
 		c.checked = true
 	}
 	st, err := c.db.PrepareContext(ctx, c.sql[i])
 	if err != nil {
-		return nil, c.serverError("prepare "+stmtNames[i], err)
+		return nil, fmt.Errorf("prepare: %w", err)
 	}
 	c.stmts[i].Store(st)
 	return st, nil
 }
 
-// serverError wraps a driver error with what was being done, and says how to
-// mend a missing table.
+var errAutocommitOff = errors.New("the session has autocommit off (a DSN's autocommit=0 or the server's default); sqllock's statements must commit on their own")
+
+// serverError wraps an error from preparing or running a statement with the
+// operation, once, and says how to mend a missing or foreign table.
 func (c *Client) serverError(op string, err error) error {
-	if n, ok := serverErrno(err); ok && n == erNoSuchTable {
-		return fmt.Errorf("sqllock: %s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	if n, ok := serverErrno(err); ok {
+		switch n {
+		case erNoSuchTable:
+			return fmt.Errorf("sqllock: %s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
+		case erBadField:
+			return fmt.Errorf("sqllock: %s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
+		}
 	}
 	return fmt.Errorf("sqllock: %s: %w", op, err)
 }
@@ -252,6 +262,9 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 		res, err = st.ExecContext(ctx, args...)
 		if err == nil {
 			return res, maybeApplied, nil
+		}
+		if c.isClosed() {
+			return nil, maybeApplied, ErrClosed
 		}
 		switch classify(err) {
 		case failedUnknown:
@@ -339,10 +352,10 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 	us := ttl.Microseconds()
 	sent := time.Now()
 	res, maybeApplied, err := c.exec(ctx, qAcquire,
-		name, token, c.holder, us,
-		token, token, token, c.holder, token, token, us)
+		name, token, c.holder, us, name,
+		token, c.holder, token, us)
 	if err != nil {
-		if maybeApplied && ctx.Err() != nil {
+		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
 			// again; give the name back rather than block it for ttl.
 			c.cleanup(ctx, name, token)
@@ -356,8 +369,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
 	}
-	if id == 0 {
+	switch {
+	case id == 0:
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+	case id <= 2:
+		// The lease row's mark came through: the fence row was missing
+		// while the lease was ours, which only a hand-made change can do.
+		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
 	}
 	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl)}, nil
 }
@@ -404,10 +422,11 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 // Info describes the lease on one name as the server sees it.
 type Info struct {
 	Name string
-	// Holder is the description of the last Client to take the name (see
-	// [WithHolder]); empty when the name is free and was released.
+	// Holder is the description of the Client whose lease is on the name
+	// (see [WithHolder]), live or expired; empty once it was released.
 	Holder string
-	// Fence is the fencing token of the last holder; 0 when the row is gone.
+	// Fence is the last fencing token issued for the name, kept across
+	// releases; 0 when the name was never taken.
 	Fence uint64
 	// Held reports whether a lease on the name is live now.
 	Held bool
@@ -416,27 +435,33 @@ type Info struct {
 	TTL time.Duration
 }
 
-// Inspect reads the lease on name. A name nobody holds, or that was
-// released, comes back with Held false and no error.
+// Inspect reads the lease on name in one statement. A name nobody holds
+// comes back with Held false and no error.
 func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
 	}
 	st, err := c.stmt(ctx, qInspect)
 	if err != nil {
-		return Info{}, err
+		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
 	}
 	info := Info{Name: name}
-	var us int64
-	err = st.QueryRowContext(ctx, name).Scan(&info.Holder, &info.Fence, &info.Held, &us)
+	var (
+		holder sql.NullString
+		held   sql.NullBool
+		us     sql.NullInt64
+	)
+	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return Info{Name: name}, nil
+		return info, nil
 	case err != nil:
 		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
 	}
+	info.Holder = holder.String
+	info.Held = held.Bool
 	if info.Held {
-		info.TTL = time.Duration(us) * time.Microsecond
+		info.TTL = time.Duration(us.Int64) * time.Microsecond
 	}
 	return info, nil
 }
@@ -505,6 +530,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), l.name, l.token)
 	if err != nil {
+		// The refresh may have been applied; if it shortened the lease,
+		// the shorter bound is the one to trust.
+		l.mu.Lock()
+		l.validUntil = minTime(l.validUntil, sent.Add(ttl))
+		l.mu.Unlock()
 		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
 	}
 	id, err := res.LastInsertId()
@@ -562,4 +592,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

@@ -1,0 +1,58 @@
+// Package sqllock is a distributed lease lock kept in one table of a MySQL
+// or MariaDB database, for services that already run on one: exactly one
+// replica seeds the data, runs tonight's job, or leads.
+//
+// A lease is a row: the lock's name, a random owner token, the holder's
+// description, a fencing token and an expiry. Every time is the server's
+// (UTC_TIMESTAMP(6)), so clients whose clocks disagree still agree on who
+// holds a name. Each operation is one statement and, on a warm connection,
+// one round trip:
+//
+//   - [Client.TryAcquire] is one INSERT ... ON DUPLICATE KEY UPDATE that takes
+//     a free name or an expired lease and leaves a live one alone. Whether it
+//     acquired is read from the insert id the statement reports (set with
+//     LAST_INSERT_ID), not from the affected-rows count, whose meaning the
+//     DSN flag clientFoundRows changes.
+//   - [Lock.Refresh] is one UPDATE guarded by the token and the expiry.
+//   - [Lock.Release] is one DELETE guarded by the token, so it never removes
+//     a lease someone else took over.
+//
+// The statements are in queries.sql and the table in schema.sql, both
+// embedded; [Client.CreateTable] runs schema.sql, which can also be run by
+// hand. The library takes a *sql.DB and imports no driver; it is tested with
+// github.com/go-sql-driver/mysql against MariaDB 10.11 and, where Docker
+// runs, MySQL 5.7 and 8.0.
+//
+// # What a lease promises
+//
+// While a Lock's lease is live by the server's clock, no other TryAcquire or
+// Acquire of that name succeeds. A lease is not a mutex across a process
+// pause: a holder that stalls past its expiry (GC, swap, a lost network)
+// can wake up believing it still holds the name while a new holder works.
+// [Lock.ValidUntil] gives the latest instant the holder can rely on, on its
+// own monotonic clock, assuming only that the client's and the server's
+// clocks run at the same rate. For work that must never overlap, pass
+// [Lock.Fence] to the resource and have it refuse fences lower than the
+// highest it has seen.
+//
+// # Fences
+//
+// A fence is the server's clock in microseconds since 1970 when a free name
+// is taken, and the greater of the previous fence plus one and that clock
+// when an expired lease is taken over; a refresh keeps it. A release deletes
+// the row, and with it the previous fence, so the order across a release
+// rests on the server's clock. That is the design's assumption: the server's
+// UTC clock does not step back, and no acquiring statement waits inside the
+// server, between its start (when MySQL reads the clock for the statement)
+// and its row lock, for longer than the previous holder held the name. Within
+// one row (takeovers and refreshes) the order needs no clock at all.
+//
+// # Errors
+//
+// [ErrNotAcquired] and [ErrNotHeld] are compared with errors.Is; errors from
+// the driver are wrapped. A deadlock, a lock wait timeout, a cluster
+// rollback or a broken connection is retried a few times with the same
+// token, which makes the retry give the answer the first attempt would have.
+// Bad input (an empty or over-long name, a lease outside [MinTTL, MaxTTL], a
+// bad table name) is refused before any statement is sent.
+package sqllock

@@ -1,0 +1,620 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// These tests run against a real server; see server_test.go for which.
+
+func mustAcquire(t testing.TB, c *Client, name string, ttl time.Duration) *Lock {
+	t.Helper()
+	l, err := c.TryAcquire(testCtx(t), name, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q): %v", name, err)
+	}
+	return l
+}
+
+func wantErrIs(t testing.TB, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("got %v, want an error wrapping %v", err, target)
+	}
+}
+
+func inspect(t testing.TB, c *Client, name string) Info {
+	t.Helper()
+	info, err := c.Inspect(testCtx(t), name)
+	if err != nil {
+		t.Fatalf("Inspect(%q): %v", name, err)
+	}
+	return info
+}
+
+// Point 1: one statement takes a free name, takes over an expired lease,
+// leaves a live one alone; every call draws a fresh token.
+func TestClient_TryAcquire(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		ctx := testCtx(t)
+
+		la := mustAcquire(t, a, "job", 10*time.Second)
+		if la.Fence() == 0 {
+			t.Fatalf("got fence 0, want a positive fence")
+		}
+		_, err := b.TryAcquire(ctx, "job", 10*time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+		// Not even its own Client gets the name twice: every call is a new owner.
+		_, err = a.TryAcquire(ctx, "job", 10*time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+		if got := inspect(t, a, "job"); got.Holder != "a" || got.Fence != la.Fence() || !got.Held {
+			t.Fatalf("after failed attempts: got %+v, want a's lease untouched", got)
+		}
+
+		short := mustAcquire(t, a, "short", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		lb, err := b.TryAcquire(ctx, "short", 10*time.Second)
+		if err != nil {
+			t.Fatalf("takeover of an expired lease: %v", err)
+		}
+		if lb.Token() == short.Token() {
+			t.Fatalf("got the same token twice: %s", lb.Token())
+		}
+		if got := inspect(t, b, "short"); got.Holder != "b" || got.Fence != lb.Fence() || !got.Held {
+			t.Fatalf("after takeover: got %+v, want b holding fence %d", got, lb.Fence())
+		}
+	})
+}
+
+// Point 2: the decision does not depend on affected rows, whose meaning
+// clientFoundRows changes. This test first shows the trap is real on this
+// server, then that TryAcquire is not caught in it.
+func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		found := e.openDBWith(t, func(c *mysql.Config) { c.ClientFoundRows = true })
+		c := e.client(t, found, table)
+		ctx := testCtx(t)
+		held := mustAcquire(t, c, "n", 10*time.Second)
+
+		// The acquire statement sent raw, by another owner, against the live
+		// lease: it changes nothing, yet with clientFoundRows it reports two
+		// affected rows (two rows found), the same as inserting both rows.
+		us := (10 * time.Second).Microseconds()
+		q := c.sql[qAcquire]
+		res, err := found.ExecContext(ctx, q, "n", "other", "x", us, "n", "other", "x", "other", us)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 2 {
+			t.Fatalf("got %d affected rows for unchanged rows with clientFoundRows, want 2 (the trap this test is about)", n)
+		}
+		if id, _ := res.LastInsertId(); id != 0 {
+			t.Fatalf("got insert id %d for a refused acquire, want 0", id)
+		}
+		res, err = found.ExecContext(ctx, q, "fresh", "other", "x", us, "fresh", "other", "x", "other", us)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := res.RowsAffected(); n != 2 {
+			t.Fatalf("got %d affected rows for inserting both rows, want 2", n)
+		}
+		_, err = c.TryAcquire(ctx, "n", time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+		if got := inspect(t, c, "n"); got.Fence != held.Fence() || !got.Held {
+			t.Fatalf("got %+v, want the first lease untouched", got)
+		}
+	})
+}
+
+// openDBWith opens a *sql.DB on the environment's DSN changed by f.
+func (e *testEnv) openDBWith(t testing.TB, f func(*mysql.Config)) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", e.dsnWith(t, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Point 3: Refresh extends from the server's now, only while the lease is
+// ours and live.
+func TestLock_Refresh(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table)
+		b := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+
+		l := mustAcquire(t, a, "r", 2*time.Second)
+		if err := l.Refresh(ctx, time.Hour); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if got := inspect(t, a, "r"); got.TTL < 59*time.Minute || got.TTL > time.Hour || got.Fence != l.Fence() {
+			t.Fatalf("after Refresh(1h): got %+v, want TTL just under 1h and the same fence", got)
+		}
+		if d := time.Until(l.ValidUntil()); d < 59*time.Minute || d > time.Hour {
+			t.Fatalf("ValidUntil is %v away, want just under 1h", d)
+		}
+		// A refresh may also shorten the lease: it is set from now.
+		if err := l.Refresh(ctx, 40*time.Millisecond); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		time.Sleep(80 * time.Millisecond)
+		wantErrIs(t, l.Refresh(ctx, time.Second), ErrNotHeld)
+
+		// Expired and taken over: the new owner's lease is untouched.
+		lb := mustAcquire(t, b, "r", 10*time.Second)
+		wantErrIs(t, l.Refresh(ctx, time.Second), ErrNotHeld)
+		if got := inspect(t, b, "r"); got.Fence != lb.Fence() || got.TTL < 9*time.Second {
+			t.Fatalf("got %+v, want b's lease as it was", got)
+		}
+	})
+}
+
+// Point 3, second half: an error that is not loss is not reported as loss.
+func TestLock_Refresh_networkErrorIsNotLoss(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		p := startProxy(t, e.serverAddr(t))
+		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = p.Addr() })
+		c := e.client(t, db, table)
+		l := mustAcquire(t, c, "net", 10*time.Second)
+
+		p.Stall(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := l.Refresh(ctx, 10*time.Second)
+		cancel()
+		p.Stall(false)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh through a stalled network: got %v, want an error that is not ErrNotHeld", err)
+		}
+		p.CutAll()
+		if err := l.Refresh(testCtx(t), 10*time.Second); err != nil {
+			t.Fatalf("Refresh after the network healed: %v", err)
+		}
+	})
+}
+
+// serverAddr is the host:port of the environment's server.
+func (e *testEnv) serverAddr(t testing.TB) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Addr
+}
+
+// Point 4: Release deletes only our own row.
+func TestLock_Release(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table)
+		b := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+
+		l := mustAcquire(t, a, "x", 10*time.Second)
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := inspect(t, a, "x"); got.Held || got.Holder != "" || got.Fence != l.Fence() {
+			t.Fatalf("after Release: got %+v, want the lease gone and fence %d kept", got, l.Fence())
+		}
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		mustAcquire(t, b, "x", 10*time.Second)
+
+		// Expired, taken over: release is refused and b's lease stays.
+		old := mustAcquire(t, a, "y", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		lb := mustAcquire(t, b, "y", 10*time.Second)
+		wantErrIs(t, old.Release(ctx), ErrNotHeld)
+		if got := inspect(t, b, "y"); !got.Held || got.Fence != lb.Fence() {
+			t.Fatalf("got %+v, want b's lease kept", got)
+		}
+
+		// Expired, nobody took it: nobody held the name in between.
+		lapsed := mustAcquire(t, a, "z", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		if err := lapsed.Release(ctx); err != nil {
+			t.Fatalf("Release of an expired, untaken lease: %v", err)
+		}
+		if got := inspect(t, a, "z"); got.Held || got.Holder != "" || got.Fence != lapsed.Fence() {
+			t.Fatalf("got %+v, want the lease gone", got)
+		}
+	})
+}
+
+// Point 5: fences grow strictly with every new holder: takeover, release and
+// re-acquire; a refresh keeps the fence.
+func TestLock_Fence_order(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table)
+		b := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+
+		var fences []uint64
+		for i := range 6 {
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			l := mustAcquire(t, c, "f", 30*time.Millisecond)
+			fences = append(fences, l.Fence())
+			if err := l.Refresh(ctx, 30*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			if got := inspect(t, c, "f"); got.Fence != l.Fence() {
+				t.Fatalf("after Refresh: got fence %d, want %d", got.Fence, l.Fence())
+			}
+			if i%3 == 2 {
+				// Let it lapse: the next holder takes it over.
+				time.Sleep(60 * time.Millisecond)
+				continue
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("fences %v: got %d after %d, want strictly increasing", fences, fences[i], fences[i-1])
+			}
+		}
+	})
+}
+
+// Point 5, the part that needs no clock: a takeover moves the fence past the
+// old one even when the old one is far ahead of the server's clock.
+func TestLock_Fence_takeoverPassesFutureFence(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		ctx := testCtx(t)
+		mustAcquire(t, c, "g", 10*time.Second)
+		const future = uint64(1) << 60
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'", future); err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, c, "g", 10*time.Second)
+		if l.Fence() != future+1 {
+			t.Fatalf("got fence %d, want %d", l.Fence(), future+1)
+		}
+	})
+}
+
+// Point 6: names and tokens compare byte for byte.
+func TestClient_names_byteForByte(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		names := []string{"Job", "job", "job ", "jöb", "job\x00", "\xff\xfe", "\xff\xfd", strings.Repeat("n", MaxNameLen-1) + "a", strings.Repeat("n", MaxNameLen-1) + "b"}
+		locks := make(map[string]*Lock)
+		for _, n := range names {
+			locks[n] = mustAcquire(t, c, n, 10*time.Second)
+		}
+		for _, n := range names {
+			if got := inspect(t, c, n); got.Fence != locks[n].Fence() || !got.Held {
+				t.Fatalf("Inspect(%q): got %+v, want fence %d held", n, got, locks[n].Fence())
+			}
+		}
+		// A token that differs only in case is another owner's.
+		l := locks["Job"]
+		forged := &Lock{c: c, name: l.name, token: strings.ToUpper(l.token), validUntil: l.ValidUntil()}
+		wantErrIs(t, forged.Release(ctx), ErrNotHeld)
+		wantErrIs(t, forged.Refresh(ctx, time.Second), ErrNotHeld)
+		for _, n := range names {
+			if err := locks[n].Release(ctx); err != nil {
+				t.Fatalf("Release(%q): %v", n, err)
+			}
+		}
+	})
+}
+
+// Point 7: one round trip for each operation on a warm connection, whatever
+// the DSN, counted by a proxy that sees every command the client sends.
+func TestClient_oneRoundTrip(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		p := startProxy(t, e.serverAddr(t))
+		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = p.Addr() })
+		db.SetMaxOpenConns(1)
+		c := e.client(t, db, table)
+		ctx := testCtx(t)
+
+		// Warm up: the first use of each statement prepares it.
+		w := mustAcquire(t, c, "warm", time.Second)
+		if err := w.Refresh(ctx, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		ops := []struct {
+			name string
+			do   func(*Lock) (*Lock, error)
+		}{
+			{"TryAcquire", func(*Lock) (*Lock, error) { return c.TryAcquire(ctx, "one", time.Second) }},
+			{"TryAcquire refused", func(l *Lock) (*Lock, error) {
+				_, err := c.TryAcquire(ctx, "one", time.Second)
+				if !errors.Is(err, ErrNotAcquired) {
+					return l, fmt.Errorf("got %v, want ErrNotAcquired", err)
+				}
+				return l, nil
+			}},
+			{"Refresh", func(l *Lock) (*Lock, error) { return l, l.Refresh(ctx, time.Second) }},
+			{"Release", func(l *Lock) (*Lock, error) { return l, l.Release(ctx) }},
+		}
+		var l *Lock
+		for _, op := range ops {
+			p.ResetCounts()
+			var err error
+			if l, err = op.do(l); err != nil {
+				t.Fatalf("%s: %v", op.name, err)
+			}
+			if got := p.Commands(); p.CommandCount() != 1 || got[comStmtExecute] != 1 {
+				t.Fatalf("%s sent commands %v, want exactly one COM_STMT_EXECUTE", op.name, got)
+			}
+		}
+	})
+}
+
+const comStmtExecute = 0x17
+
+// Point 8, on a real server: a lock wait timeout (1205) is recognised in the
+// real driver's error and retried with the same token.
+func TestClient_TryAcquire_retriesLockWaitTimeout(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		impatient := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "innodb_lock_wait_timeout", "1") })
+		c := e.client(t, impatient, table)
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "w", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond) // lapsed: the next acquire would take it over
+
+		// Another transaction holds the row: the acquire waits, times out,
+		// and is retried until the row is free.
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "SELECT fence FROM `"+table+"` WHERE name = 'w' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(1500 * time.Millisecond)
+			tx.Rollback()
+		}()
+		start := time.Now()
+		l2, err := c.TryAcquire(ctx, "w", 10*time.Second)
+		if err != nil {
+			t.Fatalf("TryAcquire behind a row lock: %v", err)
+		}
+		if waited := time.Since(start); waited < time.Second {
+			t.Fatalf("TryAcquire returned after %v: the row lock was not in its way", waited)
+		}
+		if l2.Fence() <= l.Fence() {
+			t.Fatalf("got fence %d after %d, want it higher", l2.Fence(), l.Fence())
+		}
+	})
+}
+
+// Point 9: Acquire waits for a release, gives up when its strategy does, and
+// reports a context's end as both causes.
+func TestClient_Acquire(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table)
+		b := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(5*time.Millisecond)))
+		ctx := testCtx(t)
+
+		l := mustAcquire(t, a, "q", 10*time.Second)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			l.Release(context.Background())
+		}()
+		lb, err := b.Acquire(ctx, "q", 10*time.Second)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if lb.Fence() <= l.Fence() {
+			t.Fatalf("got fence %d after %d, want it higher", lb.Fence(), l.Fence())
+		}
+
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err = b.Acquire(short, "q", time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+		wantErrIs(t, err, context.DeadlineExceeded)
+
+		limited := e.client(t, e.db, table, WithRetry(LimitRetry(LinearBackoff(time.Millisecond), 3)))
+		_, err = limited.Acquire(ctx, "q", time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want a plain ErrNotAcquired from a strategy that gave up", err)
+		}
+	})
+}
+
+// Point 10: bad input is refused before anything is sent; a missing table
+// says how to create it.
+func TestClient_badInput(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		c, err := New(e.db, WithTable("no_such_table_here"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.TryAcquire(ctx, "n", time.Second)
+		if err == nil || !strings.Contains(err.Error(), "CreateTable") || !strings.Contains(err.Error(), "schema.sql") {
+			t.Fatalf("got %v, want an error that says to call CreateTable or run schema.sql", err)
+		}
+		if n, ok := serverErrno(err); !ok || n != erNoSuchTable {
+			t.Fatalf("got errno %d, %v, want the driver's 1146 kept", n, ok)
+		}
+
+		c = e.newClient(t)
+		for _, tc := range []struct {
+			name string
+			ttl  time.Duration
+			want string
+		}{
+			{"", time.Second, "empty lock name"},
+			{strings.Repeat("x", MaxNameLen+1), time.Second, "longer than"},
+			{"n", 0, "below the minimum"},
+			{"n", MinTTL - time.Microsecond, "below the minimum"},
+			{"n", MaxTTL + time.Second, "beyond the maximum"},
+		} {
+			_, err := c.TryAcquire(ctx, tc.name, tc.ttl)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("TryAcquire(%d-byte name, %v): got %v, want an error containing %q", len(tc.name), tc.ttl, err, tc.want)
+			}
+		}
+		// The longest name and the extreme leases work against the server.
+		l := mustAcquire(t, c, strings.Repeat("x", MaxNameLen), MaxTTL)
+		if got := inspect(t, c, l.Name()); !got.Held || got.TTL < MaxTTL-time.Minute {
+			t.Fatalf("got %+v, want a lease of about MaxTTL", got)
+		}
+		if err := l.Refresh(ctx, MinTTL); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A session without autocommit would never commit a lease.
+func TestClient_autocommitOff(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "autocommit", "0") })
+		c := e.client(t, db, table)
+		_, err := c.TryAcquire(testCtx(t), "n", time.Second)
+		if err == nil || !strings.Contains(err.Error(), "autocommit") {
+			t.Fatalf("got %v, want an error about autocommit", err)
+		}
+	})
+}
+
+// Point 11: Inspect reads holder, fence, liveness and the remaining lease as
+// the server computes it.
+func TestClient_Inspect(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t, WithHolder("host-7:42"))
+		if got := inspect(t, c, "free"); got != (Info{Name: "free"}) {
+			t.Fatalf("free name: got %+v, want only the name", got)
+		}
+		l := mustAcquire(t, c, "i", 5*time.Second)
+		got := inspect(t, c, "i")
+		if got.Name != "i" || got.Holder != "host-7:42" || got.Fence != l.Fence() || !got.Held || got.TTL <= 4*time.Second || got.TTL > 5*time.Second {
+			t.Fatalf("got %+v, want holder host-7:42, fence %d, held, TTL just under 5s", got, l.Fence())
+		}
+		lapsed := mustAcquire(t, c, "lapsed", 20*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		if got := inspect(t, c, "lapsed"); got.Held || got.TTL != 0 || got.Fence != lapsed.Fence() || got.Holder != "host-7:42" {
+			t.Fatalf("expired lease: got %+v, want the last holder and fence, not held", got)
+		}
+	})
+}
+
+// The default holder names the host and process.
+func TestClient_defaultHolder(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		mustAcquire(t, c, "h", time.Second)
+		if got, want := inspect(t, c, "h").Holder, defaultHolder(); got != want || !strings.Contains(got, ":") {
+			t.Fatalf("got holder %q, want %q (hostname:pid)", got, want)
+		}
+	})
+}
+
+// Mutual exclusion under contention: several Clients on separate *sql.DBs,
+// standing in for processes, do a non-atomic read-modify-write of a counter
+// under the lock. A lost update, or a fence out of order, fails the test.
+func TestMutualExclusion_stress(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		const clients, goroutines, rounds = 4, 16, 12
+		table := e.newTable(t)
+		counter := table + "_counter"
+		ctx := testCtx(t)
+		if _, err := e.db.ExecContext(ctx, "CREATE TABLE `"+counter+"` (id INT PRIMARY KEY, n INT NOT NULL)"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.db.Exec("DROP TABLE IF EXISTS `" + counter + "`") })
+		if _, err := e.db.ExecContext(ctx, "INSERT INTO `"+counter+"` VALUES (1, 0)"); err != nil {
+			t.Fatal(err)
+		}
+		cs := make([]*Client, clients)
+		for i := range cs {
+			cs[i] = e.client(t, e.openDB(t), table, WithRetry(ExponentialBackoff(time.Millisecond, 8*time.Millisecond)))
+		}
+
+		var (
+			mu     sync.Mutex
+			fences []uint64
+		)
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines)
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := cs[g%clients]
+				for range rounds {
+					if err := criticalSection(ctx, c, counter, &mu, &fences); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		var n int
+		if err := e.db.QueryRowContext(ctx, "SELECT n FROM `"+counter+"` WHERE id = 1").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != goroutines*rounds || len(fences) != goroutines*rounds {
+			t.Fatalf("got counter %d after %d acquisitions, want %d", n, len(fences), goroutines*rounds)
+		}
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("acquisition %d got fence %d after %d, want fences increasing in acquisition order", i, fences[i], fences[i-1])
+			}
+		}
+	})
+}
+
+func criticalSection(ctx context.Context, c *Client, counter string, mu *sync.Mutex, fences *[]uint64) error {
+	l, err := c.Acquire(ctx, "counter", 30*time.Second)
+	if err != nil {
+		return fmt.Errorf("Acquire: %w", err)
+	}
+	var n int
+	if err := c.db.QueryRowContext(ctx, "SELECT n FROM `"+counter+"` WHERE id = 1").Scan(&n); err != nil {
+		return err
+	}
+	mu.Lock()
+	*fences = append(*fences, l.Fence())
+	mu.Unlock()
+	time.Sleep(100 * time.Microsecond) // widen the window a lost update needs
+	if _, err := c.db.ExecContext(ctx, "UPDATE `"+counter+"` SET n = ? WHERE id = 1", n+1); err != nil {
+		return err
+	}
+	return l.Release(ctx)
+}

@@ -1,0 +1,1388 @@
+package sqllock
+
+// Unit tests over go-sqlmock, for what a real server cannot be made to do on
+// demand: deadlocks, lost replies, cancellation mid-statement, a missing
+// table. Expected SQL always comes from the queries map (queries.sql), with
+// the table placeholder substituted, so these tests follow the SQL file.
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/go-sql-driver/mysql"
+)
+
+// ---------------------------------------------------------------------------
+// Mock environment
+
+// mockHolder is the holder description every mock Client sends unless a test
+// sets its own with WithHolder.
+const mockHolder = "unit-test-holder"
+
+// mockTables are the tables the statement tests run with: the default, whose
+// quoted name is the placeholder itself, and one set by WithTable.
+var mockTables = []string{DefaultTable, "my_locks"}
+
+// mockEnv is a Client over a sqlmock database that matches SQL exactly (up to
+// whitespace) and in order. It remembers which statements the Client has
+// prepared, so that expectExec can expect the lazy preparation first.
+type mockEnv struct {
+	t        *testing.T
+	db       *sql.DB
+	mock     sqlmock.Sqlmock
+	c        *Client
+	table    string // unquoted
+	checked  bool   // the autocommit check has been expected
+	prepared map[string]*sqlmock.ExpectedPrepare
+}
+
+// newMockEnv returns a mock Client on the default table.
+func newMockEnv(t *testing.T, opts ...Option) *mockEnv {
+	t.Helper()
+	return newMockEnvTable(t, DefaultTable, opts...)
+}
+
+// newMockEnvTable returns a mock Client on table, which it sets with
+// WithTable unless it is the default.
+func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
+	t.Helper()
+	db, mock, err := sqlmock.New(sqlmock.QueryMatcherOption(sqlmock.QueryMatcherEqual))
+	if err != nil {
+		t.Fatalf("sqlmock.New: got %v, want nil", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	all := []Option{WithHolder(mockHolder)}
+	if table != DefaultTable {
+		all = append(all, WithTable(table))
+	}
+	c, err := New(db, append(all, opts...)...)
+	if err != nil {
+		t.Fatalf("New: got %v, want nil", err)
+	}
+	return &mockEnv{t: t, db: db, mock: mock, c: c, table: table, prepared: map[string]*sqlmock.ExpectedPrepare{}}
+}
+
+// sql returns statement name of queries.sql as the Client must send it.
+func (e *mockEnv) sql(name string) string {
+	return withTable(queries[name], e.table)
+}
+
+func withTable(stmt, table string) string {
+	return strings.ReplaceAll(stmt, "`sqllock`", "`"+table+"`")
+}
+
+// expectAutocommit expects the Client's one-time autocommit check, answered
+// with v.
+func (e *mockEnv) expectAutocommit(v int) {
+	e.mock.ExpectQuery(queries["autocommit"]).
+		WillReturnRows(sqlmock.NewRows([]string{"@@SESSION.autocommit"}).AddRow(v))
+	e.checked = v == 1
+}
+
+// expectPrepare expects statement name to be prepared, after the autocommit
+// check if the Client has not made it yet.
+func (e *mockEnv) expectPrepare(name string) *sqlmock.ExpectedPrepare {
+	if !e.checked {
+		e.expectAutocommit(1)
+	}
+	p := e.mock.ExpectPrepare(e.sql(name))
+	e.prepared[name] = p
+	return p
+}
+
+// expectPrepareError expects statement name to fail to prepare with err.
+func (e *mockEnv) expectPrepareError(name string, err error) {
+	if !e.checked {
+		e.expectAutocommit(1)
+	}
+	e.mock.ExpectPrepare(e.sql(name)).WillReturnError(err)
+}
+
+// A reply is the mock's answer to one execution of a statement.
+type reply struct {
+	id, rows int64         // insert id and affected rows, when err is nil
+	err      error         // the driver's error
+	delay    time.Duration // how long the statement runs before answering
+}
+
+func okReply(id, rows int64) reply { return reply{id: id, rows: rows} }
+func errReply(err error) reply     { return reply{err: err} }
+
+func repeatReply(r reply, n int) []reply {
+	out := make([]reply, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
+
+// expectExec expects statement name to run once per reply, each time with
+// args, preparing it first if the Client has not yet.
+func (e *mockEnv) expectExec(name string, args []driver.Value, replies ...reply) {
+	if e.prepared[name] == nil {
+		e.expectPrepare(name)
+	}
+	for _, r := range replies {
+		ex := e.mock.ExpectExec(e.sql(name)).WithArgs(args...)
+		if r.err != nil {
+			ex.WillReturnError(r.err)
+		} else {
+			ex.WillReturnResult(sqlmock.NewResult(r.id, r.rows))
+		}
+		if r.delay > 0 {
+			ex.WillDelayFor(r.delay)
+		}
+	}
+}
+
+// expectInspect expects the inspect statement for name, answered by rows.
+func (e *mockEnv) expectInspect(name string, rows *sqlmock.Rows) {
+	if e.prepared["inspect"] == nil {
+		e.expectPrepare("inspect")
+	}
+	e.mock.ExpectQuery(e.sql("inspect")).WithArgs(name).WillReturnRows(rows)
+}
+
+// acquired takes a one-minute lease on name through the mock, with fence 42,
+// and returns it with the matcher that saw its token.
+func (e *mockEnv) acquired(name string) (*Lock, *tokenArg) {
+	e.t.Helper()
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs(name, mockHolder, 60_000_000, tok), okReply(42, 1))
+	l, err := e.c.TryAcquire(e.t.Context(), name, time.Minute)
+	if err != nil {
+		e.t.Fatalf("TryAcquire(%q): got %v, want nil", name, err)
+	}
+	return l, tok
+}
+
+// done checks that every expectation was met.
+func (e *mockEnv) done() {
+	e.t.Helper()
+	if err := e.mock.ExpectationsWereMet(); err != nil {
+		e.t.Errorf("ExpectationsWereMet: got %v, want nil", err)
+	}
+}
+
+// assertNothingPrepared checks that the Client sent nothing: it neither
+// checked autocommit nor prepared a statement.
+func (e *mockEnv) assertNothingPrepared() {
+	e.t.Helper()
+	e.c.mu.Lock()
+	checked := e.c.checked
+	e.c.mu.Unlock()
+	if checked {
+		e.t.Errorf("autocommit checked: got true, want false")
+	}
+	for i := range e.c.stmts {
+		if st := e.c.stmts[i].Load(); st != nil {
+			e.t.Errorf("statement %s prepared: got %v, want nil", stmtNames[i], st)
+		}
+	}
+}
+
+// eachMockTable runs f with a mock Client on each of mockTables, then checks
+// the expectations.
+func eachMockTable(t *testing.T, f func(t *testing.T, e *mockEnv)) {
+	t.Helper()
+	for _, table := range mockTables {
+		t.Run(table, func(t *testing.T) {
+			e := newMockEnvTable(t, table)
+			f(t, e)
+			e.done()
+		})
+	}
+}
+
+// hexToken is the shape of an owner token.
+var hexToken = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// tokenArg is a sqlmock.Argument for the owner token: 32 lowercase hex
+// digits, and the same token in every position and every statement it is
+// used for (one tokenArg per lease).
+type tokenArg struct{ token string }
+
+func (a *tokenArg) Match(v driver.Value) bool {
+	s, ok := v.(string)
+	if !ok || !hexToken.MatchString(s) {
+		return false
+	}
+	if a.token == "" {
+		a.token = s
+	}
+	return s == a.token
+}
+
+// acquireArgs are the 9 arguments of the acquire statement: name, token,
+// holder, ttl µs, name; then token, holder, token, ttl µs.
+func acquireArgs(name, holder string, ttlUS int64, tok *tokenArg) []driver.Value {
+	return []driver.Value{name, tok, holder, ttlUS, name, tok, holder, tok, ttlUS}
+}
+
+func refreshArgs(ttlUS int64, name string, tok *tokenArg) []driver.Value {
+	return []driver.Value{ttlUS, name, tok}
+}
+
+func releaseArgs(name string, tok *tokenArg) []driver.Value {
+	return []driver.Value{name, tok}
+}
+
+// assertErrIs checks that err wraps every one of targets.
+func assertErrIs(t *testing.T, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Errorf("got %v, want an error wrapping %v", err, target)
+		}
+	}
+}
+
+// assertErrContains checks that err's text holds every one of subs.
+func assertErrContains(t *testing.T, err error, subs ...string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("got nil, want an error containing %q", subs)
+		return
+	}
+	for _, s := range subs {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("got %v, want an error containing %q", err, s)
+		}
+	}
+}
+
+func mysqlErr(n uint16, state, msg string) *mysql.MySQLError {
+	e := &mysql.MySQLError{Number: n, Message: msg}
+	copy(e.SQLState[:], state)
+	return e
+}
+
+var (
+	errDeadlock    = mysqlErr(1213, "40001", "Deadlock found when trying to get lock; try restarting transaction")
+	errLockWait    = mysqlErr(1205, "HY000", "Lock wait timeout exceeded; try restarting transaction")
+	errGRRollback  = mysqlErr(3101, "HY000", "Plugin instructed the server to rollback the current transaction.")
+	errSyntax      = mysqlErr(1064, "42000", "You have an error in your SQL syntax")
+	errNoSuchTable = mysqlErr(1146, "42S02", "Table 'test.my_locks' doesn't exist")
+)
+
+// transientErrors are retried with the same token: rolled back by the server,
+// or a reply lost with the connection.
+var transientErrors = []struct {
+	name string
+	err  error
+}{
+	{"deadlock", errDeadlock},
+	{"deadlock as text only", errors.New("Error 1213 (40001): Deadlock found")},
+	{"lock wait timeout", errLockWait},
+	{"group replication rollback", errGRRollback},
+	{"invalid connection", mysql.ErrInvalidConn},
+}
+
+// ---------------------------------------------------------------------------
+// queries.sql and schema.sql
+
+func TestSplitQueries_names(t *testing.T) {
+	got := slices.Sorted(maps.Keys(queries))
+	want := []string{"acquire", "autocommit", "inspect", "refresh", "release"}
+	if !slices.Equal(got, want) {
+		t.Errorf("names in queries.sql: got %v, want %v", got, want)
+	}
+	for _, name := range stmtNames {
+		if _, ok := queries[name]; !ok {
+			t.Errorf("queries[%q]: got missing, want present", name)
+		}
+	}
+}
+
+func TestSplitQueries_statements(t *testing.T) {
+	// Placeholders per statement: the argument lists the Client sends.
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "autocommit": 0}
+	for name, stmt := range queries {
+		t.Run(name, func(t *testing.T) {
+			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {
+				t.Errorf("placeholders: got %d, want %d", got, want)
+			}
+			if strings.Contains(stmt, ";") || strings.Contains(stmt, "--") {
+				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
+			}
+			onTable := strings.Contains(stmt, "`sqllock`")
+			if want := name != "autocommit"; onTable != want {
+				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
+			}
+		})
+	}
+}
+
+func TestSplitQueries_errors(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"text before the first marker", "SELECT 1;\n-- name: a\nSELECT 2;\n", `line 1: statement text before the first "-- name:" marker`},
+		{"comment-only section", "-- name: a\n-- nothing\n\n-- name: b\nSELECT 1;\n", `query "a" is empty`},
+		{"empty last section", "-- name: a\nSELECT 1;\n-- name: b\n", `query "b" is empty`},
+		{"semicolon only", "-- name: a\n;\n", `query "a" is empty`},
+		{"duplicate name", "-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n", `line 3: query "a" defined twice`},
+		{"two statements", "-- name: a\nSELECT 1;\nSELECT 2;\n", `query "a" holds more than one statement`},
+		{"two statements on a line", "-- name: a\nSELECT 1; SELECT 2\n", `query "a" holds more than one statement`},
+		{"no name", "-- name:\nSELECT 1;\n", `line 1: bad query name ""`},
+		{"name with a space", "-- name: a b\nSELECT 1;\n", `bad query name "a b"`},
+		{"name with a tab", "-- name: a\tb\nSELECT 1;\n", `bad query name "a\tb"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := splitQueries(tt.text)
+			assertErrContains(t, err, tt.want)
+			if got != nil {
+				t.Errorf("queries: got %v, want nil", got)
+			}
+		})
+	}
+	t.Run("mustSplitQueries panics", func(t *testing.T) {
+		defer func() {
+			if r := recover(); r == nil {
+				t.Errorf("recover: got nil, want a panic")
+			}
+		}()
+		mustSplitQueries("SELECT 1;")
+	})
+}
+
+func TestSplitQueries_dropsCommentsAndSemicolon(t *testing.T) {
+	text := `-- A header of comments is allowed.
+
+-- name: a
+-- About a.
+SELECT x,
+  -- between lines
+  y
+FROM t;
+
+-- name:   b
+  SELECT 1 ;
+-- trailing comment
+`
+	got, err := splitQueries(text)
+	if err != nil {
+		t.Fatalf("splitQueries: got %v, want nil", err)
+	}
+	want := map[string]string{"a": "SELECT x,\n  y\nFROM t", "b": "SELECT 1 "}
+	if !maps.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestSchema(t *testing.T) {
+	if !strings.HasPrefix(schema, "CREATE TABLE IF NOT EXISTS `sqllock` (") {
+		t.Errorf("schema: got %q, want a CREATE TABLE IF NOT EXISTS `sqllock`", schema)
+	}
+	if got := strings.Count(strings.ToUpper(schema), "CREATE "); got != 1 {
+		t.Errorf("CREATE statements: got %d, want 1", got)
+	}
+	if strings.Contains(schema, ";") || strings.Contains(schema, "--") {
+		t.Errorf("schema: got %q, want one statement without semicolon or comments", schema)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Options and the SQL text
+
+func TestNew_WithTable(t *testing.T) {
+	db, _, err := sqlmock.New()
+	if err != nil {
+		t.Fatalf("sqlmock.New: got %v, want nil", err)
+	}
+	defer db.Close()
+	c, err := New(db, WithTable("my_locks"))
+	if err != nil {
+		t.Fatalf("New: got %v, want nil", err)
+	}
+	for i, name := range stmtNames {
+		want := withTable(queries[name], "my_locks")
+		if c.sql[i] != want {
+			t.Errorf("%s: got %q, want %q", name, c.sql[i], want)
+		}
+		if strings.Contains(c.sql[i], "`sqllock`") {
+			t.Errorf("%s: got %q, want no `sqllock` left", name, c.sql[i])
+		}
+	}
+}
+
+func TestNew_badOptions(t *testing.T) {
+	db, mock, err := sqlmock.New()
+	if err != nil {
+		t.Fatalf("sqlmock.New: got %v, want nil", err)
+	}
+	defer db.Close()
+
+	if c, err := New(nil); c != nil || err == nil {
+		t.Errorf("New(nil): got %v, %v, want nil and an error", c, err)
+	} else {
+		assertErrContains(t, err, "nil *sql.DB")
+	}
+
+	tests := []struct {
+		name string
+		opt  Option
+		want []string
+	}{
+		{"empty table", WithTable(""), []string{"bad table name", `""`}},
+		{"table with a dash", WithTable("a-b"), []string{"bad table name", `"a-b"`}},
+		{"table with SQL", WithTable("x;drop"), []string{"bad table name", `"x;drop"`}},
+		{"table of 65 chars", WithTable(strings.Repeat("t", 65)), []string{"bad table name", "1 to 64"}},
+		{"quoted table", WithTable("`t`"), []string{"bad table name", "\"`t`\""}},
+		{"empty holder", WithHolder(""), []string{"empty holder description"}},
+		{"holder of 256 bytes", WithHolder(strings.Repeat("h", MaxHolderLen+1)), []string{"holder description is 256 bytes", "longer than"}},
+		{"nil RetryStrategy", WithRetry(nil), []string{"nil RetryStrategy"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(db, tt.opt)
+			if c != nil {
+				t.Errorf("Client: got %v, want nil", c)
+			}
+			assertErrContains(t, err, tt.want...)
+		})
+	}
+
+	t.Run("limits accepted", func(t *testing.T) {
+		_, err := New(db, WithTable(strings.Repeat("t", 64)), WithHolder(strings.Repeat("h", MaxHolderLen)))
+		if err != nil {
+			t.Errorf("got %v, want nil", err)
+		}
+	})
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Errorf("ExpectationsWereMet: got %v, want nil", err)
+	}
+}
+
+func TestClient_CreateTable(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		e.mock.ExpectExec(withTable(schema, e.table)).WithoutArgs().WillReturnResult(sqlmock.NewResult(0, 0))
+		if err := e.c.CreateTable(t.Context()); err != nil {
+			t.Errorf("CreateTable: got %v, want nil", err)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Statements and their arguments
+
+func TestClient_TryAcquire_args(t *testing.T) {
+	const holder = "worker 7 on host-a"
+	longName := strings.Repeat("n", MaxNameLen)
+	tests := []struct {
+		name   string
+		table  string
+		opts   []Option
+		holder string
+		lock   string
+		ttl    time.Duration
+		ttlUS  int64
+	}{
+		{"default table", DefaultTable, nil, mockHolder, "job", 2*time.Second + 345*time.Microsecond + 678, 2_000_345},
+		{"WithTable", "my_locks", nil, mockHolder, "job", 2*time.Second + 345*time.Microsecond + 678, 2_000_345},
+		{"WithHolder", DefaultTable, []Option{WithHolder(holder)}, holder, "job", time.Minute, 60_000_000},
+		{"shortest ttl", DefaultTable, nil, mockHolder, "job", MinTTL, 1_000},
+		{"longest ttl and name", DefaultTable, nil, mockHolder, longName, MaxTTL, 3_153_600_000_000_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnvTable(t, tt.table, tt.opts...)
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs(tt.lock, tt.holder, tt.ttlUS, tok), okReply(42, 1))
+			l, err := e.c.TryAcquire(t.Context(), tt.lock, tt.ttl)
+			if err != nil {
+				t.Fatalf("TryAcquire: got %v, want nil", err)
+			}
+			if l.Token() != tok.token || !hexToken.MatchString(l.Token()) {
+				t.Errorf("Token: got %q, want %q, 32 lowercase hex digits", l.Token(), tok.token)
+			}
+			if l.Name() != tt.lock {
+				t.Errorf("Name: got %q, want %q", l.Name(), tt.lock)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_TryAcquire_freshToken(t *testing.T) {
+	e := newMockEnv(t)
+	tok1, tok2 := &tokenArg{}, &tokenArg{}
+	e.expectExec("acquire", acquireArgs("a", mockHolder, 1_000_000, tok1), okReply(101, 2))
+	e.expectExec("acquire", acquireArgs("b", mockHolder, 1_000_000, tok2), okReply(102, 2))
+	for _, name := range []string{"a", "b"} {
+		if _, err := e.c.TryAcquire(t.Context(), name, time.Second); err != nil {
+			t.Fatalf("TryAcquire(%q): got %v, want nil", name, err)
+		}
+	}
+	if tok1.token == tok2.token {
+		t.Errorf("tokens of two calls: got %q twice, want two different", tok1.token)
+	}
+	e.done()
+}
+
+func TestLock_Refresh_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(1_500_250, "job", tok), okReply(1, 1))
+		if err := l.Refresh(t.Context(), 1500*time.Millisecond+250*time.Microsecond); err != nil {
+			t.Errorf("Refresh: got %v, want nil", err)
+		}
+	})
+}
+
+func TestLock_Release_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("Release: got %v, want nil", err)
+		}
+	})
+}
+
+func TestClient_Inspect_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl"}))
+		if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
+			t.Errorf("Inspect: got %v, want nil", err)
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Decoding results
+
+func TestClient_TryAcquire_result(t *testing.T) {
+	tests := []struct {
+		name     string
+		id, rows int64
+		wantErr  error  // nil: acquired with fence id, unless wantMsg
+		wantMsg  string // an error that wraps no sentinel
+	}{
+		{"new rows", 1_700_000_000_000_000, 2, nil, ""},
+		{"taken over", 1_700_000_000_000_001, 4, nil, ""},
+		{"small fence", 3, 1, nil, ""},
+		{"held, 0 rows", 0, 0, ErrNotAcquired, ""},
+		{"held, 1 row (clientFoundRows)", 0, 1, ErrNotAcquired, ""},
+		{"held, 2 rows", 0, 2, ErrNotAcquired, ""},
+		{"mark 1 came through", 1, 2, nil, "fence row is missing (mark 1)"},
+		{"mark 2 came through", 2, 1, nil, "fence row is missing (mark 2)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 10_000_000, &tokenArg{}), okReply(tt.id, tt.rows))
+			before := time.Now()
+			l, err := e.c.TryAcquire(t.Context(), "job", 10*time.Second)
+			after := time.Now()
+			switch {
+			case tt.wantErr != nil || tt.wantMsg != "":
+				if tt.wantErr != nil {
+					assertErrIs(t, err, tt.wantErr)
+				} else {
+					assertErrContains(t, err, tt.wantMsg)
+					if errors.Is(err, ErrNotAcquired) {
+						t.Errorf("got %v, want an error not wrapping %v", err, ErrNotAcquired)
+					}
+				}
+				if l != nil {
+					t.Errorf("Lock: got %v, want nil", l)
+				}
+			default:
+				if err != nil {
+					t.Fatalf("TryAcquire: got %v, want nil", err)
+				}
+				if got, want := l.Fence(), uint64(tt.id); got != want {
+					t.Errorf("Fence: got %v, want %v", got, want)
+				}
+				if v := l.ValidUntil(); v.Before(before.Add(10*time.Second)) || v.After(after.Add(10*time.Second)) {
+					t.Errorf("ValidUntil: got %v, want between %v and %v", v, before.Add(10*time.Second), after.Add(10*time.Second))
+				}
+			}
+			e.done()
+		})
+	}
+	t.Run("no insert id", func(t *testing.T) {
+		e := newMockEnv(t)
+		noID := errors.New("LastInsertId is not supported")
+		e.expectPrepare("acquire")
+		e.mock.ExpectExec(e.sql("acquire")).WillReturnResult(sqlmock.NewErrorResult(noID))
+		_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, noID)
+		e.done()
+	})
+}
+
+func TestLock_Refresh_result(t *testing.T) {
+	t.Run("extended", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(3_600_000_000, "job", tok), okReply(1, 1))
+		before := time.Now()
+		if err := l.Refresh(t.Context(), time.Hour); err != nil {
+			t.Fatalf("Refresh: got %v, want nil", err)
+		}
+		after := time.Now()
+		if v := l.ValidUntil(); v.Before(before.Add(time.Hour)) || v.After(after.Add(time.Hour)) {
+			t.Errorf("ValidUntil: got %v, want between %v and %v", v, before.Add(time.Hour), after.Add(time.Hour))
+		}
+		e.done()
+	})
+	for _, rows := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("insert id 0, %d rows", rows), func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			valid := l.ValidUntil()
+			e.expectExec("refresh", refreshArgs(3_600_000_000, "job", tok), okReply(0, rows))
+			assertErrIs(t, l.Refresh(t.Context(), time.Hour), ErrNotHeld)
+			if got := l.ValidUntil(); !got.Equal(valid) {
+				t.Errorf("ValidUntil: got %v, want %v (unchanged)", got, valid)
+			}
+			e.done()
+		})
+	}
+	t.Run("after Release, no SQL", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("Release: got %v, want nil", err)
+		}
+		assertErrIs(t, l.Refresh(t.Context(), time.Hour), ErrNotHeld)
+		e.done()
+	})
+}
+
+func TestLock_Release_result(t *testing.T) {
+	tests := []struct {
+		name    string
+		rows    int64
+		wantErr error
+	}{
+		{"deleted", 1, nil},
+		{"not ours", 0, ErrNotHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, tt.rows))
+			if err := l.Release(t.Context()); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Release: got %v, want %v", err, tt.wantErr)
+			}
+			// The second call sends nothing: the mock expects nothing more.
+			err := l.Release(t.Context())
+			assertErrIs(t, err, ErrNotHeld)
+			assertErrContains(t, err, "already released")
+			e.done()
+		})
+	}
+}
+
+func TestClient_Inspect_result(t *testing.T) {
+	cols := []string{"holder", "fence", "held", "ttl"}
+	tests := []struct {
+		name string
+		rows *sqlmock.Rows
+		want Info
+	}{
+		{
+			"held",
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000)),
+			Info{Name: "job", Holder: "worker-1", Fence: 42, Held: true, TTL: 1500 * time.Millisecond},
+		},
+		{
+			"expired",
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000)),
+			Info{Name: "job", Holder: "worker-1", Fence: 42},
+		},
+		{
+			"released",
+			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil),
+			Info{Name: "job", Fence: 42},
+		},
+		{"never taken", sqlmock.NewRows(cols), Info{Name: "job"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectInspect("job", tt.rows)
+			got, err := e.c.Inspect(t.Context(), "job")
+			if err != nil || got != tt.want {
+				t.Errorf("Inspect: got %+v, %v, want %+v, nil", got, err, tt.want)
+			}
+			e.done()
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Retries
+
+func TestClient_TryAcquire_retries(t *testing.T) {
+	if maxTransientAttempts < 2 {
+		t.Fatalf("maxTransientAttempts: got %d, want at least 2", maxTransientAttempts)
+	}
+	for _, tc := range transientErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("then success, same token", func(t *testing.T) {
+				e := newMockEnv(t)
+				tok := &tokenArg{}
+				replies := append(repeatReply(errReply(tc.err), maxTransientAttempts-1), okReply(7, 1))
+				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), replies...)
+				l, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+				if err != nil {
+					t.Fatalf("TryAcquire: got %v, want nil", err)
+				}
+				if l.Fence() != 7 || l.Token() != tok.token {
+					t.Errorf("Lock: got fence %d token %q, want fence 7 token %q", l.Fence(), l.Token(), tok.token)
+				}
+				e.done()
+			})
+			t.Run("bounded", func(t *testing.T) {
+				e := newMockEnv(t)
+				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}),
+					repeatReply(errReply(tc.err), maxTransientAttempts)...)
+				_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+				assertErrIs(t, err, tc.err)
+				if errors.Is(err, ErrNotAcquired) {
+					t.Errorf("got %v, want an error not wrapping %v", err, ErrNotAcquired)
+				}
+				e.done()
+			})
+		})
+	}
+}
+
+func TestClient_TryAcquire_finalErrorNotRetried(t *testing.T) {
+	for _, final := range []error{errSyntax, errors.New("boom")} {
+		t.Run(final.Error(), func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(final))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, final)
+			e.done()
+		})
+	}
+}
+
+func TestLock_Refresh_retries(t *testing.T) {
+	for _, tc := range transientErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("then success", func(t *testing.T) {
+				e := newMockEnv(t)
+				l, tok := e.acquired("job")
+				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), errReply(tc.err), okReply(1, 1))
+				if err := l.Refresh(t.Context(), time.Minute); err != nil {
+					t.Errorf("Refresh: got %v, want nil", err)
+				}
+				e.done()
+			})
+			t.Run("bounded", func(t *testing.T) {
+				e := newMockEnv(t)
+				l, tok := e.acquired("job")
+				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok),
+					repeatReply(errReply(tc.err), maxTransientAttempts)...)
+				err := l.Refresh(t.Context(), time.Minute)
+				assertErrIs(t, err, tc.err)
+				if errors.Is(err, ErrNotHeld) {
+					t.Errorf("got %v, want an error not wrapping %v: the outcome is unknown", err, ErrNotHeld)
+				}
+				e.done()
+			})
+		})
+	}
+	t.Run("final error", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), errReply(errSyntax))
+		assertErrIs(t, l.Refresh(t.Context(), time.Minute), errSyntax)
+		e.done()
+	})
+}
+
+func TestLock_Release_retries(t *testing.T) {
+	lost := mysql.ErrInvalidConn
+	tests := []struct {
+		name    string
+		replies []reply
+		expired bool // the lease's ValidUntil has passed
+		wantErr error
+	}{
+		{"lost, then 1 row", []reply{errReply(lost), okReply(0, 1)}, false, nil},
+		{"lost, then 0 rows while valid", []reply{errReply(lost), okReply(0, 0)}, false, nil},
+		{"lost, then 0 rows after expiry", []reply{errReply(lost), okReply(0, 0)}, true, ErrNotHeld},
+		{"deadlock, then 1 row", []reply{errReply(errDeadlock), okReply(0, 1)}, false, nil},
+		// A rolled-back attempt deleted nothing: 0 rows means not ours.
+		{"deadlock, then 0 rows while valid", []reply{errReply(errDeadlock), okReply(0, 0)}, false, ErrNotHeld},
+		{"lost every time", repeatReply(errReply(lost), maxTransientAttempts), false, lost},
+		{"deadlock every time", repeatReply(errReply(errDeadlock), maxTransientAttempts), false, errDeadlock},
+		{"final error", []reply{errReply(errSyntax)}, false, errSyntax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			if tt.expired {
+				l.mu.Lock()
+				l.validUntil = time.Now().Add(-time.Millisecond)
+				l.mu.Unlock()
+			}
+			e.expectExec("release", releaseArgs("job", tok), tt.replies...)
+			if err := l.Release(t.Context()); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Release: got %v, want %v", err, tt.wantErr)
+			}
+			e.done()
+		})
+	}
+	// A Release whose every attempt was lost may have deleted the row: a
+	// later Release that finds nothing while the lease was valid succeeds.
+	t.Run("lost every time, then a second Release finds 0 rows", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), repeatReply(errReply(lost), maxTransientAttempts)...)
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+		assertErrIs(t, l.Release(t.Context()), lost)
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("second Release: got %v, want nil", err)
+		}
+		e.done()
+	})
+	t.Run("cancelled in flight, then a second Release finds 0 rows", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), reply{rows: 1, delay: time.Minute})
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		if err := l.Release(ctx); err == nil {
+			t.Errorf("Release: got nil, want an error")
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("second Release: got %v, want nil", err)
+		}
+		e.done()
+	})
+}
+
+// ---------------------------------------------------------------------------
+// A missing table
+
+func TestClient_missingTable(t *testing.T) {
+	// The hint, the table and the driver's error are all in the message.
+	check := func(t *testing.T, err error) {
+		t.Helper()
+		assertErrContains(t, err, "CreateTable", "schema.sql", "`my_locks`")
+		assertErrIs(t, err, errNoSuchTable)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1146 {
+			t.Errorf("got %v, want an error wrapping *mysql.MySQLError 1146", err)
+		}
+	}
+	t.Run("TryAcquire, at prepare", func(t *testing.T) {
+		e := newMockEnvTable(t, "my_locks")
+		e.expectPrepareError("acquire", errNoSuchTable)
+		_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+		check(t, err)
+		e.done()
+	})
+	t.Run("Inspect, at prepare", func(t *testing.T) {
+		e := newMockEnvTable(t, "my_locks")
+		e.expectPrepareError("inspect", errNoSuchTable)
+		_, err := e.c.Inspect(t.Context(), "job")
+		check(t, err)
+		e.done()
+	})
+	t.Run("Release, dropped after prepare", func(t *testing.T) {
+		e := newMockEnvTable(t, "my_locks")
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), errReply(errNoSuchTable))
+		check(t, l.Release(t.Context()))
+		e.done()
+	})
+	t.Run("CreateTable mends it", func(t *testing.T) {
+		e := newMockEnvTable(t, "my_locks")
+		e.expectPrepareError("acquire", errNoSuchTable)
+		e.mock.ExpectExec(withTable(schema, "my_locks")).WillReturnResult(sqlmock.NewResult(0, 0))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(9, 1))
+		_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+		check(t, err)
+		if err := e.c.CreateTable(t.Context()); err != nil {
+			t.Fatalf("CreateTable: got %v, want nil", err)
+		}
+		if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+			t.Errorf("TryAcquire after CreateTable: got %v, want nil", err)
+		}
+		e.done()
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Acquire's retry loop and contexts
+
+func TestClient_Acquire_retryStrategy(t *testing.T) {
+	held, free := okReply(0, 1), okReply(7, 1)
+	tests := []struct {
+		name     string
+		strategy RetryStrategy
+		replies  []reply // one per attempt
+		wantErr  error   // nil: acquired with fence 7
+	}{
+		{"NoRetry", NoRetry(), []reply{held}, ErrNotAcquired},
+		{"LimitRetry 3", LimitRetry(LinearBackoff(time.Millisecond), 3), []reply{held, held, held}, ErrNotAcquired},
+		{"acquired on the third attempt", LinearBackoff(time.Millisecond), []reply{held, held, free}, nil},
+		{"server error ends Acquire", LinearBackoff(time.Millisecond), []reply{errReply(errSyntax)}, errSyntax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t, WithRetry(tt.strategy))
+			// One token serves every attempt.
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), tt.replies...)
+			l, err := e.c.Acquire(t.Context(), "job", time.Second)
+			switch {
+			case tt.wantErr != nil:
+				assertErrIs(t, err, tt.wantErr)
+				if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+					t.Errorf("got %v, want no context error", err)
+				}
+			case err != nil:
+				t.Errorf("Acquire: got %v, want nil", err)
+			case l.Fence() != 7 || l.Token() != tok.token:
+				t.Errorf("Lock: got fence %d token %q, want fence 7 token %q", l.Fence(), l.Token(), tok.token)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_Acquire_deadline(t *testing.T) {
+	// Two quick retries, then a wait longer than the context lives.
+	strategy := retryFunc(func(attempt int) (time.Duration, bool) {
+		if attempt < 3 {
+			return time.Millisecond, true
+		}
+		return time.Hour, true
+	})
+	e := newMockEnv(t, WithRetry(strategy))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	l, err := e.c.Acquire(ctx, "job", time.Second)
+	if l != nil {
+		t.Errorf("Lock: got %v, want nil", l)
+	}
+	assertErrIs(t, err, ErrNotAcquired, context.DeadlineExceeded)
+	e.done()
+}
+
+func TestClient_acquire_cancelledInFlight(t *testing.T) {
+	tests := []struct {
+		name    string
+		acquire func(c *Client, ctx context.Context) (*Lock, error)
+		ctx     func(t *testing.T) (context.Context, context.CancelFunc)
+		wantCtx error
+	}{
+		{
+			"TryAcquire, deadline",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryAcquire(ctx, "job", time.Second) },
+			func(t *testing.T) (context.Context, context.CancelFunc) {
+				return context.WithTimeout(t.Context(), 20*time.Millisecond)
+			},
+			context.DeadlineExceeded,
+		},
+		{
+			"Acquire, cancel",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.Acquire(ctx, "job", time.Second) },
+			func(t *testing.T) (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(20*time.Millisecond, cancel)
+				return ctx, cancel
+			},
+			context.Canceled,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), reply{id: 42, rows: 1, delay: time.Minute})
+			// The cleanup: the release statement with the same name and token.
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			ctx, cancel := tt.ctx(t)
+			defer cancel()
+			l, err := tt.acquire(e.c, ctx)
+			if l != nil {
+				t.Errorf("Lock: got %v, want nil", l)
+			}
+			assertErrIs(t, err, ErrNotAcquired, tt.wantCtx)
+			e.done()
+		})
+	}
+	t.Run("cancelled before, no SQL", func(t *testing.T) {
+		e := newMockEnv(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := e.c.TryAcquire(ctx, "job", time.Second)
+		assertErrIs(t, err, ErrNotAcquired, context.Canceled)
+		e.assertNothingPrepared()
+		e.done()
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Bad input sends nothing
+
+func TestClient_badInput_noSQL(t *testing.T) {
+	longName := strings.Repeat("n", MaxNameLen+1)
+	names := []struct{ name, want string }{
+		{"", "empty lock name"},
+		{longName, "lock name is 256 bytes, longer than the 255"},
+	}
+	ttls := []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{0, "below the minimum"},
+		{-time.Second, "below the minimum"},
+		{999 * time.Microsecond, "below the minimum"},
+		{MaxTTL + 1, "beyond the maximum"},
+	}
+	type call func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error
+	tryAcquire := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		_, err := e.c.TryAcquire(ctx, name, ttl)
+		return err
+	}
+	acquire := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		_, err := e.c.Acquire(ctx, name, ttl)
+		return err
+	}
+	inspect := func(ctx context.Context, e *mockEnv, name string, _ time.Duration) error {
+		_, err := e.c.Inspect(ctx, name)
+		return err
+	}
+	refresh := func(ctx context.Context, e *mockEnv, _ string, ttl time.Duration) error {
+		l := &Lock{c: e.c, name: "job", token: strings.Repeat("a", 32), validUntil: time.Now().Add(time.Hour)}
+		return l.Refresh(ctx, ttl)
+	}
+	type tcase struct {
+		name string
+		call call
+		lock string
+		ttl  time.Duration
+		want string
+	}
+	var tests []tcase
+	for _, op := range []struct {
+		name string
+		call call
+	}{{"TryAcquire", tryAcquire}, {"Acquire", acquire}} {
+		for _, n := range names {
+			tests = append(tests, tcase{fmt.Sprintf("%s name of %d bytes", op.name, len(n.name)), op.call, n.name, time.Second, n.want})
+		}
+		for _, d := range ttls {
+			tests = append(tests, tcase{fmt.Sprintf("%s ttl %v", op.name, d.ttl), op.call, "job", d.ttl, d.want})
+		}
+	}
+	for _, n := range names {
+		tests = append(tests, tcase{fmt.Sprintf("Inspect name of %d bytes", len(n.name)), inspect, n.name, 0, n.want})
+	}
+	for _, d := range ttls {
+		tests = append(tests, tcase{fmt.Sprintf("Refresh ttl %v", d.ttl), refresh, "", d.ttl, d.want})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			err := tt.call(t.Context(), e, tt.lock, tt.ttl)
+			assertErrContains(t, err, tt.want)
+			e.assertNothingPrepared()
+			e.done()
+		})
+	}
+}
+
+func TestClient_autocommitOff_noPrepare(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(0)
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrContains(t, err, "autocommit off")
+	e.assertNothingPrepared()
+	e.done()
+
+	// The check is made again, not remembered as passed.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(101, 2))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Errorf("TryAcquire with autocommit on: got %v, want nil", err)
+	}
+	e.done()
+}
+
+func TestClient_autocommitCheckFails(t *testing.T) {
+	e := newMockEnv(t)
+	boom := errors.New("boom")
+	e.mock.ExpectQuery(queries["autocommit"]).WillReturnError(boom)
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrContains(t, err, "check autocommit")
+	assertErrIs(t, err, boom)
+	e.assertNothingPrepared()
+	e.done()
+}
+
+// ---------------------------------------------------------------------------
+// Close
+
+func TestClient_Close(t *testing.T) {
+	t.Run("unused", func(t *testing.T) {
+		e := newMockEnv(t)
+		if err := e.c.Close(); err != nil {
+			t.Errorf("Close: got %v, want nil", err)
+		}
+		e.done()
+	})
+	t.Run("closes statements, not the DB", func(t *testing.T) {
+		e := newMockEnv(t)
+		released, tok := e.acquired("a")
+		e.expectExec("release", releaseArgs("a", tok), okReply(0, 1))
+		if err := released.Release(t.Context()); err != nil {
+			t.Fatalf("Release: got %v, want nil", err)
+		}
+		held, _ := e.acquired("b")
+		e.prepared["acquire"].WillBeClosed()
+		e.prepared["release"].WillBeClosed()
+
+		if err := e.c.Close(); err != nil {
+			t.Errorf("Close: got %v, want nil", err)
+		}
+		if err := e.c.Close(); err != nil {
+			t.Errorf("second Close: got %v, want nil", err)
+		}
+		if err := e.db.PingContext(t.Context()); err != nil {
+			t.Errorf("DB Ping after Close: got %v, want nil", err)
+		}
+
+		ctx := t.Context()
+		calls := map[string]func() error{
+			"TryAcquire": func() error { _, err := e.c.TryAcquire(ctx, "c", time.Second); return err },
+			"Acquire":    func() error { _, err := e.c.Acquire(ctx, "c", time.Second); return err },
+			"Inspect":    func() error { _, err := e.c.Inspect(ctx, "c"); return err },
+			"CreateTable": func() error {
+				return e.c.CreateTable(ctx)
+			},
+			"Refresh": func() error { return held.Refresh(ctx, time.Second) },
+			"Release": func() error { return held.Release(ctx) },
+		}
+		for _, name := range slices.Sorted(maps.Keys(calls)) {
+			t.Run(name, func(t *testing.T) { assertErrIs(t, calls[name](), ErrClosed) })
+		}
+		e.done()
+	})
+}
+
+// ---------------------------------------------------------------------------
+// RetryStrategy
+
+func TestNoRetry(t *testing.T) {
+	s := NoRetry()
+	for _, attempt := range []int{1, 2, 100} {
+		if _, ok := s.Backoff(attempt); ok {
+			t.Errorf("Backoff(%d): got ok true, want false", attempt)
+		}
+	}
+}
+
+func TestLinearBackoff(t *testing.T) {
+	tests := []struct {
+		d, want time.Duration
+	}{
+		{50 * time.Millisecond, 50 * time.Millisecond},
+		{time.Millisecond, time.Millisecond},
+		{0, time.Millisecond},
+		{-time.Second, time.Millisecond},
+	}
+	for _, tt := range tests {
+		s := LinearBackoff(tt.d)
+		for _, attempt := range []int{1, 2, 100} {
+			if got, ok := s.Backoff(attempt); got != tt.want || !ok {
+				t.Errorf("LinearBackoff(%v).Backoff(%d): got %v, %v, want %v, true", tt.d, attempt, got, ok, tt.want)
+			}
+		}
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name         string
+		first, limit time.Duration
+		steps        []time.Duration // the step of attempts 1, 2, ...; the last repeats
+	}{
+		{"doubling up to the limit", 10 * ms, 80 * ms, []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 80 * ms}},
+		{"capped between doublings", 7 * ms, 20 * ms, []time.Duration{7 * ms, 14 * ms, 20 * ms}},
+		{"limit below first raised to first", 10 * ms, 5 * ms, []time.Duration{10 * ms}},
+		{"zero first raised to 1ms", 0, 4 * ms, []time.Duration{ms, 2 * ms, 4 * ms}},
+		{"negatives raised to 1ms", -time.Second, -time.Second, []time.Duration{ms}},
+		{"defaults", DefaultRetryMin, DefaultRetryMax, []time.Duration{8 * ms, 16 * ms, 32 * ms, 64 * ms, 128 * ms, 256 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ExponentialBackoff(tt.first, tt.limit)
+			limit := tt.steps[len(tt.steps)-1]
+			for _, attempt := range []int{1, 2, 3, 4, 5, 6, 7, 10, 100, 1000} {
+				step := limit
+				if attempt <= len(tt.steps) {
+					step = tt.steps[attempt-1]
+				}
+				seen := map[time.Duration]bool{}
+				for range 200 {
+					got, ok := s.Backoff(attempt)
+					if !ok || got < step/2 || got > step {
+						t.Fatalf("Backoff(%d): got %v, %v, want within [%v, %v], true", attempt, got, ok, step/2, step)
+					}
+					seen[got] = true
+				}
+				if len(seen) < 2 {
+					t.Errorf("Backoff(%d): got %d distinct waits in 200, want jitter", attempt, len(seen))
+				}
+			}
+		})
+	}
+}
+
+func TestLimitRetry(t *testing.T) {
+	// attempts counts the attempts Acquire would make under s.
+	attempts := func(s RetryStrategy) int {
+		n := 1
+		for ; n < 1000; n++ {
+			if _, ok := s.Backoff(n); !ok {
+				break
+			}
+		}
+		return n
+	}
+	for _, n := range []int{1, 2, 3, 10} {
+		s := LimitRetry(LinearBackoff(5*time.Millisecond), n)
+		if got := attempts(s); got != n {
+			t.Errorf("LimitRetry(s, %d): got %d attempts, want %d", n, got, n)
+		}
+		for attempt := 1; attempt < n; attempt++ {
+			if got, ok := s.Backoff(attempt); got != 5*time.Millisecond || !ok {
+				t.Errorf("LimitRetry(s, %d).Backoff(%d): got %v, %v, want 5ms, true", n, attempt, got, ok)
+			}
+		}
+	}
+	if got := attempts(LimitRetry(NoRetry(), 5)); got != 1 {
+		t.Errorf("LimitRetry(NoRetry(), 5): got %d attempts, want 1", got)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Error classification
+
+func TestServerErrno(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		want   int
+		wantOK bool
+	}{
+		{"MySQLError", errDeadlock, 1213, true},
+		{"MySQLError without SQLSTATE", &mysql.MySQLError{Number: 1205, Message: "Lock wait timeout"}, 1205, true},
+		{"wrapped", fmt.Errorf("exec: %w", errNoSuchTable), 1146, true},
+		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", errGRRollback)), 3101, true},
+		{"text", errors.New("Error 1213 (40001): Deadlock found"), 1213, true},
+		{"text without SQLSTATE", errors.New("Error 1205: Lock wait timeout exceeded"), 1205, true},
+		{"text not at the start", errors.New("exec: Error 1213 (40001): Deadlock found"), 0, false},
+		{"lowercase", errors.New("error 1213: deadlock"), 0, false},
+		{"no number", errors.New("Error : nothing"), 0, false},
+		{"nil", nil, 0, false},
+		{"io.EOF", io.EOF, 0, false},
+		{"random", errors.New("something broke"), 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := serverErrno(tt.err)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("serverErrno(%v): got %d, %v, want %d, %v", tt.err, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestClassify(t *testing.T) {
+	name := map[outcome]string{failedFinal: "final", failedRolledBack: "rolled back", failedUnknown: "unknown"}
+	tests := []struct {
+		name string
+		err  error
+		want outcome
+	}{
+		{"deadlock", errDeadlock, failedRolledBack},
+		{"lock wait timeout", errLockWait, failedRolledBack},
+		{"group replication", errGRRollback, failedRolledBack},
+		{"query interrupted", mysqlErr(1317, "70100", "Query execution was interrupted"), failedRolledBack},
+		{"wrapped deadlock", fmt.Errorf("exec: %w", errDeadlock), failedRolledBack},
+		{"deadlock as text", errors.New("Error 1213 (40001): Deadlock found"), failedRolledBack},
+		{"server shutdown", mysqlErr(1053, "08S01", "Server shutdown in progress"), failedUnknown},
+		{"connection killed", mysqlErr(1927, "70100", "Connection was killed"), failedUnknown},
+		{"idle timeout", mysqlErr(4031, "HY000", "The client was disconnected by the server"), failedUnknown},
+		{"syntax", errSyntax, failedFinal},
+		{"no such table", errNoSuchTable, failedFinal},
+		{"duplicate key", mysqlErr(1062, "23000", "Duplicate entry"), failedFinal},
+		{"io.EOF", io.EOF, failedUnknown},
+		{"io.ErrUnexpectedEOF", io.ErrUnexpectedEOF, failedUnknown},
+		{"driver.ErrBadConn", driver.ErrBadConn, failedUnknown},
+		{"wrapped driver.ErrBadConn", fmt.Errorf("exec: %w", driver.ErrBadConn), failedUnknown},
+		{"mysql.ErrInvalidConn", mysql.ErrInvalidConn, failedUnknown},
+		{"ECONNRESET", syscall.ECONNRESET, failedUnknown},
+		{"EPIPE", syscall.EPIPE, failedUnknown},
+		{"net.OpError", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("reset")}, failedUnknown},
+		{"i/o timeout", os.ErrDeadlineExceeded, failedUnknown},
+		{"context.Canceled", context.Canceled, failedFinal},
+		{"context.DeadlineExceeded", context.DeadlineExceeded, failedFinal},
+		{"wrapped context.Canceled", fmt.Errorf("exec: %w", context.Canceled), failedFinal},
+		{"random", errors.New("something broke"), failedFinal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := classify(tt.err); got != tt.want {
+				t.Errorf("classify(%v): got %v, want %v", tt.err, name[got], name[tt.want])
+			}
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Tokens
+
+func TestNewToken(t *testing.T) {
+	a, err := newToken()
+	if err != nil {
+		t.Fatalf("newToken: got %v, want nil", err)
+	}
+	b, err := newToken()
+	if err != nil {
+		t.Fatalf("newToken: got %v, want nil", err)
+	}
+	for _, tok := range []string{a, b} {
+		if !hexToken.MatchString(tok) {
+			t.Errorf("newToken: got %q, want 32 lowercase hex digits", tok)
+		}
+	}
+	if a == b {
+		t.Errorf("two tokens: got %q twice, want two different", a)
+	}
+}
