@@ -37,15 +37,16 @@
 //
 // # Fences
 //
-// A fence is the server's clock in microseconds since 1970 when a free name
-// is taken, and the greater of the previous fence plus one and that clock
-// when an expired lease is taken over; a refresh keeps it. A release deletes
-// the row, and with it the previous fence, so the order across a release
-// rests on the server's clock. That is the design's assumption: the server's
-// UTC clock does not step back, and no acquiring statement waits inside the
-// server, between its start (when MySQL reads the clock for the statement)
-// and its row lock, for longer than the previous holder held the name. Within
-// one row (takeovers and refreshes) the order needs no clock at all.
+// A name has two rows: its lease, which Release deletes, and its fence, which
+// stays. Each acquisition moves the fence row to the greater of its old value
+// plus one and the server's clock in microseconds, in the same statement and
+// under the fence row's lock, so fences of a name grow strictly in the order
+// acquisitions commit: across takeovers, and across release and re-acquire.
+// This needs no assumption about clocks; the clock only seeds a name's first
+// fence and keeps fences readable as times. The one assumption is that the
+// fence rows are not deleted by hand: a name whose fence row is gone starts
+// again from the server's clock, which is safe only if that clock is ahead of
+// every fence issued for it before. A refresh keeps the fence.
 //
 // # Errors
 //
