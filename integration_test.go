@@ -118,6 +118,14 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 	})
 }
 
+// twoClients returns two Clients on one fresh table, each with a *sql.DB of
+// its own, as two processes would have.
+func (e *testEnv) twoClients(t testing.TB) (a, b *Client) {
+	t.Helper()
+	table := e.newTable(t)
+	return e.client(t, e.db, table), e.client(t, e.openDB(t), table)
+}
+
 // openDBWith opens a *sql.DB on the environment's DSN changed by f.
 func (e *testEnv) openDBWith(t testing.TB, f func(*mysql.Config)) *sql.DB {
 	t.Helper()
@@ -133,9 +141,7 @@ func (e *testEnv) openDBWith(t testing.TB, f func(*mysql.Config)) *sql.DB {
 // ours and live.
 func TestLock_Refresh(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.db, table)
-		b := e.client(t, e.openDB(t), table)
+		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 
 		l := mustAcquire(t, a, "r", 2*time.Second)
@@ -201,9 +207,7 @@ func (e *testEnv) serverAddr(t testing.TB) string {
 // Point 4: Release deletes only our own row.
 func TestLock_Release(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.db, table)
-		b := e.client(t, e.openDB(t), table)
+		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 
 		l := mustAcquire(t, a, "x", 10*time.Second)
@@ -241,9 +245,7 @@ func TestLock_Release(t *testing.T) {
 // re-acquire; a refresh keeps the fence.
 func TestLock_Fence_order(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.db, table)
-		b := e.client(t, e.openDB(t), table)
+		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 
 		var fences []uint64
