@@ -368,14 +368,13 @@ func TestClient_oneRoundTrip(t *testing.T) {
 			if l, err = op.do(l); err != nil {
 				t.Fatalf("%s: %v", op.name, err)
 			}
-			if got := p.Commands(); p.CommandCount() != 1 || got[comStmtExecute] != 1 {
+			if got := p.Commands(); p.CommandCount() != 1 || got[proxyComStmtExecute] != 1 {
 				t.Fatalf("%s sent commands %v, want exactly one COM_STMT_EXECUTE", op.name, got)
 			}
 		}
 	})
 }
 
-const comStmtExecute = 0x17
 
 // Point 8, on a real server: a lock wait timeout (1205) is recognised in the
 // real driver's error and retried with the same token.
