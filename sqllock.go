@@ -254,6 +254,9 @@ func (c *Client) serverError(op string, err error) error {
 // token, so a retry gives the answer the first attempt would have.
 // maybeApplied reports whether an attempt that failed may have committed.
 func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, maybeApplied bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // nothing sent, nothing to clean up
+	}
 	st, err := c.stmt(ctx, i)
 	if err != nil {
 		return nil, false, err
