@@ -1,0 +1,139 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// A record is one critical section: a holder that acquired a name, as a
+// child process reports it to the parent. Times are the server's clock
+// (UTC_TIMESTAMP(6)) in microseconds since 1970.
+type record struct {
+	Proc      int    `json:"p"`
+	Goroutine int    `json:"g"`
+	Name      string `json:"n"`
+	Fence     uint64 `json:"f"`
+	// Start and End are read by a SELECT after the acquire and before the
+	// release.
+	Start int64 `json:"s"`
+	End   int64 `json:"e"`
+	// Expiry is the lease's expiry as the server held it: the expires_at of
+	// the holder's own row read at Start, or at End when the row was still
+	// the holder's then (a refresh only extends a live lease, so the lease
+	// was live throughout). When the row was not the holder's at Start, it
+	// is the holder's belief (Lock.ValidUntil) mapped onto the server's
+	// clock, conservatively.
+	Expiry int64 `json:"x"`
+	// Stalled holders slept past their lease without refreshing.
+	Stalled bool `json:"st,omitempty"`
+	// Accepted and Rejected count the holder's protected writes.
+	Accepted int `json:"a"`
+	Rejected int `json:"r"`
+	// TakenOver: Release reported ErrNotHeld, so the next holder of the
+	// name took the lease over before it was released.
+	TakenOver bool `json:"to,omitempty"`
+}
+
+// live returns the part of the critical section during which the holder's
+// lease was live by the server's clock, and false when there was none.
+func (r record) live() (from, to int64, ok bool) {
+	to = min(r.End, r.Expiry)
+	return r.Start, to, to > r.Start
+}
+
+// A childReport ends each child's output: its counters, and the errors it
+// did not expect.
+type childReport struct {
+	Done     bool     `json:"done"`
+	Attempts int      `json:"attempts"`
+	Refused  int      `json:"refused"`
+	Refresh  int      `json:"refreshes"`
+	Errors   []string `json:"errors,omitempty"`
+}
+
+// findings is what check makes of the records.
+type findings struct {
+	Acquisitions  int
+	Takeovers     int
+	Stalled       int
+	Accepted      int
+	StaleRejected int
+	// Violations. Overlaps: two holders of one name whose live critical
+	// sections overlapped. Duplicates: a fence issued twice for one name.
+	// OutOfOrder: of two live critical sections of one name, the later
+	// one has the lower fence (a live section starts after its acquire
+	// committed and the lease stays live until it ends, so sections that do
+	// not overlap are in acquisition order).
+	Overlaps   []string
+	Duplicates []string
+	OutOfOrder []string
+	// OrderedPairs is how many consecutive live sections were compared for
+	// the order of their fences.
+	OrderedPairs int
+}
+
+func (f findings) violations() int {
+	return len(f.Overlaps) + len(f.Duplicates) + len(f.OutOfOrder)
+}
+
+// check finds the violations in records.
+func check(records []record) findings {
+	var f findings
+	byName := map[string][]record{}
+	for _, r := range records {
+		f.Acquisitions++
+		f.Accepted += r.Accepted
+		f.StaleRejected += r.Rejected
+		if r.TakenOver {
+			f.Takeovers++
+		}
+		if r.Stalled {
+			f.Stalled++
+		}
+		byName[r.Name] = append(byName[r.Name], r)
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		rs := byName[name]
+		seen := map[uint64]record{}
+		for _, r := range rs {
+			if o, dup := seen[r.Fence]; dup {
+				f.Duplicates = append(f.Duplicates, fmt.Sprintf("%q: fence %d issued to %s and %s", name, r.Fence, who(o), who(r)))
+			}
+			seen[r.Fence] = r
+		}
+		var live []record
+		for _, r := range rs {
+			if _, _, ok := r.live(); ok {
+				live = append(live, r)
+			}
+		}
+		if len(live) == 0 {
+			continue
+		}
+		slices.SortFunc(live, func(a, b record) int { return cmp.Compare(a.Start, b.Start) })
+		last := live[0]
+		// last is the live section that ends last among those started so
+		// far: the next one must start after it ends.
+		for i := 1; i < len(live); i++ {
+			cur := live[i]
+			_, lastTo, _ := last.live()
+			if cur.Start < lastTo {
+				f.Overlaps = append(f.Overlaps, fmt.Sprintf("%q: %s (fence %d, live %d..%d) and %s (fence %d, live from %d) overlap by %dµs",
+					name, who(last), last.Fence, last.Start, lastTo, who(cur), cur.Fence, cur.Start, lastTo-cur.Start))
+			} else {
+				f.OrderedPairs++
+				if cur.Fence <= last.Fence {
+					f.OutOfOrder = append(f.OutOfOrder, fmt.Sprintf("%q: %s got fence %d after %s's %d", name, who(cur), cur.Fence, who(last), last.Fence))
+				}
+			}
+			if _, curTo, _ := cur.live(); curTo > lastTo {
+				last = cur
+			}
+		}
+	}
+	return f
+}
+
+func who(r record) string { return fmt.Sprintf("p%d/g%d", r.Proc, r.Goroutine) }
