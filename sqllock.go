@@ -63,6 +63,8 @@ type Client struct {
 	sql   [numStmts]string // statement text with the table name in place
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
 
+	waiters waiters // Acquire calls waiting for a name (waiters.go)
+
 	mu        sync.Mutex // guards preparing, checked and closed
 	checked   bool       // autocommit was found on
 	closed    bool
@@ -393,6 +395,16 @@ func (c *Client) cleanup(ctx context.Context, name, token string) {
 // the strategy gives up, or ctx ends. When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()).
 // One token serves all the attempts of one call.
+//
+// Calls of one Client waiting for the same name queue up and share one
+// poller: only the first in line sends statements, so a thousand waiting
+// goroutines load the server like one. Each statement it sends counts as an
+// attempt of every call in the queue when the answer comes, for the
+// strategy's count. A [Lock.Release] of the name in the same Client, or a
+// [Lock.Refresh] that finds its lease lost, makes the first in line try at
+// once, without waiting for its next poll. Callers in other Clients (other
+// processes) learn of a release only when they poll: within the strategy's
+// longest wait.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -404,19 +416,12 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: token: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		l, err := c.tryAcquire(ctx, name, ttl, token)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
-			return l, err
-		}
-		wait, ok := c.retry.Backoff(attempt)
-		if !ok {
-			return nil, err
-		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
-			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, werr)
-		}
+	if _, ok := c.retry.Backoff(1); !ok {
+		// A strategy that never retries makes Acquire a TryAcquire; a
+		// queue would only delay its one answer.
+		return c.tryAcquire(ctx, name, ttl, token)
 	}
+	return c.acquireQueued(ctx, name, ttl, token)
 }
 
 // Info describes the lease on one name as the server sees it.
@@ -542,6 +547,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
 	}
 	if id == 0 {
+		// The lease lapsed: the name may be free for a caller waiting in
+		// this Client.
+		l.c.waiters.kick(l.name)
 		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
 	}
 	l.mu.Lock()
@@ -579,6 +587,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqllock: release %q: %w", l.name, err)
 	}
+	// Whatever the answer, the lease is no longer ours: a caller waiting
+	// for the name in this Client should try now.
+	l.c.waiters.kick(l.name)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released = true
