@@ -4,9 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Benchmarks need a server, found as for the tests (server_test.go); without
@@ -238,33 +243,205 @@ func (r *seedRecipes) selectUpsertPair(ctx context.Context, name string) error {
 	return err
 }
 
-// BenchmarkTryAcquireContended is goroutines racing for one name with
-// TryAcquire alone: each attempt either takes the lock (and releases it) or
-// is refused.
-func BenchmarkTryAcquireContended(b *testing.B) {
+// BenchmarkHandoff is goroutines taking turns on one name with Acquire and
+// Release, holding it for no time: in one Client, and spread over 4 Clients
+// on *sql.DBs of their own (as 4 processes would be). Every Client's
+// connections go through the counting proxy (a TCP hop of its own), which
+// reports:
+//
+//   - handoffs/s: acquisitions per second (ns/op is the time per handoff);
+//   - stmts/handoff: statements sent per acquisition, polls included (the
+//     floor is 2: one acquire, one release);
+//   - p50-µs, p99-µs: handoff latency, from the holder calling Release to
+//     the next holder's Acquire returning;
+//   - cross/handoff: the share of handoffs that went to another Client.
+//
+// The Clients use the default RetryStrategy.
+func BenchmarkHandoff(b *testing.B) {
 	e := benchEnv(b)
-	c := e.newClient(b)
-	ctx := context.Background()
-	var won atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			l, err := c.TryAcquire(ctx, "contended", benchTTL)
-			if errors.Is(err, ErrNotAcquired) {
+	for _, clients := range []int{1, 4} {
+		for _, g := range []int{1, 8, 64} {
+			if g < clients {
 				continue
 			}
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			won.Add(1)
-			if err := l.Release(ctx); err != nil {
-				b.Error(err)
-				return
-			}
+			b.Run(fmt.Sprintf("clients=%d/goroutines=%d", clients, g), func(b *testing.B) {
+				benchHandoff(b, e, handoffRun{clients: clients, goroutines: g})
+			})
 		}
-	})
-	b.ReportMetric(float64(won.Load())/float64(b.N), "acquired/op")
+	}
+}
+
+// BenchmarkCrossProcess is 4 Clients (processes) with one goroutine each
+// that hand one name around: after releasing, a Client does not try again
+// until another has taken the name, so every handoff goes to another
+// process, which learns of the release only by polling. It measures what a
+// RetryStrategy trades: handoff latency (p50, p99) against polling load
+// (polls/s/waiter: refused statements per second per waiting process).
+// With hold=0 the waiters have just begun and poll fast; with a hold of
+// 300ms their backoff has grown to its cap, the case that bounds latency.
+// Run it with a fixed count (-benchtime 40x): a held handoff takes 300ms.
+func BenchmarkCrossProcess(b *testing.B) {
+	e := benchEnv(b)
+	for _, hold := range []time.Duration{0, 300 * time.Millisecond} {
+		for _, s := range []struct{ min, max time.Duration }{
+			{DefaultRetryMin, DefaultRetryMax},
+			{4 * time.Millisecond, 64 * time.Millisecond},
+		} {
+			b.Run(fmt.Sprintf("hold=%v/backoff=%v-%v", hold, s.min, s.max), func(b *testing.B) {
+				benchHandoff(b, e, handoffRun{clients: 4, goroutines: 4, rotate: true, hold: hold,
+					retry: ExponentialBackoff(s.min, s.max)})
+			})
+		}
+	}
+}
+
+type handoffRun struct {
+	clients, goroutines int
+	retry               RetryStrategy // nil for the default
+	// rotate makes a goroutine wait, after its release, until a goroutine
+	// of another Client has taken the name.
+	rotate bool
+	hold   time.Duration // how long a holder keeps the name
+}
+
+func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
+	table := e.newTable(b)
+	p := startProxy(b, e.serverAddr(b))
+	cs := make([]*Client, r.clients)
+	for i := range cs {
+		db := e.openDBWith(b, func(c *mysql.Config) { c.Addr = p.Addr() })
+		var opts []Option
+		if r.retry != nil {
+			opts = append(opts, WithRetry(r.retry))
+		}
+		cs[i] = e.client(b, db, table, opts...)
+		mustAcquire(b, cs[i], "warm", time.Second).Release(context.Background())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		turn     = sync.NewCond(&mu)
+		acquired int   // acquisitions so far
+		holder   = -1  // the Client that took the name last
+		released int64 // when the last holder called Release, ns since start
+		crossed  int
+		lat      = make([]time.Duration, 0, b.N)
+		waited   time.Duration // time spent in Acquire, all goroutines
+	)
+	b.ReportAllocs()
+	p.ResetCounts()
+	start := time.Now()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := range r.goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ci := g % r.clients
+			for {
+				called := time.Now()
+				l, err := cs[ci].Acquire(ctx, "hot", benchTTL)
+				if err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				waited += now.Sub(called)
+				if acquired > 0 {
+					lat = append(lat, now.Sub(start)-time.Duration(released))
+					if holder != ci {
+						crossed++
+					}
+				}
+				acquired++
+				holder = ci
+				mine, last := acquired, acquired >= b.N
+				released = int64(time.Since(start))
+				turn.Broadcast()
+				mu.Unlock()
+				if r.hold > 0 {
+					time.Sleep(r.hold)
+					mu.Lock()
+					released = int64(time.Since(start))
+					mu.Unlock()
+				}
+				if err := l.Release(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+				if last {
+					cancel()
+					return
+				}
+				if r.rotate {
+					mu.Lock()
+					for acquired == mine && ctx.Err() == nil {
+						turn.Wait()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	go func() { <-ctx.Done(); mu.Lock(); turn.Broadcast(); mu.Unlock() }()
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stmts := p.Commands()[comStmtExecute]
+	b.ReportMetric(float64(acquired)/elapsed.Seconds(), "handoffs/s")
+	b.ReportMetric(float64(stmts)/float64(acquired), "stmts/handoff")
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(crossed)/float64(len(lat)), "cross/handoff")
+	}
+	if polls := stmts - 2*acquired; r.rotate && waited > 0 {
+		b.ReportMetric(float64(max(polls, 0))/waited.Seconds(), "polls/s/waiter")
+	}
+}
+
+// BenchmarkNames is K goroutines each taking and releasing a name of its
+// own through one Client: throughput grows with K until the server's
+// commit rate binds. ns/op is per pair, across all goroutines.
+func BenchmarkNames(b *testing.B) {
+	e := benchEnv(b)
+	for _, k := range []int{1, 4, 16, 32} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			c := e.newClient(b)
+			ctx := context.Background()
+			mustAcquire(b, c, "warm", time.Second).Release(ctx)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			b.ReportAllocs()
+			start := time.Now()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i := range k {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					name := fmt.Sprintf("name-%d", i)
+					for left.Add(-1) >= 0 {
+						l, err := c.TryAcquire(ctx, name, benchTTL)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := l.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
 }
