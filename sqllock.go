@@ -58,7 +58,10 @@ type Client struct {
 	db     *sql.DB
 	table  string // backtick-quoted
 	holder string
-	retry  RetryStrategy
+	// holderArg is holder boxed once: converting a string to any
+	// allocates, and every acquire sends it twice.
+	holderArg any
+	retry     RetryStrategy
 
 	sql   [numStmts]string // statement text with the table name in place
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
@@ -139,6 +142,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	for i, name := range stmtNames {
 		c.sql[i] = c.substitute(queries[name])
 	}
+	c.holderArg = c.holder
 	return c, nil
 }
 
@@ -351,11 +355,14 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 }
 
 func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
-	us := ttl.Microseconds()
+	// Each argument is boxed once (a string or an int64 converted to any
+	// allocates) and the Lock keeps name and token boxed for Refresh and
+	// Release: the statements use them several times, on every call.
+	nameArg, tokenArg, us := any(name), any(token), any(ttl.Microseconds())
 	sent := time.Now()
 	res, maybeApplied, err := c.exec(ctx, qAcquire,
-		name, token, c.holder, us, name,
-		token, c.holder, token, us)
+		nameArg, tokenArg, c.holderArg, us, nameArg,
+		tokenArg, c.holderArg, tokenArg, us)
 	if err != nil {
 		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
@@ -379,7 +386,8 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// while the lease was ours, which only a hand-made change can do.
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
 	}
-	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl)}, nil
+	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl),
+		nameArg: nameArg, tokenArg: tokenArg}, nil
 }
 
 // cleanup deletes the row an unknown-outcome acquire may have written, with
@@ -479,6 +487,8 @@ type Lock struct {
 	token string
 	fence uint64
 
+	nameArg, tokenArg any // name and token boxed once, as statement arguments
+
 	refreshMu sync.Mutex // one Refresh at a time, so validUntil follows the server
 
 	mu sync.Mutex
@@ -533,7 +543,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.refreshMu.Lock()
 	defer l.refreshMu.Unlock()
 	sent := time.Now()
-	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), l.name, l.token)
+	name, token := l.keyArgs()
+	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), name, token)
 	if err != nil {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.
@@ -573,7 +584,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
-	res, maybeApplied, err := l.c.exec(ctx, qRelease, l.name, l.token)
+	name, token := l.keyArgs()
+	res, maybeApplied, err := l.c.exec(ctx, qRelease, name, token)
 	done := time.Now()
 	if err != nil {
 		if maybeApplied {
@@ -603,6 +615,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
+
+// keyArgs returns the name and token as statement arguments, boxed once
+// when the Lock was made by an acquire.
+func (l *Lock) keyArgs() (name, token any) {
+	if l.nameArg == nil {
+		return l.name, l.token
+	}
+	return l.nameArg, l.tokenArg
 }
 
 func minTime(a, b time.Time) time.Time {
