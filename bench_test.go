@@ -2,16 +2,29 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Benchmarks need a server, found as for the tests (server_test.go); without
 // one they skip. Run them with
 //
 //	SQLLOCK_TEST_DSN='root@tcp(127.0.0.1:3306)/test' go test -run '^$' -bench . -benchmem
+//
+// or go run ./cmd/sqllock-bench, which runs them, prints ratios to the
+// durable floor and writes bench/results.txt and bench/chart.svg.
+//
+// Every variant of a benchmark runs as a b.Run of the same benchmark, so
+// that they are compared on one server under one load; on a shared machine
+// only ratios within one run mean much.
 
 func benchEnv(b *testing.B) *testEnv {
 	b.Helper()
@@ -19,51 +32,416 @@ func benchEnv(b *testing.B) *testEnv {
 	return newEnv(b, testServers[0], variants[0])
 }
 
-// BenchmarkTryAcquireRelease is one uncontended acquire and release, the
-// cost every lock user pays.
-func BenchmarkTryAcquireRelease(b *testing.B) {
+// benchTTL is the lease the benchmarks take: long enough that nothing
+// expires during a run.
+const benchTTL = 10 * time.Second
+
+// scratchTable creates a table of the given columns for one benchmark and
+// drops it when the benchmark ends. It returns the backtick-quoted name.
+func (e *testEnv) scratchTable(b *testing.B, columns string) string {
+	b.Helper()
+	name := "`" + e.newTable(b) + "_x`"
+	if _, err := e.db.Exec("CREATE TABLE " + name + " (" + columns + ") ENGINE=InnoDB"); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.db.Exec("DROP TABLE IF EXISTS " + name) })
+	return name
+}
+
+func mustPrepare(b *testing.B, db interface {
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+}, query string) *sql.Stmt {
+	b.Helper()
+	st, err := db.PrepareContext(context.Background(), query)
+	if err != nil {
+		b.Fatalf("prepare %s: %v", query, err)
+	}
+	b.Cleanup(func() { st.Close() })
+	return st
+}
+
+// BenchmarkPair is one uncontended acquire and release, the cost every lock
+// user pays, beside what it can be compared with:
+//
+//   - floor: two prepared single-row UPDATE commits on a table of their
+//     own, the least any durable acquire and release can cost (one round
+//     trip and one redo-log flush each);
+//   - sqllock: Client.TryAcquire then Lock.Release;
+//   - driver: sqllock's own two prepared statements run directly with fixed
+//     arguments, which is what the driver and database/sql cost (and
+//     allocate) for them without the library;
+//   - seedDeleteInsert and seedSelectUpsert: the two multi-statement recipes
+//     people write by hand, over prepared statements;
+//   - getLock: GET_LOCK and RELEASE_LOCK on one pinned connection, which
+//     write nothing and hold no lease.
+func BenchmarkPair(b *testing.B) {
 	e := benchEnv(b)
-	c := e.newClient(b)
 	ctx := context.Background()
-	mustAcquire(b, c, "warm", time.Second).Release(ctx)
-	b.ReportAllocs()
-	for b.Loop() {
-		l, err := c.TryAcquire(ctx, "bench", 10*time.Second)
+
+	b.Run("floor", func(b *testing.B) {
+		t := e.scratchTable(b, "id INT PRIMARY KEY, v BIGINT NOT NULL")
+		if _, err := e.db.Exec("INSERT INTO " + t + " VALUES (1, 0)"); err != nil {
+			b.Fatal(err)
+		}
+		up := mustPrepare(b, e.db, "UPDATE "+t+" SET v = v + 1 WHERE id = ?")
+		b.ReportAllocs()
+		for b.Loop() {
+			for range 2 {
+				if _, err := up.ExecContext(ctx, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+
+	b.Run("sqllock", func(b *testing.B) {
+		c := e.newClient(b)
+		mustAcquire(b, c, "warm", time.Second).Release(ctx)
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := c.TryAcquire(ctx, "bench", benchTTL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("driver", func(b *testing.B) {
+		c := e.newClient(b)
+		acquire := mustPrepare(b, e.db, c.sql[qAcquire])
+		release := mustPrepare(b, e.db, c.sql[qRelease])
+		const name, token = "bench", "0123456789abcdef0123456789abcdef"
+		us := benchTTL.Microseconds()
+		b.ReportAllocs()
+		for b.Loop() {
+			res, err := acquire.ExecContext(ctx, name, token, c.holder, us, name, token, c.holder, token, us)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if id, _ := res.LastInsertId(); id <= 2 {
+				b.Fatalf("acquire reported %d", id)
+			}
+			res, err = release.ExecContext(ctx, name, token)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				b.Fatalf("release deleted %d rows", n)
+			}
+		}
+	})
+
+	b.Run("seedDeleteInsert", func(b *testing.B) {
+		r := newSeedRecipes(b, e)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := r.deleteInsertPair(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("seedSelectUpsert", func(b *testing.B) {
+		r := newSeedRecipes(b, e)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := r.selectUpsertPair(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+
+	b.Run("getLock", func(b *testing.B) {
+		conn, err := e.db.Conn(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := l.Release(ctx); err != nil {
-			b.Fatal(err)
+		b.Cleanup(func() { conn.Close() })
+		get := mustPrepare(b, conn, "SELECT GET_LOCK(?, 0)")
+		rel := mustPrepare(b, conn, "SELECT RELEASE_LOCK(?)")
+		name := e.newTable(b) // a name no one else uses on this server
+		b.ReportAllocs()
+		for b.Loop() {
+			var ok sql.NullInt64
+			if err := get.QueryRowContext(ctx, name).Scan(&ok); err != nil || ok.Int64 != 1 {
+				b.Fatalf("GET_LOCK: %v, %v", ok, err)
+			}
+			if err := rel.QueryRowContext(ctx, name).Scan(&ok); err != nil || ok.Int64 != 1 {
+				b.Fatalf("RELEASE_LOCK: %v, %v", ok, err)
+			}
+		}
+	})
+}
+
+// seedRecipes are the hand-written lease locks the seed documents describe,
+// each over prepared statements on a one-row-per-name table of its own:
+//
+//   - delete-insert: delete the name's row if it has expired, insert a
+//     row (a duplicate key means someone holds it), delete it to release;
+//   - select-upsert: read the row, and if it is absent or expired write it
+//     with an INSERT ... ON DUPLICATE KEY UPDATE, then release by setting
+//     its expiry to now.
+//
+// They are here to be timed, not used: both check, then act, in separate
+// statements, and the select-upsert one can give two callers the lock.
+type seedRecipes struct {
+	delExpired, insert, del *sql.Stmt
+	sel, upsert, expire     *sql.Stmt
+}
+
+func newSeedRecipes(b *testing.B, e *testEnv) *seedRecipes {
+	t := e.scratchTable(b, "name VARBINARY(255) PRIMARY KEY, owner VARBINARY(32) NOT NULL, expires_at DATETIME(6) NOT NULL")
+	p := func(q string) *sql.Stmt { return mustPrepare(b, e.db, q) }
+	return &seedRecipes{
+		delExpired: p("DELETE FROM " + t + " WHERE name = ? AND expires_at < UTC_TIMESTAMP(6)"),
+		insert:     p("INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"),
+		del:        p("DELETE FROM " + t + " WHERE name = ? AND owner = ?"),
+		sel:        p("SELECT owner, expires_at > UTC_TIMESTAMP(6) FROM " + t + " WHERE name = ?"),
+		upsert: p("INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)" +
+			" ON DUPLICATE KEY UPDATE owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"),
+		expire: p("UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ?"),
+	}
+}
+
+func (r *seedRecipes) deleteInsertPair(ctx context.Context, name string) error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	if _, err := r.delExpired.ExecContext(ctx, name); err != nil {
+		return err
+	}
+	if _, err := r.insert.ExecContext(ctx, name, token, benchTTL.Microseconds()); err != nil {
+		return err // a duplicate key: held
+	}
+	_, err = r.del.ExecContext(ctx, name, token)
+	return err
+}
+
+func (r *seedRecipes) selectUpsertPair(ctx context.Context, name string) error {
+	token, err := newToken()
+	if err != nil {
+		return err
+	}
+	var owner string
+	var live bool
+	switch err := r.sel.QueryRowContext(ctx, name).Scan(&owner, &live); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return err
+	case live:
+		return ErrNotAcquired
+	}
+	us := benchTTL.Microseconds()
+	if _, err := r.upsert.ExecContext(ctx, name, token, us, token, us); err != nil {
+		return err
+	}
+	_, err = r.expire.ExecContext(ctx, name, token)
+	return err
+}
+
+// BenchmarkHandoff is goroutines taking turns on one name with Acquire and
+// Release, holding it for no time: in one Client, and spread over 4 Clients
+// on *sql.DBs of their own (as 4 processes would be). Every Client's
+// connections go through the counting proxy (a TCP hop of its own), which
+// reports:
+//
+//   - handoffs/s: acquisitions per second (ns/op is the time per handoff);
+//   - stmts/handoff: statements sent per acquisition, polls included (the
+//     floor is 2: one acquire, one release);
+//   - p50-µs, p99-µs: handoff latency, from the holder calling Release to
+//     the next holder's Acquire returning;
+//   - cross/handoff: the share of handoffs that went to another Client.
+//
+// The Clients use the default RetryStrategy.
+func BenchmarkHandoff(b *testing.B) {
+	e := benchEnv(b)
+	for _, clients := range []int{1, 4} {
+		for _, g := range []int{1, 8, 64} {
+			if g < clients {
+				continue
+			}
+			b.Run(fmt.Sprintf("clients=%d/goroutines=%d", clients, g), func(b *testing.B) {
+				benchHandoff(b, e, handoffRun{clients: clients, goroutines: g})
+			})
 		}
 	}
 }
 
-// BenchmarkTryAcquireContended is goroutines racing for one name: each
-// attempt either takes the lock (and releases it) or is refused.
-func BenchmarkTryAcquireContended(b *testing.B) {
+// BenchmarkCrossProcess is 4 Clients (processes) with one goroutine each
+// that hand one name around: after releasing, a Client does not try again
+// until another has taken the name, so every handoff goes to another
+// process, which learns of the release only by polling. It measures what a
+// RetryStrategy trades: handoff latency (p50, p99) against polling load
+// (polls/s/waiter: refused statements per second per waiting process).
+// With hold=0 the waiters have just begun and poll fast; with a hold of
+// 300ms their backoff has grown to its cap, the case that bounds latency.
+// Run it with a fixed count (-benchtime 40x): a held handoff takes 300ms.
+func BenchmarkCrossProcess(b *testing.B) {
 	e := benchEnv(b)
-	c := e.newClient(b)
-	ctx := context.Background()
-	var won atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(4)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			l, err := c.TryAcquire(ctx, "contended", 10*time.Second)
-			if errors.Is(err, ErrNotAcquired) {
-				continue
-			}
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			won.Add(1)
-			if err := l.Release(ctx); err != nil {
-				b.Error(err)
-				return
-			}
+	for _, hold := range []time.Duration{0, 300 * time.Millisecond} {
+		for _, s := range []struct{ min, max time.Duration }{
+			{DefaultRetryMin, DefaultRetryMax},
+			{4 * time.Millisecond, 64 * time.Millisecond},
+		} {
+			b.Run(fmt.Sprintf("hold=%v/backoff=%v-%v", hold, s.min, s.max), func(b *testing.B) {
+				benchHandoff(b, e, handoffRun{clients: 4, goroutines: 4, rotate: true, hold: hold,
+					retry: ExponentialBackoff(s.min, s.max)})
+			})
 		}
-	})
-	b.ReportMetric(float64(won.Load())/float64(b.N), "acquired/op")
+	}
+}
+
+type handoffRun struct {
+	clients, goroutines int
+	retry               RetryStrategy // nil for the default
+	// rotate makes a goroutine wait, after its release, until a goroutine
+	// of another Client has taken the name.
+	rotate bool
+	hold   time.Duration // how long a holder keeps the name
+}
+
+func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
+	table := e.newTable(b)
+	p := startProxy(b, e.serverAddr(b))
+	cs := make([]*Client, r.clients)
+	for i := range cs {
+		db := e.openDBWith(b, func(c *mysql.Config) { c.Addr = p.Addr() })
+		var opts []Option
+		if r.retry != nil {
+			opts = append(opts, WithRetry(r.retry))
+		}
+		cs[i] = e.client(b, db, table, opts...)
+		mustAcquire(b, cs[i], "warm", time.Second).Release(context.Background())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var (
+		mu       sync.Mutex
+		turn     = sync.NewCond(&mu)
+		acquired int   // acquisitions so far
+		holder   = -1  // the Client that took the name last
+		released int64 // when the last holder called Release, ns since start
+		crossed  int
+		lat      = make([]time.Duration, 0, b.N)
+		waited   time.Duration // time spent in Acquire, all goroutines
+	)
+	b.ReportAllocs()
+	p.ResetCounts()
+	start := time.Now()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := range r.goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ci := g % r.clients
+			for {
+				called := time.Now()
+				l, err := cs[ci].Acquire(ctx, "hot", benchTTL)
+				if err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				waited += now.Sub(called)
+				if acquired > 0 {
+					lat = append(lat, now.Sub(start)-time.Duration(released))
+					if holder != ci {
+						crossed++
+					}
+				}
+				acquired++
+				holder = ci
+				mine, last := acquired, acquired >= b.N
+				released = int64(time.Since(start))
+				turn.Broadcast()
+				mu.Unlock()
+				if r.hold > 0 {
+					time.Sleep(r.hold)
+					mu.Lock()
+					released = int64(time.Since(start))
+					mu.Unlock()
+				}
+				if err := l.Release(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+				if last {
+					cancel()
+					return
+				}
+				if r.rotate {
+					mu.Lock()
+					for acquired == mine && ctx.Err() == nil {
+						turn.Wait()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	go func() { <-ctx.Done(); mu.Lock(); turn.Broadcast(); mu.Unlock() }()
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	stmts := p.Commands()[comStmtExecute]
+	b.ReportMetric(float64(acquired)/elapsed.Seconds(), "handoffs/s")
+	b.ReportMetric(float64(stmts)/float64(acquired), "stmts/handoff")
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(crossed)/float64(len(lat)), "cross/handoff")
+	}
+	if polls := stmts - 2*acquired; r.rotate && waited > 0 {
+		b.ReportMetric(float64(max(polls, 0))/waited.Seconds(), "polls/s/waiter")
+	}
+}
+
+// BenchmarkNames is K goroutines each taking and releasing a name of its
+// own through one Client: throughput grows with K until the server's
+// commit rate binds. ns/op is per pair, across all goroutines.
+func BenchmarkNames(b *testing.B) {
+	e := benchEnv(b)
+	for _, k := range []int{1, 4, 16, 32} {
+		b.Run(fmt.Sprintf("K=%d", k), func(b *testing.B) {
+			c := e.newClient(b)
+			ctx := context.Background()
+			mustAcquire(b, c, "warm", time.Second).Release(ctx)
+			var left atomic.Int64
+			left.Store(int64(b.N))
+			b.ReportAllocs()
+			start := time.Now()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i := range k {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					name := fmt.Sprintf("name-%d", i)
+					for left.Add(-1) >= 0 {
+						l, err := c.TryAcquire(ctx, name, benchTTL)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := l.Release(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
 }

@@ -58,10 +58,15 @@ type Client struct {
 	db     *sql.DB
 	table  string // backtick-quoted
 	holder string
-	retry  RetryStrategy
+	// holderArg is holder boxed once: converting a string to any
+	// allocates, and every acquire sends it twice.
+	holderArg any
+	retry     RetryStrategy
 
 	sql   [numStmts]string // statement text with the table name in place
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
+
+	waiters waiters // Acquire calls waiting for a name (waiters.go)
 
 	mu        sync.Mutex // guards preparing, checked and closed
 	checked   bool       // autocommit was found on
@@ -137,6 +142,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	for i, name := range stmtNames {
 		c.sql[i] = c.substitute(queries[name])
 	}
+	c.holderArg = c.holder
 	return c, nil
 }
 
@@ -352,11 +358,14 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 }
 
 func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
-	us := ttl.Microseconds()
+	// Each argument is boxed once (a string or an int64 converted to any
+	// allocates) and the Lock keeps name and token boxed for Refresh and
+	// Release: the statements use them several times, on every call.
+	nameArg, tokenArg, us := any(name), any(token), any(ttl.Microseconds())
 	sent := time.Now()
 	res, maybeApplied, err := c.exec(ctx, qAcquire,
-		name, token, c.holder, us, name,
-		token, c.holder, token, us)
+		nameArg, tokenArg, c.holderArg, us, nameArg,
+		tokenArg, c.holderArg, tokenArg, us)
 	if err != nil {
 		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
@@ -380,7 +389,8 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// while the lease was ours, which only a hand-made change can do.
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
 	}
-	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl)}, nil
+	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl),
+		nameArg: nameArg, tokenArg: tokenArg}, nil
 }
 
 // cleanup deletes the row an unknown-outcome acquire may have written, with
@@ -396,6 +406,16 @@ func (c *Client) cleanup(ctx context.Context, name, token string) {
 // the strategy gives up, or ctx ends. When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()).
 // One token serves all the attempts of one call.
+//
+// Calls of one Client waiting for the same name queue up and share one
+// poller: only the first in line sends statements, so a thousand waiting
+// goroutines load the server like one. Each statement it sends counts as an
+// attempt of every call in the queue when the answer comes, for the
+// strategy's count. A [Lock.Release] of the name in the same Client, or a
+// [Lock.Refresh] that finds its lease lost, makes the first in line try at
+// once, without waiting for its next poll. Callers in other Clients (other
+// processes) learn of a release only when they poll: within the strategy's
+// longest wait.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
@@ -407,19 +427,12 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: token: %w", err)
 	}
-	for attempt := 1; ; attempt++ {
-		l, err := c.tryAcquire(ctx, name, ttl, token)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil {
-			return l, err
-		}
-		wait, ok := c.retry.Backoff(attempt)
-		if !ok {
-			return nil, err
-		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
-			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, werr)
-		}
+	if _, ok := c.retry.Backoff(1); !ok {
+		// A strategy that never retries makes Acquire a TryAcquire; a
+		// queue would only delay its one answer.
+		return c.tryAcquire(ctx, name, ttl, token)
 	}
+	return c.acquireQueued(ctx, name, ttl, token)
 }
 
 // Info describes the lease on one name as the server sees it.
@@ -477,6 +490,8 @@ type Lock struct {
 	token string
 	fence uint64
 
+	nameArg, tokenArg any // name and token boxed once, as statement arguments
+
 	refreshMu sync.Mutex // one Refresh at a time, so validUntil follows the server
 
 	mu sync.Mutex
@@ -531,7 +546,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.refreshMu.Lock()
 	defer l.refreshMu.Unlock()
 	sent := time.Now()
-	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), l.name, l.token)
+	name, token := l.keyArgs()
+	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), name, token)
 	if err != nil {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.
@@ -545,6 +561,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
 	}
 	if id == 0 {
+		// The lease lapsed: the name may be free for a caller waiting in
+		// this Client.
+		l.c.waiters.kick(l.name)
 		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
 	}
 	l.mu.Lock()
@@ -568,7 +587,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	if released {
 		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	}
-	res, maybeApplied, err := l.c.exec(ctx, qRelease, l.name, l.token)
+	name, token := l.keyArgs()
+	res, maybeApplied, err := l.c.exec(ctx, qRelease, name, token)
 	done := time.Now()
 	if err != nil {
 		if maybeApplied {
@@ -582,6 +602,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqllock: release %q: %w", l.name, err)
 	}
+	// Whatever the answer, the lease is no longer ours: a caller waiting
+	// for the name in this Client should try now.
+	l.c.waiters.kick(l.name)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released = true
@@ -595,6 +618,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
+
+// keyArgs returns the name and token as statement arguments, boxed once
+// when the Lock was made by an acquire.
+func (l *Lock) keyArgs() (name, token any) {
+	if l.nameArg == nil {
+		return l.name, l.token
+	}
+	return l.nameArg, l.tokenArg
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -1,0 +1,249 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Acquire calls of one Client that wait for the same name share one poller,
+// so that a process sends the same statements per second whether one
+// goroutine waits for a name or a thousand do. The callers form a queue in
+// arrival order. Only its head sends statements, as the RetryStrategy paces
+// them; the others sleep on a channel. There is no background goroutine:
+// when the head leaves (it acquired, its context ended, its strategy gave
+// up, or it met an error) the next caller becomes the head and keeps the
+// same schedule. A Release, or a lease found lost, of that name in the same
+// Client makes the head try at once instead of waiting for its next poll.
+//
+// Attempts are counted per caller, as they were when each caller polled on
+// its own: every refused statement the head sends counts as an attempt of
+// every caller in the queue when its answer comes, and each caller asks the
+// strategy with its own count whether to go on and, when it is the head,
+// how long to wait. So LimitRetry(s, n) still ends a call after n refusals,
+// and a lone caller waits exactly as it did before. An acquisition by
+// another caller of the same Client is not a refusal: nothing was sent on
+// the follower's behalf.
+
+// waiters holds a Client's queues, one per name that callers wait for. The
+// zero value is ready to use.
+type waiters struct {
+	// queued counts the queues, so that Release and Refresh, which look
+	// for a queue to wake, skip the mutex while nobody waits.
+	queued atomic.Int64
+
+	mu     sync.Mutex
+	queues map[string]*waitQueue
+}
+
+// A waitQueue is the callers waiting for one name.
+type waitQueue struct {
+	waiters []*waiter // in arrival order; waiters[0] is the head
+	next    time.Time // when the head tries next
+	// kicked is set when the name was released or found lost in this
+	// Client after the head's statement was sent: its answer is stale, so
+	// the head tries again at once.
+	kicked bool
+}
+
+// A waiter is one Acquire call in a queue.
+type waiter struct {
+	wake     chan struct{} // buffered: something changed; look again
+	attempts int           // refused attempts counted for this call
+	gaveUp   bool          // its strategy gave up; it has left the queue
+}
+
+// join puts w at the end of the queue for name, making a queue (whose head
+// tries at once) if there is none.
+func (ws *waiters) join(name string, w *waiter) *waitQueue {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[name]
+	if q == nil {
+		if ws.queues == nil {
+			ws.queues = make(map[string]*waitQueue)
+		}
+		q = &waitQueue{next: time.Now()}
+		ws.queues[name] = q
+		ws.queued.Add(1)
+	}
+	q.waiters = append(q.waiters, w)
+	return q
+}
+
+// remove takes w out of q and drops q when it is empty. When w was the
+// head, the next caller is woken to take its place. ws.mu must be held.
+func (ws *waiters) remove(name string, q *waitQueue, w *waiter) {
+	for i, x := range q.waiters {
+		if x == w {
+			copy(q.waiters[i:], q.waiters[i+1:])
+			q.waiters[len(q.waiters)-1] = nil // let w be collected
+			q.waiters = q.waiters[:len(q.waiters)-1]
+			if i == 0 && len(q.waiters) > 0 {
+				q.waiters[0].notify()
+			}
+			break
+		}
+	}
+	if len(q.waiters) == 0 && ws.queues[name] == q {
+		delete(ws.queues, name)
+		ws.queued.Add(-1)
+	}
+}
+
+func (w *waiter) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default: // a wake is already pending; one is enough
+	}
+}
+
+// leave takes w out of q: its call returns without the lock.
+func (ws *waiters) leave(name string, q *waitQueue, w *waiter) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.remove(name, q, w)
+}
+
+// acquired takes the head w out of q after it took the lock. The next head
+// waits one step of its strategy before trying: the name is held in this
+// Client, whose Release will wake it sooner.
+func (ws *waiters) acquired(name string, q *waitQueue, w *waiter, s RetryStrategy) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.remove(name, q, w)
+	if len(q.waiters) > 0 && !q.kicked {
+		d, _ := s.Backoff(max(q.waiters[0].attempts, 1))
+		q.next = time.Now().Add(d)
+	}
+}
+
+// refused counts a refused attempt of the head w for every caller in q,
+// removes (and wakes) those whose strategy gives up, and sets when the head
+// tries next. It reports whether w itself goes on waiting.
+func (ws *waiters) refused(name string, q *waitQueue, w *waiter, s RetryStrategy) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var headWait time.Duration
+	for i := 0; i < len(q.waiters); {
+		x := q.waiters[i]
+		x.attempts++
+		d, ok := s.Backoff(x.attempts)
+		if !ok {
+			x.gaveUp = true
+			ws.remove(name, q, x)
+			if x != w {
+				x.notify()
+			}
+			continue
+		}
+		if i == 0 {
+			headWait = d // the head after removals, w or its successor
+		}
+		i++
+	}
+	if !q.kicked {
+		q.next = time.Now().Add(headWait)
+	}
+	return !w.gaveUp
+}
+
+// kick tells the callers waiting for name in this Client that its lease was
+// released or lost here: the head tries at once.
+func (ws *waiters) kick(name string) {
+	if ws.queued.Load() == 0 {
+		return
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	q := ws.queues[name]
+	if q == nil {
+		return
+	}
+	q.kicked = true
+	q.next = time.Now()
+	q.waiters[0].notify()
+}
+
+// waiting returns how many callers wait for name; for tests.
+func (ws *waiters) waiting(name string) int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if q := ws.queues[name]; q != nil {
+		return len(q.waiters)
+	}
+	return 0
+}
+
+// acquireQueued is Acquire for a strategy that may retry: the call joins
+// the name's queue and waits there, trying only while it is the head.
+func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+	ws := &c.waiters
+	w := &waiter{wake: make(chan struct{}, 1)}
+	q := ws.join(name, w)
+	for {
+		ws.mu.Lock()
+		if w.gaveUp {
+			ws.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+		}
+		head := q.waiters[0] == w
+		wait := time.Until(q.next)
+		if head && wait <= 0 {
+			q.kicked = false // this attempt sees every release so far
+		}
+		ws.mu.Unlock()
+
+		if !head || wait > 0 {
+			if err := c.sleepQueued(ctx, w, head, wait); err != nil {
+				ws.leave(name, q, w)
+				if errors.Is(err, ErrClosed) {
+					return nil, err
+				}
+				return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, err)
+			}
+			continue
+		}
+
+		l, err := c.tryAcquire(ctx, name, ttl, token)
+		switch {
+		case err == nil:
+			ws.acquired(name, q, w, c.retry)
+			return l, nil
+		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
+			// Refused, and the context ended before the answer was read:
+			// the caller must still see its context's error.
+			ws.leave(name, q, w)
+			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
+		case !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil:
+			ws.leave(name, q, w)
+			return nil, err
+		case !ws.refused(name, q, w, c.retry):
+			return nil, err
+		}
+	}
+}
+
+// sleepQueued blocks until w is woken, or, for the head, until wait has
+// passed; it returns the context's error when ctx ends first and ErrClosed
+// when the Client is closed.
+func (c *Client) sleepQueued(ctx context.Context, w *waiter, head bool, wait time.Duration) error {
+	var timeout <-chan time.Time
+	if head {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-w.wake:
+	case <-timeout:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closedCh:
+		return ErrClosed
+	}
+	return nil
+}
