@@ -392,7 +392,7 @@ func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	stmts := p.Commands()[comStmtExecute]
+	stmts := p.Commands()[proxyComStmtExecute]
 	b.ReportMetric(float64(acquired)/elapsed.Seconds(), "handoffs/s")
 	b.ReportMetric(float64(stmts)/float64(acquired), "stmts/handoff")
 	if len(lat) > 0 {

@@ -144,7 +144,7 @@ func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 			}
 			last = f
 		}
-		if got, want := p.Commands()[comStmtExecute], 1+2*waiters; got != want || p.CommandCount() != want {
+		if got, want := p.Commands()[proxyComStmtExecute], 1+2*waiters; got != want || p.CommandCount() != want {
 			t.Errorf("sent %v for %d handoffs, want exactly %d statements: each handoff a release and one acquire", p.Commands(), waiters, want)
 		}
 	})
