@@ -71,7 +71,8 @@ func mustPrepare(b *testing.B, db interface {
 //     arguments, which is what the driver and database/sql cost (and
 //     allocate) for them without the library;
 //   - seedDeleteInsert and seedSelectUpsert: the two multi-statement recipes
-//     people write by hand, over prepared statements;
+//     people write by hand, as they write them (db.ExecContext), and the
+//     same with their statements prepared once (…Prepared);
 //   - getLock: GET_LOCK and RELEASE_LOCK on one pinned connection, which
 //     write nothing and hold no lease.
 func BenchmarkPair(b *testing.B) {
@@ -134,25 +135,33 @@ func BenchmarkPair(b *testing.B) {
 		}
 	})
 
-	b.Run("seedDeleteInsert", func(b *testing.B) {
-		r := newSeedRecipes(b, e)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := r.deleteInsertPair(ctx, "bench"); err != nil {
-				b.Fatal(err)
-			}
+	// The recipes twice: as people copy them (db.ExecContext with arguments,
+	// which with the default DSN prepares, executes and closes a statement
+	// each time), and with their statements prepared once, as sqllock's are.
+	for _, prepared := range []bool{false, true} {
+		suffix := ""
+		if prepared {
+			suffix = "Prepared"
 		}
-	})
-
-	b.Run("seedSelectUpsert", func(b *testing.B) {
-		r := newSeedRecipes(b, e)
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := r.selectUpsertPair(ctx, "bench"); err != nil {
-				b.Fatal(err)
+		b.Run("seedDeleteInsert"+suffix, func(b *testing.B) {
+			r := newSeedRecipes(b, e, prepared)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.deleteInsertPair(ctx, "bench"); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+		b.Run("seedSelectUpsert"+suffix, func(b *testing.B) {
+			r := newSeedRecipes(b, e, prepared)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.selectUpsertPair(ctx, "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 
 	b.Run("getLock", func(b *testing.B) {
 		conn, err := e.db.Conn(ctx)
@@ -177,7 +186,7 @@ func BenchmarkPair(b *testing.B) {
 }
 
 // seedRecipes are the hand-written lease locks the seed documents describe,
-// each over prepared statements on a one-row-per-name table of its own:
+// on a one-row-per-name table of their own:
 //
 //   - delete-insert: delete the name's row if it has expired, insert a
 //     row (a duplicate key means someone holds it), delete it to release;
@@ -186,24 +195,52 @@ func BenchmarkPair(b *testing.B) {
 //     its expiry to now.
 //
 // They are here to be timed, not used: both check, then act, in separate
-// statements, and the select-upsert one can give two callers the lock.
+// statements, and the select-upsert one can give two callers the lock. With
+// prepared false they send each statement as the recipes are written, with
+// db.ExecContext; with prepared true, over statements prepared once.
 type seedRecipes struct {
-	delExpired, insert, del *sql.Stmt
-	sel, upsert, expire     *sql.Stmt
+	db                      *sql.DB
+	stmts                   map[string]*sql.Stmt // by query text; nil when not prepared
+	delExpired, insert, del string
+	sel, upsert, expire     string
 }
 
-func newSeedRecipes(b *testing.B, e *testEnv) *seedRecipes {
+func newSeedRecipes(b *testing.B, e *testEnv, prepared bool) *seedRecipes {
 	t := e.scratchTable(b, "name VARBINARY(255) PRIMARY KEY, owner VARBINARY(32) NOT NULL, expires_at DATETIME(6) NOT NULL")
-	p := func(q string) *sql.Stmt { return mustPrepare(b, e.db, q) }
-	return &seedRecipes{
-		delExpired: p("DELETE FROM " + t + " WHERE name = ? AND expires_at < UTC_TIMESTAMP(6)"),
-		insert:     p("INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"),
-		del:        p("DELETE FROM " + t + " WHERE name = ? AND owner = ?"),
-		sel:        p("SELECT owner, expires_at > UTC_TIMESTAMP(6) FROM " + t + " WHERE name = ?"),
-		upsert: p("INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)" +
-			" ON DUPLICATE KEY UPDATE owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"),
-		expire: p("UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ?"),
+	r := &seedRecipes{
+		db:         e.db,
+		delExpired: "DELETE FROM " + t + " WHERE name = ? AND expires_at < UTC_TIMESTAMP(6)",
+		insert:     "INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
+		del:        "DELETE FROM " + t + " WHERE name = ? AND owner = ?",
+		sel:        "SELECT owner, expires_at > UTC_TIMESTAMP(6) FROM " + t + " WHERE name = ?",
+		upsert: "INSERT INTO " + t + " (name, owner, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)" +
+			" ON DUPLICATE KEY UPDATE owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND",
+		expire: "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) WHERE name = ? AND owner = ?",
 	}
+	if prepared {
+		r.stmts = make(map[string]*sql.Stmt)
+		for _, q := range []string{r.delExpired, r.insert, r.del, r.sel, r.upsert, r.expire} {
+			r.stmts[q] = mustPrepare(b, e.db, q)
+		}
+	}
+	return r
+}
+
+func (r *seedRecipes) exec(ctx context.Context, q string, args ...any) error {
+	var err error
+	if st := r.stmts[q]; st != nil {
+		_, err = st.ExecContext(ctx, args...)
+	} else {
+		_, err = r.db.ExecContext(ctx, q, args...)
+	}
+	return err
+}
+
+func (r *seedRecipes) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := r.stmts[q]; st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return r.db.QueryRowContext(ctx, q, args...)
 }
 
 func (r *seedRecipes) deleteInsertPair(ctx context.Context, name string) error {
@@ -211,14 +248,13 @@ func (r *seedRecipes) deleteInsertPair(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.delExpired.ExecContext(ctx, name); err != nil {
+	if err := r.exec(ctx, r.delExpired, name); err != nil {
 		return err
 	}
-	if _, err := r.insert.ExecContext(ctx, name, token, benchTTL.Microseconds()); err != nil {
+	if err := r.exec(ctx, r.insert, name, token, benchTTL.Microseconds()); err != nil {
 		return err // a duplicate key: held
 	}
-	_, err = r.del.ExecContext(ctx, name, token)
-	return err
+	return r.exec(ctx, r.del, name, token)
 }
 
 func (r *seedRecipes) selectUpsertPair(ctx context.Context, name string) error {
@@ -228,7 +264,7 @@ func (r *seedRecipes) selectUpsertPair(ctx context.Context, name string) error {
 	}
 	var owner string
 	var live bool
-	switch err := r.sel.QueryRowContext(ctx, name).Scan(&owner, &live); {
+	switch err := r.queryRow(ctx, r.sel, name).Scan(&owner, &live); {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
 		return err
@@ -236,11 +272,10 @@ func (r *seedRecipes) selectUpsertPair(ctx context.Context, name string) error {
 		return ErrNotAcquired
 	}
 	us := benchTTL.Microseconds()
-	if _, err := r.upsert.ExecContext(ctx, name, token, us, token, us); err != nil {
+	if err := r.exec(ctx, r.upsert, name, token, us, token, us); err != nil {
 		return err
 	}
-	_, err = r.expire.ExecContext(ctx, name, token)
-	return err
+	return r.exec(ctx, r.expire, name, token)
 }
 
 // BenchmarkHandoff is goroutines taking turns on one name with Acquire and

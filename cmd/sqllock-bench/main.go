@@ -248,12 +248,14 @@ func (r *results) withPrefix(p string) []string {
 
 // pairNotes says what each variant of the pair benchmark is.
 var pairNotes = map[string]string{
-	"floor":            "two prepared single-row UPDATE commits: the least a durable acquire+release costs",
-	"sqllock":          "TryAcquire + Release",
-	"driver":           "sqllock's two statements run directly: the driver's own cost",
-	"seedDeleteInsert": "recipe: DELETE expired, INSERT, DELETE",
-	"seedSelectUpsert": "recipe: SELECT, INSERT ... ON DUPLICATE KEY UPDATE, UPDATE",
-	"getLock":          "GET_LOCK + RELEASE_LOCK on a pinned connection: no lease, nothing written",
+	"floor":                    "two prepared single-row UPDATE commits: the least a durable acquire+release costs",
+	"sqllock":                  "TryAcquire + Release",
+	"driver":                   "sqllock's two statements run directly: the driver's own cost",
+	"seedDeleteInsert":         "recipe as written: DELETE expired, INSERT, DELETE, each with db.ExecContext",
+	"seedSelectUpsert":         "recipe as written: SELECT, INSERT ... ON DUPLICATE KEY UPDATE, UPDATE, each with db.ExecContext",
+	"seedDeleteInsertPrepared": "the same recipe over statements prepared once",
+	"seedSelectUpsertPrepared": "the same recipe over statements prepared once",
+	"getLock":                  "GET_LOCK + RELEASE_LOCK on a pinned connection: no lease, nothing written",
 }
 
 func (r *results) printTables(w io.Writer) {
