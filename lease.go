@@ -145,7 +145,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 //
 // It returns an error wrapping [ErrNotHeld] when the lease is not ours or
 // has expired (and the Lock released or not); tx stays the caller's, to roll
-// back. tx must come from the Client's *sql.DB.
+// back. tx may come from any *sql.DB on the database that holds the table.
 func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Lock()
 	released := l.released
@@ -153,18 +153,15 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	if released {
 		return l.releasedErr()
 	}
-	op := fmt.Sprintf("check %q", l.name)
-	st, err := l.c.stmt(ctx, qCheck)
-	if err != nil {
-		return l.c.serverError(op, err)
-	}
+	// By its text, not the Client's prepared statement: tx may come from
+	// another *sql.DB, and tx.StmtContext refuses a statement of another.
 	var one int
-	err = tx.StmtContext(ctx, st).QueryRowContext(ctx, l.name, l.token).Scan(&one)
+	err := tx.QueryRowContext(ctx, l.c.sql[qCheck], l.name, l.token).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
 	case err != nil:
-		return l.c.serverError(op, err)
+		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
 	}
 	return nil
 }
