@@ -55,6 +55,20 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
+// heldLock returns the Lock c holds on name, as Do keeps it to itself.
+func heldLock(t *testing.T, c *Client, name string) *Lock {
+	t.Helper()
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	for l := range c.held.locks {
+		if l.name == name {
+			return l
+		}
+	}
+	t.Fatalf("%q is not held", name)
+	return nil
+}
+
 // pollAcquire makes b try to take name until it succeeds and returns when
 // the successful attempt was sent: the takeover committed after that.
 func pollAcquire(t *testing.T, b *Client, name string, ttl time.Duration) (*Lock, time.Time) {
@@ -96,8 +110,9 @@ func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 		}()
 		<-started
 		// One renewal goes through, then the network stops.
-		p.ResetCounts()
-		waitFor(t, 5*time.Second, "a renewal", func() bool { return p.Commands()[proxyComStmtExecute] > 0 })
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
 		p.Stall(true)
 		stalled := time.Now()
 
@@ -130,6 +145,9 @@ func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
 	firstEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		// One connection, on which the renewal is prepared: the next renewal
+		// is one command on it, not a dial or a prepare on another.
+		a.db.SetMaxOpenConns(1)
 		b := e.client(t, e.openDB(t), table, WithHolder("b"))
 		const ttl = 2 * time.Second
 		ctx := testCtx(t)
@@ -151,13 +169,15 @@ func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
 		<-started
 		fence := inspect(t, b, "job").Fence
 
-		// After one renewal, the next reaches the proxy and is held there;
-		// then its connection is cut, so it fails, and the network comes back.
-		p.ResetCounts()
-		waitFor(t, 5*time.Second, "a renewal", func() bool { return p.Commands()[proxyComStmtExecute] > 0 })
+		// After one renewal has come back, the next reaches the proxy and is
+		// held there; then its connection is cut, so it fails, and the
+		// network comes back.
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
 		p.ResetCounts()
 		p.Stall(true)
-		waitFor(t, 5*time.Second, "a renewal held by the stall", func() bool { return p.Commands()[proxyComStmtExecute] > 0 })
+		waitFor(t, 5*time.Second, "a renewal held by the stall", func() bool { return p.CommandCount() > 0 })
 		time.Sleep(50 * time.Millisecond)
 		p.CutAll()
 		p.Stall(false)

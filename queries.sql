@@ -4,7 +4,8 @@
 --
 -- A name has two rows (schema.sql): its lease ('L'), which Release deletes,
 -- and its fence ('F'), which outlives every release so that fences keep
--- growing across release and re-acquire.
+-- growing across release and re-acquire. Once adds a third, its completion
+-- record ('D'); no other statement reads or writes it.
 --
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
 -- statement and does not depend on the session time_zone.

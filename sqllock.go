@@ -594,7 +594,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // or the Lock was already released. A lease that expired but that nobody
 // took is released without error: nobody else held the name in between.
 // After any other error the outcome is unknown and Release may be called
-// again.
+// again. First it stops the Lock's keep-alive, if one runs, ending its
+// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit.
 func (l *Lock) Release(ctx context.Context) error {
 	return l.release(ctx, 0, nil)
 }
