@@ -48,6 +48,17 @@
 // again from the server's clock, which is safe only if that clock is ahead of
 // every fence issued for it before. A refresh keeps the fence.
 //
+// # Work under a lease
+//
+// [Client.Do] and [Client.TryDo] run a function under a lease that a
+// keep-alive renews (see [Lock.KeepAlive]); the function's context is
+// cancelled, with cause [ErrLockLost], before the lease could lapse, and the
+// lease is released when the function returns. [WithMinHold] keeps the name
+// taken for a minimum time. [Client.Elect] is leader election over a lease,
+// [Client.Once] runs a function successfully once across replicas and
+// restarts, and [Lock.Check] fences writes made in a transaction on the same
+// database. [Client.Close] releases every lease its Client holds.
+//
 // # Errors
 //
 // [ErrNotAcquired] and [ErrNotHeld] are compared with errors.Is; errors from

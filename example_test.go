@@ -87,3 +87,76 @@ func ExampleClient_Inspect() {
 		fmt.Printf("%s holds it for another %v (fence %d)\n", info.Holder, info.TTL, info.Fence)
 	}
 }
+
+func ExampleClient_Do() {
+	ctx := context.Background()
+	var locks *sqllock.Client // from sqllock.New
+
+	// One replica at a time runs the report; the others wait their turn.
+	err := locks.Do(ctx, "nightly-report", time.Minute, func(ctx context.Context) error {
+		// ctx is cancelled before the lease could lapse: stop when it is.
+		return runReport(ctx)
+	}, sqllock.WithMinHold(10*time.Minute)) // a late trigger on another host finds it taken
+	if errors.Is(err, sqllock.ErrLockLost) {
+		log.Print("the lease was lost while the report ran; another replica may run it too")
+	}
+	if err != nil {
+		log.Print(err)
+	}
+}
+
+func ExampleClient_Elect() {
+	ctx := context.Background() // cancel it to step down and stop campaigning
+	var locks *sqllock.Client   // from sqllock.New
+
+	err := locks.Elect(ctx, "scheduler", 15*time.Second, sqllock.Callbacks{
+		OnStartedLeading: func(ctx context.Context) {
+			runScheduler(ctx) // returns when ctx ends: the lead is over
+		},
+		OnStoppedLeading: func() { log.Print("no longer leading") },
+		OnNewLeader:      func(holder string) { log.Printf("%s leads", holder) },
+	})
+	log.Print(err) // ctx's error once ctx has ended
+}
+
+func ExampleClient_Once() {
+	ctx := context.Background()
+	var locks *sqllock.Client // from sqllock.New
+
+	// However many replicas start, the seed data is loaded once; a failed
+	// attempt is retried by the next replica to start or call.
+	ran, err := locks.Once(ctx, "seed-v1", func(ctx context.Context) error {
+		return loadSeedData(ctx)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("loaded here:", ran)
+}
+
+func ExampleLock_Check() {
+	ctx := context.Background()
+	var (
+		db   *sql.DB       // the application's database, which holds the lock table
+		lock *sqllock.Lock // from TryAcquire or Acquire
+	)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tx.Rollback()
+	// No takeover of the lease can commit before tx ends.
+	if err := lock.Check(ctx, tx); err != nil {
+		log.Fatal(err) // ErrNotHeld: write nothing
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE accounts SET balance = balance - 10 WHERE id = 1"); err != nil {
+		log.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func runReport(context.Context) error    { return nil }
+func runScheduler(ctx context.Context)   { <-ctx.Done() }
+func loadSeedData(context.Context) error { return nil }

@@ -378,7 +378,6 @@ func TestClient_oneRoundTrip(t *testing.T) {
 	})
 }
 
-
 // Point 8, on a real server: a lock wait timeout (1205) is recognised in the
 // real driver's error and retried with the same token.
 func TestClient_TryAcquire_retriesLockWaitTimeout(t *testing.T) {

@@ -4,7 +4,8 @@
 --
 -- A name has two rows (schema.sql): its lease ('L'), which Release deletes,
 -- and its fence ('F'), which outlives every release so that fences keep
--- growing across release and re-acquire.
+-- growing across release and re-acquire. Once adds a third, its completion
+-- record ('D'); no other statement reads or writes it.
 --
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
 -- statement and does not depend on the session time_zone.
@@ -85,3 +86,59 @@ WHERE f.name = ? AND f.kind = 'F';
 -- Sent once per Client: with autocommit off (a DSN's autocommit=0, or the
 -- server's default) no statement above would ever commit.
 SELECT @@SESSION.autocommit;
+
+-- name: release_at_least
+-- Args: min hold µs, name, token. Insert id: 1 when the lease was ours, 0
+-- when not (as in refresh). Release for Do's WithMinHold: instead of deleting
+-- the lease, it sets the expiry to acquired_at plus the minimum hold. Later
+-- than now, that keeps the name taken until then; in the past, it leaves an
+-- expired lease, which blocks nobody, in the same round trip. Like release it
+-- ignores expires_at: a lease that expired but that nobody took is still
+-- ours, and nobody held the name in between. acquired_at is set only by an
+-- acquire that took the name, so renewals do not move the minimum, and it is
+-- not assigned here, so both assignment orders agree.
+UPDATE `sqllock`
+SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) * 0
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: check
+-- Args: name, token. Sent inside the user's transaction by Lock.Check: a row
+-- when the lease is ours and live by the server's clock, none otherwise.
+-- A locking read sees the latest committed row, not the transaction's
+-- snapshot, and LOCK IN SHARE MODE (MySQL 5.7 and 8.0, MariaDB) keeps a
+-- shared lock on it until the transaction ends. Acquire, refresh and release
+-- all write this row, so no takeover commits before the user's transaction.
+SELECT 1 FROM `sqllock`
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6)
+LOCK IN SHARE MODE;
+
+-- name: list
+-- No args. Every live lease, in name order, with its name's fence (0 if the
+-- fence row was deleted by hand) and the lease left by the server's clock.
+-- It reads the whole table: kind is the second column of the primary key.
+SELECT l.name, l.holder, COALESCE(f.fence, 0),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM `sqllock` AS l
+LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
+ORDER BY l.name;
+
+-- name: once_done
+-- Args: name. A row when the name has Once's completion record ('D').
+SELECT 1 FROM `sqllock` WHERE name = ? AND kind = 'D';
+
+-- name: once_record
+-- Args: name, token. Insert id: 1 when the completion record is in the table
+-- (written now, or by an earlier attempt whose reply was lost) and the lease
+-- is ours; 0 when the lease is not ours, and then nothing is written. The
+-- record is copied from our lease row, so no record is written for a runner
+-- whose lease someone took over: that someone runs fn again. The target's
+-- columns are qualified in the UPDATE part because the SELECT reads the same
+-- table; the assignment changes nothing, so a second attempt is harmless.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+SELECT l.name, 'D', l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM `sqllock` AS l
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
+ON DUPLICATE KEY UPDATE `sqllock`.fence = `sqllock`.fence;

@@ -10,6 +10,8 @@
 -- acquired_at and expires_at (its fence column stays 0); Release deletes it.
 -- kind 'F' is the name's fence: the last fencing token issued, kept across
 -- releases so that fences never go back (its other columns are unused).
+-- kind 'D' is Client.Once's completion record, copied from the lease row of
+-- the run that succeeded (owner, holder; acquired_at when it was written).
 -- The primary key is the only unique key, which keeps the upsert safe for
 -- statement-based replication.
 CREATE TABLE IF NOT EXISTS `sqllock` (

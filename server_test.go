@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log"
 	"os"
 	"regexp"
@@ -280,4 +281,39 @@ func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// proxiedClient returns a Client on table whose every connection goes
+// through a fault-injecting proxy, as a process behind a bad network would.
+func (e *testEnv) proxiedClient(t *testing.T, table string, opts ...Option) (*Client, *proxy) {
+	t.Helper()
+	p := startProxy(t, e.serverAddr(t))
+	cfg, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = p.Addr()
+	// Cut connections make the driver log; the tests check errors. The
+	// logger is no DSN parameter, hence the connector.
+	cfg.Logger = log.New(io.Discard, "", 0)
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { db.Close() })
+	return e.client(t, db, table, opts...), p
+}
+
+// waitFor polls cond every few milliseconds until it holds, failing the test
+// after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after %v for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

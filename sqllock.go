@@ -41,6 +41,11 @@ const (
 	qRefresh
 	qRelease
 	qInspect
+	qReleaseAtLeast // do.go
+	qCheck          // lease.go
+	qList           // lease.go
+	qOnceDone       // once.go
+	qOnceRecord     // once.go
 	numStmts
 )
 
@@ -49,6 +54,12 @@ var stmtNames = [numStmts]string{
 	qRefresh: "refresh",
 	qRelease: "release",
 	qInspect: "inspect",
+
+	qReleaseAtLeast: "release_at_least",
+	qCheck:          "check",
+	qList:           "list",
+	qOnceDone:       "once_done",
+	qOnceRecord:     "once_record",
 }
 
 // A Client acquires leases on names in one table of one database. It is safe
@@ -73,6 +84,8 @@ type Client struct {
 	closed    bool
 	closedCh  chan struct{}
 	closeOnce sync.Once
+
+	held held // the Locks to release on Close; lease.go
 }
 
 // An Option configures a Client in [New].
@@ -175,17 +188,30 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the statements the Client prepared. It does not close the
-// *sql.DB. Calls after Close return [ErrClosed].
+// Close ends every keep-alive the Client runs and releases every lease it
+// holds (see [Client.Held]), so that other replicas need not wait for them to
+// expire; then it closes the statements the Client prepared. It does not
+// close the *sql.DB. It returns the errors of releases that failed other than
+// with [ErrNotHeld]; such a lease expires on its own. A lease acquired while
+// Close runs is released at once, and its acquire returns [ErrClosed]. Calls
+// after Close return [ErrClosed].
 func (c *Client) Close() error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
+	// The statements stay open until the leases are released.
+	relErr := c.releaseHeld()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil
+		return relErr
 	}
 	c.closed = true
 	close(c.closedCh)
-	var errs []error
+	errs := []error{relErr}
 	for i := range c.stmts {
 		if st := c.stmts[i].Swap(nil); st != nil {
 			errs = append(errs, st.Close())
@@ -389,8 +415,14 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// while the lease was ours, which only a hand-made change can do.
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
 	}
-	return &Lock{c: c, name: name, token: token, fence: uint64(id), validUntil: sent.Add(ttl),
-		nameArg: nameArg, tokenArg: tokenArg}, nil
+	l := &Lock{c: c, name: name, token: token, fence: uint64(id), ttl: ttl, validUntil: sent.Add(ttl),
+		nameArg: nameArg, tokenArg: tokenArg}
+	if !c.held.add(l) {
+		// Close is releasing this Client's leases and has missed this one.
+		c.cleanup(ctx, name, token)
+		return nil, ErrClosed
+	}
+	return l, nil
 }
 
 // cleanup deletes the row an unknown-outcome acquire may have written, with
@@ -489,6 +521,7 @@ type Lock struct {
 	name  string
 	token string
 	fence uint64
+	ttl   time.Duration // of the acquire; what the keep-alive renews for
 
 	nameArg, tokenArg any // name and token boxed once, as statement arguments
 
@@ -503,6 +536,7 @@ type Lock struct {
 	released   bool
 	// releaseUnknown: a Release failed in a way that may have deleted the row.
 	releaseUnknown bool
+	ka             *keepAlive // started by the first KeepAlive; keepalive.go
 }
 
 // Name returns the name the lease is on.
@@ -541,7 +575,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	released := l.released
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: %q was released", ErrNotHeld, l.name)
+		return l.releasedErr()
 	}
 	l.refreshMu.Lock()
 	defer l.refreshMu.Unlock()
@@ -579,16 +613,41 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // or the Lock was already released. A lease that expired but that nobody
 // took is released without error: nobody else held the name in between.
 // After any other error the outcome is unknown and Release may be called
-// again.
+// again. First it stops the Lock's keep-alive, if one runs, ending its
+// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit.
 func (l *Lock) Release(ctx context.Context) error {
+	return l.release(ctx, 0, nil)
+}
+
+// release ends the Lock's keep-alive, if it runs, with cause (nil: the Lock
+// was released), then ends the lease: it deletes the row, or with minHold > 0
+// keeps it until acquired_at + minHold (do.go). It reports the outcome as
+// Release does.
+func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) error {
 	l.mu.Lock()
 	released := l.released
 	l.mu.Unlock()
 	if released {
-		return fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+		return l.releasedErr()
 	}
-	name, token := l.keyArgs()
-	res, maybeApplied, err := l.c.exec(ctx, qRelease, name, token)
+	// Before the statement: a renewal racing the delete would report loss.
+	l.stopKeepAlive(cause)
+	var (
+		ours         bool
+		maybeApplied bool
+		err          error
+	)
+	if minHold > 0 {
+		ours, maybeApplied, err = l.releaseAtLeast(ctx, minHold)
+	} else {
+		var res sql.Result
+		name, token := l.keyArgs()
+		if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
+			var n int64
+			n, err = res.RowsAffected()
+			ours = n == 1
+		}
+	}
 	done := time.Now()
 	if err != nil {
 		if maybeApplied {
@@ -598,17 +657,14 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		return l.c.serverError(fmt.Sprintf("release %q", l.name), err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("sqllock: release %q: %w", l.name, err)
-	}
+	defer l.c.held.remove(l)
 	// Whatever the answer, the lease is no longer ours: a caller waiting
 	// for the name in this Client should try now.
 	l.c.waiters.kick(l.name)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released = true
-	if n == 1 {
+	if ours {
 		return nil
 	}
 	// No row was ours. If an earlier attempt may have deleted it and this
@@ -627,6 +683,15 @@ func (l *Lock) keyArgs() (name, token any) {
 		return l.name, l.token
 	}
 	return l.nameArg, l.tokenArg
+}
+
+// releasedErr is the error of a call on a released Lock.
+func (l *Lock) releasedErr() error {
+	err := fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+	if l.c.isClosed() {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -297,7 +297,7 @@ var transientErrors = []struct {
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "autocommit", "inspect", "refresh", "release"}
+	want := []string{"acquire", "autocommit", "check", "inspect", "list", "once_done", "once_record", "refresh", "release", "release_at_least"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
 	}
@@ -310,7 +310,8 @@ func TestSplitQueries_names(t *testing.T) {
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
-	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "autocommit": 0}
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "autocommit": 0,
+		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {
@@ -1161,7 +1162,9 @@ func TestClient_Close(t *testing.T) {
 		if err := released.Release(t.Context()); err != nil {
 			t.Fatalf("Release: got %v, want nil", err)
 		}
-		held, _ := e.acquired("b")
+		// Close gives back the lease it holds before closing the statements.
+		held, heldTok := e.acquired("b")
+		e.expectExec("release", releaseArgs("b", heldTok), okReply(0, 1))
 		e.prepared["acquire"].WillBeClosed()
 		e.prepared["release"].WillBeClosed()
 

@@ -6,33 +6,10 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // These tests run against a real server, through the counting proxy: what
 // they prove is how many statements the waiters of one Client send.
-
-// proxiedClient returns a Client on table whose connections go through a
-// counting proxy, and the proxy.
-func (e *testEnv) proxiedClient(t *testing.T, table string, opts ...Option) (*Client, *proxy) {
-	t.Helper()
-	p := startProxy(t, e.serverAddr(t))
-	db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = p.Addr() })
-	return e.client(t, db, table, opts...), p
-}
-
-// waitUntil polls cond until it holds, failing the test if ctx ends first.
-func waitUntil(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up waiting until %s: %v", what, ctx.Err())
-		case <-time.After(time.Millisecond):
-		}
-	}
-}
 
 // headAttempts returns how many refused attempts the first caller waiting
 // for name has counted, or -1 when nobody waits.
@@ -67,7 +44,7 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 					}
 				}()
 			}
-			waitUntil(ctx, t, "every caller waits", func() bool {
+			waitFor(t, time.Minute, "every caller waits", func() bool {
 				return c.waiters.waiting("busy") == waiters && headAttempts(c, "busy") > 0
 			})
 			p.ResetCounts()
@@ -126,11 +103,11 @@ func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 		// The first caller tries and is refused; the others queue behind it
 		// without trying.
 		acquire()
-		waitUntil(ctx, t, "the first waiter was refused", func() bool { return headAttempts(c, "x") == 1 })
+		waitFor(t, time.Minute, "the first waiter was refused", func() bool { return headAttempts(c, "x") == 1 })
 		for range waiters - 1 {
 			acquire()
 		}
-		waitUntil(ctx, t, "every caller waits", func() bool { return c.waiters.waiting("x") == waiters })
+		waitFor(t, time.Minute, "every caller waits", func() bool { return c.waiters.waiting("x") == waiters })
 		p.ResetCounts()
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -165,7 +142,7 @@ func TestClient_Acquire_headLeaves(t *testing.T) {
 			_, err := c.Acquire(headCtx, "x", time.Minute)
 			headErr <- err
 		}()
-		waitUntil(ctx, t, "the first waiter was refused", func() bool { return headAttempts(c, "x") == 1 })
+		waitFor(t, time.Minute, "the first waiter was refused", func() bool { return headAttempts(c, "x") == 1 })
 		next := make(chan error, 1)
 		go func() {
 			l, err := c.Acquire(ctx, "x", time.Minute)
@@ -174,12 +151,12 @@ func TestClient_Acquire_headLeaves(t *testing.T) {
 			}
 			next <- err
 		}()
-		waitUntil(ctx, t, "the second caller waits", func() bool { return c.waiters.waiting("x") == 2 })
+		waitFor(t, time.Minute, "the second caller waits", func() bool { return c.waiters.waiting("x") == 2 })
 		headCancel()
 		err := <-headErr
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.Canceled)
-		waitUntil(ctx, t, "the first caller left", func() bool { return c.waiters.waiting("x") == 1 })
+		waitFor(t, time.Minute, "the first caller left", func() bool { return c.waiters.waiting("x") == 1 })
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,196 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrLockLost means a lease ended while work ran under it: someone took the
+// name over, or no renewal succeeded before the lease could expire. It is
+// the cause (see [context.Cause]) of a context from [Lock.KeepAlive] that
+// ended because of loss, and [Client.Do] returns it wrapped.
+var ErrLockLost = errors.New("sqllock: lock lost")
+
+// MaxDefaultSafetyMargin caps the safety margin a keep-alive uses unless
+// [WithSafetyMargin] sets one: ttl/10, at most this.
+const MaxDefaultSafetyMargin = 5 * time.Second
+
+// defaultSafetyMargin is how long before the lease could expire a keep-alive
+// gives up, unless told otherwise: long enough for the work to notice its
+// context and stop, and for the client's and server's clocks to drift apart
+// over one lease.
+func defaultSafetyMargin(ttl time.Duration) time.Duration {
+	return min(ttl/10, MaxDefaultSafetyMargin)
+}
+
+// keepAlive is the state of a Lock's keep-alive goroutine. Its fields other
+// than the channels are guarded by the Lock's mu.
+type keepAlive struct {
+	stop     chan struct{} // closed by stopKeepAlive
+	stopOnce sync.Once
+	done     chan struct{} // closed when the goroutine has exited
+
+	stopCause error // why stop was closed; set before closing it
+	cause     error // why the contexts ended; nil while they run
+	cancels   []context.CancelCauseFunc
+}
+
+// KeepAlive starts renewing the lease in the background, if it is not
+// renewed already, and returns a context derived from ctx that ends when
+// the lease is lost or the Lock is released.
+//
+// The renewing goroutine belongs to the Lock: its life does not depend on
+// ctx (which only scopes the returned context and lends its values), and
+// [Lock.Release] stops it and waits for it to exit. It renews for the ttl of
+// the acquire, every ttl/3; a renewal that fails is retried after a short
+// pause, and only [ErrNotHeld], or running out of time, counts as loss.
+//
+// The returned context ends, with a cause wrapping [ErrLockLost], as soon as
+// a renewal finds the lease taken over, and at the latest a safety margin
+// before the lease could expire: the send time of the last successful
+// acquire or renewal, plus ttl, minus min(ttl/10, [MaxDefaultSafetyMargin]),
+// measured on this process's monotonic clock whether or not a renewal is on
+// its way. The server cannot let another owner in before then, unless the
+// client's clock runs slower than the server's by more than the margin over
+// one lease. When the Lock is released, the cause wraps [ErrNotHeld]; when
+// its Client is closed, [ErrClosed]. Every call returns a new context; all of
+// them end together.
+func (l *Lock) KeepAlive(ctx context.Context) context.Context {
+	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
+}
+
+// keepAlive is KeepAlive with the safety margin given; the first call fixes
+// it for the Lock.
+func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Context {
+	kctx, cancel := context.WithCancelCause(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.released:
+		cancel(l.releasedErr())
+		return kctx
+	case l.ka == nil:
+		l.ka = &keepAlive{stop: make(chan struct{}), done: make(chan struct{})}
+		go l.renew(context.WithoutCancel(ctx), l.ka, margin)
+	}
+	if l.ka.cause != nil {
+		cancel(l.ka.cause)
+		return kctx
+	}
+	l.ka.cancels = append(l.ka.cancels, cancel)
+	return kctx
+}
+
+// stopKeepAlive ends the keep-alive, if one runs, and waits for its goroutine
+// to exit. Its contexts end with cause, or with "released" if cause is nil.
+func (l *Lock) stopKeepAlive(cause error) {
+	l.mu.Lock()
+	ka := l.ka
+	l.mu.Unlock()
+	if ka == nil {
+		return
+	}
+	if cause == nil {
+		cause = l.releasedErr()
+	}
+	ka.stopOnce.Do(func() {
+		ka.stopCause = cause
+		close(ka.stop)
+	})
+	<-ka.done
+}
+
+// lost reports whether the keep-alive has given the lease up for lost.
+func (l *Lock) lost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ka != nil && errors.Is(l.ka.cause, ErrLockLost)
+}
+
+// end ends every context of ka with cause, once.
+func (l *Lock) end(ka *keepAlive, cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ka.cause != nil {
+		return
+	}
+	ka.cause = cause
+	for _, cancel := range ka.cancels {
+		cancel(cause)
+	}
+	ka.cancels = nil
+}
+
+// renew is the keep-alive goroutine. Renewals run in a goroutine of their
+// own, which renew waits for, so that the deadline fires on time even while
+// a renewal hangs on a dead connection.
+func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) {
+	defer close(ka.done)
+	interval := l.ttl / 3
+	attemptTimeout := l.ttl / 4
+	deadline := l.ValidUntil().Add(-margin)
+	deadT := time.NewTimer(time.Until(deadline))
+	defer deadT.Stop()
+	renewT := time.NewTimer(interval)
+	defer renewT.Stop()
+
+	var (
+		results  = make(chan error, 1)
+		inFlight context.CancelFunc // non-nil while a renewal runs
+		failures int
+		lastErr  error
+	)
+	defer func() {
+		if inFlight != nil {
+			inFlight()
+			<-results
+		}
+	}()
+	for {
+		select {
+		case <-ka.stop:
+			l.end(ka, ka.stopCause)
+			return
+		case <-deadT.C:
+			l.end(ka, fmt.Errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
+				ErrLockLost, l.name, margin, lastErr))
+			l.c.held.remove(l)
+			return
+		case <-renewT.C:
+			ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
+			inFlight = cancel
+			go func() { results <- l.Refresh(ctx, l.ttl) }()
+		case err := <-results:
+			inFlight()
+			inFlight = nil
+			switch {
+			case err == nil:
+				failures, lastErr = 0, nil
+				deadline = l.ValidUntil().Add(-margin)
+				deadT.Reset(time.Until(deadline))
+				renewT.Reset(interval)
+			case errors.Is(err, ErrNotHeld):
+				l.end(ka, fmt.Errorf("%w: %w", ErrLockLost, err))
+				l.c.held.remove(l)
+				return
+			default:
+				// Not proof of loss: try again soon, until the deadline.
+				failures, lastErr = failures+1, err
+				renewT.Reset(renewBackoff(l.ttl, failures))
+			}
+		}
+	}
+}
+
+// renewBackoff is the pause before retrying a failed renewal: from 10ms,
+// doubling, at most ttl/10, so that several attempts fit before the deadline.
+func renewBackoff(ttl time.Duration, failures int) time.Duration {
+	d := 10 * time.Millisecond
+	for i := 1; i < failures && d < ttl; i++ {
+		d *= 2
+	}
+	return max(min(d, ttl/10), minBackoff)
+}

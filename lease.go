@@ -1,0 +1,167 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// closeTimeout bounds the releases Close sends, all of them together.
+const closeTimeout = 5 * time.Second
+
+// held is a Client's registry of the Locks it acquired and has not released,
+// for Held and Close. A Lock leaves it when it is released or lost; a Lock
+// whose lease lapsed without a Release is swept out as the registry grows,
+// so a caller that lets leases expire on purpose does not make it grow.
+type held struct {
+	mu      sync.Mutex
+	locks   map[*Lock]struct{}
+	closing bool // Close has taken the Locks; no more may join
+	sweepAt int  // sweep when the registry reaches this size
+}
+
+// add registers l; it returns false when the Client is closing.
+func (h *held) add(l *Lock) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing {
+		return false
+	}
+	if h.locks == nil {
+		h.locks = make(map[*Lock]struct{})
+	}
+	h.locks[l] = struct{}{}
+	if len(h.locks) >= h.sweepAt {
+		now := time.Now()
+		for o := range h.locks {
+			if !o.knownLive(now) {
+				delete(h.locks, o)
+			}
+		}
+		h.sweepAt = max(2*len(h.locks), 64)
+	}
+	return true
+}
+
+func (h *held) remove(l *Lock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.locks, l)
+}
+
+// knownLive reports whether l is neither released nor lost and its lease
+// cannot have expired by now.
+func (l *Lock) knownLive(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lost := l.ka != nil && errors.Is(l.ka.cause, ErrLockLost)
+	return !l.released && !lost && now.Before(l.validUntil)
+}
+
+// Held returns, sorted, the names on which this Client holds a lease it
+// knows to be live: acquired, neither released nor lost, and before its
+// [Lock.ValidUntil]. It sends nothing to the server.
+func (c *Client) Held() []string {
+	c.held.mu.Lock()
+	locks := make([]*Lock, 0, len(c.held.locks))
+	for l := range c.held.locks {
+		locks = append(locks, l)
+	}
+	c.held.mu.Unlock()
+	now := time.Now()
+	var names []string
+	for _, l := range locks {
+		if l.knownLive(now) {
+			names = append(names, l.name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// releaseHeld takes every registered Lock, so that no more can register,
+// and releases each, its keep-alive's contexts ending with [ErrClosed].
+func (c *Client) releaseHeld() error {
+	c.held.mu.Lock()
+	c.held.closing = true
+	locks := c.held.locks
+	c.held.locks = nil
+	c.held.mu.Unlock()
+	if len(locks) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	var errs []error
+	for l := range locks {
+		cause := fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.name)
+		if err := l.release(ctx, 0, cause); err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// List returns every live lease in the Client's table, whoever holds it, in
+// name order, as one statement reads them. It reads the whole table, so it
+// is for people and dashboards, not for a hot path.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	st, err := c.stmt(ctx, qList)
+	if err != nil {
+		return nil, c.serverError("list", err)
+	}
+	rows, err := st.QueryContext(ctx)
+	if err != nil {
+		return nil, c.serverError("list", err)
+	}
+	defer rows.Close()
+	var infos []Info
+	for rows.Next() {
+		info := Info{Held: true}
+		var us int64
+		if err := rows.Scan(&info.Name, &info.Holder, &info.Fence, &us); err != nil {
+			return nil, c.serverError("list", err)
+		}
+		info.TTL = time.Duration(us) * time.Microsecond
+		infos = append(infos, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.serverError("list", err)
+	}
+	return infos, nil
+}
+
+// Check verifies, inside the caller's transaction tx, that the lease is
+// still this Lock's and live by the server's clock, and keeps a shared lock
+// on the lease row until tx ends. Every acquire, renewal and release writes
+// that row, so no other owner can take the name over, and commit, before tx
+// commits or rolls back: writes made in tx after a successful Check are
+// fenced by the lease without a fencing column. Keep such transactions short
+// next to the ttl: this Lock's own renewals wait for tx as well.
+//
+// It returns an error wrapping [ErrNotHeld] when the lease is not ours or
+// has expired (and the Lock released or not); tx stays the caller's, to roll
+// back. tx may come from any *sql.DB on the database that holds the table.
+func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return l.releasedErr()
+	}
+	// By its text, not the Client's prepared statement: tx may come from
+	// another *sql.DB, and tx.StmtContext refuses a statement of another.
+	var one int
+	err := tx.QueryRowContext(ctx, l.c.sql[qCheck], l.name, l.token).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+	case err != nil:
+		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
+	}
+	return nil
+}

@@ -1,0 +1,672 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Real-server tests of the work run under a lease: keep-alive, Do, Check,
+// Held, List and Close. Timings in them are correctness bounds with wide
+// slack, never performance claims.
+
+// heldLock returns the Lock c holds on name, as Do keeps it to itself.
+func heldLock(t *testing.T, c *Client, name string) *Lock {
+	t.Helper()
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	for l := range c.held.locks {
+		if l.name == name {
+			return l
+		}
+	}
+	t.Fatalf("%q is not held", name)
+	return nil
+}
+
+// pollAcquire makes b try to take name until it succeeds and returns when
+// the successful attempt was sent: the takeover committed after that.
+func pollAcquire(t *testing.T, b *Client, name string, ttl time.Duration) (*Lock, time.Time) {
+	t.Helper()
+	ctx := testCtx(t)
+	for {
+		sent := time.Now()
+		l, err := b.TryAcquire(ctx, name, ttl)
+		if err == nil {
+			return l, sent
+		}
+		wantErrIs(t, err, ErrNotAcquired)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// (a) With renewals blocked, fn's context is cancelled before another
+// Client, polling the server directly, can take the name.
+func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		const ttl = 1500 * time.Millisecond
+		ctx := testCtx(t)
+
+		started := make(chan struct{})
+		told := make(chan time.Time, 1)
+		var cause error
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				told <- time.Now()
+				cause = context.Cause(ctx)
+				return ctx.Err()
+			})
+		}()
+		<-started
+		// One renewal goes through, then the network stops.
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
+		p.Stall(true)
+		stalled := time.Now()
+
+		_, sent := pollAcquire(t, b, "job", 10*time.Second)
+		var toldAt time.Time
+		select {
+		case toldAt = <-told:
+		default:
+			t.Fatalf("b took the name over %v after the stall and fn's context is still live", sent.Sub(stalled))
+		}
+		if !toldAt.Before(sent) {
+			t.Fatalf("fn was told at %v, after b's winning attempt was sent at %v", toldAt, sent)
+		}
+		t.Logf("fn was told %v after the stall began, %v before b's winning attempt was sent", toldAt.Sub(stalled), sent.Sub(toldAt))
+
+		p.Stall(false)
+		err := <-done
+		wantErrIs(t, err, ErrLockLost)
+		wantErrIs(t, err, context.Canceled)
+		wantErrIs(t, cause, ErrLockLost)
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held after loss: got %v, want none", got)
+		}
+	})
+}
+
+// (b) One renewal fails, the network recovers: fn runs on, the lease and its
+// fence unchanged.
+func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		// One connection, on which the renewal is prepared: the next renewal
+		// is one command on it, not a dial or a prepare on another.
+		a.db.SetMaxOpenConns(1)
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		const ttl = 2 * time.Second
+		ctx := testCtx(t)
+
+		started := make(chan struct{})
+		finish := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context) error {
+				close(started)
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-finish:
+					return nil
+				}
+			})
+		}()
+		<-started
+		fence := inspect(t, b, "job").Fence
+
+		// After one renewal has come back, the next reaches the proxy and is
+		// held there; then its connection is cut, so it fails, and the
+		// network comes back.
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
+		p.ResetCounts()
+		p.Stall(true)
+		waitFor(t, 5*time.Second, "a renewal held by the stall", func() bool { return p.CommandCount() > 0 })
+		time.Sleep(50 * time.Millisecond)
+		p.CutAll()
+		p.Stall(false)
+
+		// Long enough that the lease would have lapsed without renewals.
+		time.Sleep(ttl + ttl/2)
+		select {
+		case err := <-done:
+			t.Fatalf("Do returned while renewals could recover: %v", err)
+		default:
+		}
+		if got := inspect(t, b, "job"); !got.Held || got.Holder != "a" || got.Fence != fence {
+			t.Fatalf("after a failed renewal: got %+v, want a's lease with fence %d", got, fence)
+		}
+		close(finish)
+		if err := <-done; err != nil {
+			t.Fatalf("Do: got %v, want nil", err)
+		}
+	})
+}
+
+// (c) Do releases with a context of its own after the caller's ended.
+func TestDo_releasesAfterCallerCancel(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx, cancel := context.WithCancel(testCtx(t))
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", time.Minute, func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		<-started
+		cancel()
+		wantErrIs(t, <-done, context.Canceled)
+		if got := inspect(t, b, "job"); got.Held || got.Holder != "" {
+			t.Fatalf("after Do: got %+v, want the lease released", got)
+		}
+		mustAcquire(t, b, "job", time.Second)
+	})
+}
+
+// TryDo does not wait and does not run fn when the name is held; Do waits.
+func TestTryDo_notAcquired(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "job", time.Minute)
+		ran := false
+		err := b.TryDo(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil })
+		wantErrIs(t, err, ErrNotAcquired)
+		if ran {
+			t.Fatal("TryDo ran fn without the lease")
+		}
+		time.AfterFunc(100*time.Millisecond, func() { l.Release(context.Background()) })
+		if err := b.Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+			t.Fatalf("Do after the release: got %v, ran %v; want nil, true", err, ran)
+		}
+	})
+}
+
+// A panic in fn releases the lease and goes on.
+func TestDo_panicReleases(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		func() {
+			defer func() {
+				if r := recover(); r != "boom" {
+					t.Fatalf("recovered %v, want the panic of fn", r)
+				}
+			}()
+			a.Do(testCtx(t), "job", time.Minute, func(context.Context) error { panic("boom") })
+		}()
+		if got := inspect(t, b, "job"); got.Held {
+			t.Fatalf("after a panic in fn: got %+v, want the lease released", got)
+		}
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held: got %v, want none", got)
+		}
+	})
+}
+
+// (f) WithMinHold keeps another host out until acquired-at + d, then lets
+// it in; a minimum that has passed releases at once.
+func TestDo_WithMinHold(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		const minHold = 700 * time.Millisecond
+
+		start := time.Now()
+		if err := a.Do(ctx, "tick", time.Minute, func(context.Context) error { return nil }, WithMinHold(minHold)); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if got := inspect(t, b, "tick"); !got.Held || got.TTL > minHold {
+			t.Fatalf("after Do: got %+v, want a lease of at most %v left", got, minHold)
+		}
+		// acquired_at is after start: an attempt answered before start +
+		// minHold ran before the minimum passed and must be refused.
+		for {
+			_, err := b.TryAcquire(ctx, "tick", time.Second)
+			replied := time.Now()
+			if err == nil {
+				if replied.Sub(start) < minHold {
+					t.Fatalf("b acquired %v after a's acquire began, within the minimum hold %v", replied.Sub(start), minHold)
+				}
+				if waited := replied.Sub(start); waited > minHold+5*time.Second {
+					t.Fatalf("b acquired only %v after a's acquire began, want soon after %v", waited, minHold)
+				}
+				break
+			}
+			wantErrIs(t, err, ErrNotAcquired)
+			time.Sleep(5 * time.Millisecond)
+		}
+
+		// The minimum has passed when fn returns: nobody is kept out.
+		err := a.Do(ctx, "late", time.Minute, func(context.Context) error {
+			time.Sleep(50 * time.Millisecond)
+			return nil
+		}, WithMinHold(10*time.Millisecond))
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if got := inspect(t, b, "late"); got.Held {
+			t.Fatalf("after a passed minimum: got %+v, want no live lease", got)
+		}
+		mustAcquire(t, b, "late", time.Second)
+	})
+}
+
+// Close ends every keep-alive and releases every lease its Client holds.
+func TestClient_Close_releasesHeld(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		x := mustAcquire(t, a, "x", time.Minute)
+		mustAcquire(t, a, "y", time.Minute)
+		started := make(chan struct{})
+		var cause error
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "z", time.Minute, func(ctx context.Context) error {
+				close(started)
+				<-ctx.Done()
+				cause = context.Cause(ctx)
+				return nil
+			})
+		}()
+		<-started
+		if got, want := a.Held(), []string{"x", "y", "z"}; !slices.Equal(got, want) {
+			t.Fatalf("Held: got %v, want %v", got, want)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		err := <-done
+		wantErrIs(t, err, ErrClosed)
+		wantErrIs(t, cause, ErrClosed)
+		for _, n := range []string{"x", "y", "z"} {
+			if got := inspect(t, b, n); got.Held {
+				t.Fatalf("after Close: %q is %+v, want released", n, got)
+			}
+		}
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held after Close: got %v, want none", got)
+		}
+		wantErrIs(t, x.Release(ctx), ErrClosed)
+		_, err = a.TryAcquire(ctx, "x", time.Second)
+		wantErrIs(t, err, ErrClosed)
+	})
+}
+
+// Held lists this Client's live leases; List every live lease in the table.
+func TestClient_Held_List(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		ctx := testCtx(t)
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held: got %v, want none", got)
+		}
+		lb := mustAcquire(t, a, "b", time.Minute)
+		la := mustAcquire(t, a, "a", time.Minute)
+		mustAcquire(t, a, "lapsed", 20*time.Millisecond)
+		lc := mustAcquire(t, b, "c", time.Minute)
+		released := mustAcquire(t, b, "released", time.Minute)
+		if err := released.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if got, want := a.Held(), []string{"a", "b"}; !slices.Equal(got, want) {
+			t.Fatalf("Held: got %v, want %v", got, want)
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := a.Held(), []string{"b"}; !slices.Equal(got, want) {
+			t.Fatalf("Held after a release: got %v, want %v", got, want)
+		}
+
+		infos, err := b.List(ctx)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		want := []Info{{Name: "b", Holder: "a", Fence: lb.Fence(), Held: true}, {Name: "c", Holder: "b", Fence: lc.Fence(), Held: true}}
+		if len(infos) != len(want) {
+			t.Fatalf("List: got %+v, want %+v", infos, want)
+		}
+		for i, got := range infos {
+			if got.TTL <= 50*time.Second || got.TTL > time.Minute {
+				t.Fatalf("List[%d].TTL: got %v, want just under a minute", i, got.TTL)
+			}
+			got.TTL = 0
+			if got != want[i] {
+				t.Fatalf("List[%d]: got %+v, want %+v", i, got, want[i])
+			}
+		}
+	})
+}
+
+// Check in a transaction: a takeover of the expired lease waits until the
+// transaction commits.
+func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "rows", 300*time.Millisecond)
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := l.Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		time.Sleep(400 * time.Millisecond) // the lease has expired
+
+		type result struct {
+			l   *Lock
+			err error
+			at  time.Time
+		}
+		took := make(chan result, 1)
+		go func() {
+			l, err := b.TryAcquire(ctx, "rows", time.Minute)
+			took <- result{l, err, time.Now()}
+		}()
+		select {
+		case r := <-took:
+			t.Fatalf("takeover returned before the commit: %v, %v", r.l, r.err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		committed := time.Now()
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		r := <-took
+		if r.err != nil {
+			t.Fatalf("takeover after the commit: %v", r.err)
+		}
+		if r.at.Before(committed) {
+			t.Fatalf("takeover returned at %v, before the commit at %v", r.at, committed)
+		}
+
+		// Now the lease is b's: a's Check fails, and b's holds.
+		tx2, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx2.Rollback()
+		wantErrIs(t, l.Check(ctx, tx2), ErrNotHeld)
+		// tx2 is on a's *sql.DB, not b's: any one on the same database does.
+		if err := r.l.Check(ctx, tx2); err != nil {
+			t.Fatalf("Check by the new holder: %v", err)
+		}
+		// The shared lock holds up b's own release too, until tx2 ends.
+		tx2.Rollback()
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Check refuses a released Lock without asking the server.
+func TestLock_Check_released(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "n", time.Minute)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
+	})
+}
+
+// The keep-alive renews past the ttl, does not depend on the context it was
+// started with, and its goroutine has exited when Release returns.
+func TestLock_KeepAlive(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		const ttl = 300 * time.Millisecond
+		acqCtx, cancelAcq := context.WithCancel(testCtx(t))
+		l, err := a.TryAcquire(acqCtx, "k", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := l.KeepAlive(acqCtx)
+		kctx := l.KeepAlive(context.Background())
+		cancelAcq() // pglock's trap: this must not stop the renewals
+		<-short.Done()
+
+		time.Sleep(3 * ttl)
+		if err := kctx.Err(); err != nil {
+			t.Fatalf("KeepAlive's context ended while renewals could succeed: %v", context.Cause(kctx))
+		}
+		if got := inspect(t, b, "k"); !got.Held || got.Fence != l.Fence() {
+			t.Fatalf("after 3 ttl: got %+v, want the lease renewed with fence %d", got, l.Fence())
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.ka.done:
+		default:
+			t.Fatal("Release returned with the keep-alive goroutine running")
+		}
+		<-kctx.Done()
+		cause := context.Cause(kctx)
+		wantErrIs(t, cause, ErrNotHeld)
+		if errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause after Release: got %v, want one that is not ErrLockLost", cause)
+		}
+		// A KeepAlive after Release gives a context that has ended.
+		if err := l.KeepAlive(context.Background()).Err(); err == nil {
+			t.Fatal("KeepAlive after Release: got a live context")
+		}
+	})
+}
+
+// Many Do calls leave no goroutine behind.
+func TestDo_noGoroutineLeak(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		run := func() {
+			for range 20 {
+				if err := c.Do(ctx, "g", time.Second, func(context.Context) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		run() // warm the pool and the statements
+		before := runtime.NumGoroutine()
+		run()
+		var after int
+		waitFor(t, 5*time.Second, "goroutines to settle", func() bool {
+			after = runtime.NumGoroutine()
+			return after <= before
+		})
+	})
+}
+
+// (d) Eight callers on four Clients: fn succeeds once; a failure hands the
+// run to another caller; later calls run nothing.
+func TestClient_Once(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		cs := make([]*Client, 4)
+		for i := range cs {
+			cs[i] = e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(10*time.Millisecond)))
+		}
+		ctx := testCtx(t)
+		for _, failFirst := range []bool{false, true} {
+			name := "seed"
+			if failFirst {
+				name = "seed-after-failure"
+			}
+			var runs, running, overlap atomic.Int32
+			boom := errors.New("boom")
+			fn := func(ctx context.Context) error {
+				if running.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				defer running.Add(-1)
+				n := runs.Add(1)
+				time.Sleep(50 * time.Millisecond)
+				if failFirst && n == 1 {
+					return boom
+				}
+				return nil
+			}
+			type result struct {
+				ran bool
+				err error
+			}
+			results := make(chan result, 8)
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ran, err := cs[i%len(cs)].Once(ctx, name, fn)
+					results <- result{ran, err}
+				}()
+			}
+			wg.Wait()
+			close(results)
+			var ranOK, ranFailed int
+			for r := range results {
+				switch {
+				case r.ran && r.err == nil:
+					ranOK++
+				case r.ran && errors.Is(r.err, boom):
+					ranFailed++
+				case !r.ran && r.err == nil:
+				default:
+					t.Fatalf("%s: Once returned %v, %v", name, r.ran, r.err)
+				}
+			}
+			wantFailed := 0
+			if failFirst {
+				wantFailed = 1
+			}
+			if ranOK != 1 || ranFailed != wantFailed || int(runs.Load()) != 1+wantFailed || overlap.Load() != 0 {
+				t.Fatalf("%s: got %d successful and %d failed runs (fn called %d times, %d overlapping), want 1 and %d",
+					name, ranOK, ranFailed, runs.Load(), overlap.Load(), wantFailed)
+			}
+			if ran, err := cs[0].Once(ctx, name, fn); ran || err != nil || runs.Load() != int32(1+wantFailed) {
+				t.Fatalf("%s: Once after success: got %v, %v, want false, nil and no run", name, ran, err)
+			}
+		}
+	})
+}
+
+// A runner that died (its lease left to expire) is taken over.
+func TestClient_Once_runnerDied(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		dead := mustAcquire(t, a, "init", 200*time.Millisecond) // never released
+		ran, err := b.Once(ctx, "init", func(context.Context) error { return nil })
+		if !ran || err != nil {
+			t.Fatalf("Once after a dead runner: got %v, %v, want true, nil", ran, err)
+		}
+		wantErrIs(t, dead.Release(ctx), ErrNotHeld)
+		if ran, err := a.Once(ctx, "init", func(context.Context) error { return errors.New("ran twice") }); ran || err != nil {
+			t.Fatalf("Once after success: got %v, %v, want false, nil", ran, err)
+		}
+	})
+}
+
+// (e) When the leader's network stops, another candidate leads within about
+// one ttl, and only after the leader was told to stop.
+func TestClient_Elect_handover(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		const ttl = time.Second
+		ctx, cancel := context.WithCancel(testCtx(t))
+		defer cancel()
+
+		type event struct {
+			who, what string
+			at        time.Time
+		}
+		events := make(chan event, 100)
+		callbacks := func(who string) Callbacks {
+			return Callbacks{
+				OnStartedLeading: func(ctx context.Context) {
+					events <- event{who, "started", time.Now()}
+					<-ctx.Done()
+					events <- event{who, "told", time.Now()}
+				},
+				OnStoppedLeading: func() { events <- event{who, "stopped", time.Now()} },
+				OnNewLeader:      func(h string) { events <- event{who, "leader " + h, time.Now()} },
+			}
+		}
+		next := func(want event) event {
+			t.Helper()
+			select {
+			case ev := <-events:
+				if ev.who != want.who || ev.what != want.what {
+					t.Fatalf("got event %s %q, want %s %q", ev.who, ev.what, want.who, want.what)
+				}
+				return ev
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no event after 10s, want %s %q", want.who, want.what)
+				return event{}
+			}
+		}
+		electDone := make(chan error, 2)
+		go func() { electDone <- a.Elect(ctx, "leader", ttl, callbacks("a")) }()
+		next(event{"a", "leader a", time.Time{}})
+		next(event{"a", "started", time.Time{}})
+		go func() { electDone <- b.Elect(ctx, "leader", ttl, callbacks("b")) }()
+		next(event{"b", "leader a", time.Time{}})
+
+		p.Stall(true)
+		stalled := time.Now()
+		told := next(event{"a", "told", time.Time{}})
+		next(event{"b", "leader b", time.Time{}})
+		started := next(event{"b", "started", time.Time{}})
+		if handover := started.at.Sub(stalled); handover > 2*ttl {
+			t.Fatalf("b led %v after a's network stopped, want within about one ttl (%v)", handover, ttl)
+		}
+		t.Logf("a was told %v after the stall, b led %v after it", told.at.Sub(stalled), started.at.Sub(stalled))
+
+		p.Stall(false)
+		next(event{"a", "stopped", time.Time{}})
+		next(event{"a", "leader b", time.Time{}})
+		cancel()
+		next(event{"b", "told", time.Time{}})
+		next(event{"b", "stopped", time.Time{}})
+		for range 2 {
+			wantErrIs(t, <-electDone, context.Canceled)
+		}
+		if got := inspect(t, b, "leader"); got.Held {
+			t.Fatalf("after Elect returned: got %+v, want the lease released", got)
+		}
+	})
+}

@@ -1,0 +1,256 @@
+package sqllock
+
+// sqlmock tests of the statements behind Do, Once, Check and List, and of
+// the keep-alive's decisions: the exact SQL and arguments, and how each
+// result and error is read.
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+// expectQuery expects query name to run once with args, answered by rows,
+// preparing it first if the Client has not yet.
+func (e *mockEnv) expectQuery(name string, args []driver.Value, rows *sqlmock.Rows) {
+	if e.prepared[name] == nil {
+		e.expectPrepare(name)
+	}
+	e.mock.ExpectQuery(e.sql(name)).WithArgs(args...).WillReturnRows(rows)
+}
+
+func noop(context.Context) error { return nil }
+
+func TestDo_WithMinHold_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		tok := &tokenArg{}
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+		e.expectExec("release_at_least", []driver.Value{int64(90_000_250), "job", tok}, okReply(1, 1))
+		if err := e.c.TryDo(t.Context(), "job", time.Minute, noop, WithMinHold(90*time.Second+250*time.Microsecond)); err != nil {
+			t.Errorf("TryDo: got %v, want nil", err)
+		}
+	})
+}
+
+func TestDo_WithMinHold_result(t *testing.T) {
+	for _, rows := range []int64{0, 1} {
+		e := newMockEnv(t)
+		tok := &tokenArg{}
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+		// Insert id 0: the lease was not ours, whatever the rows say.
+		e.expectExec("release_at_least", []driver.Value{int64(1_000_000), "job", tok}, okReply(0, rows))
+		err := e.c.TryDo(t.Context(), "job", time.Minute, noop, WithMinHold(time.Second))
+		assertErrIs(t, err, ErrLockLost, ErrNotHeld)
+		e.done()
+	}
+}
+
+func TestDo_badOptions(t *testing.T) {
+	e := newMockEnv(t)
+	for _, opts := range [][]DoOption{
+		{WithMinHold(-time.Second)},
+		{WithMinHold(MaxTTL + time.Second)},
+		{WithSafetyMargin(-time.Second)},
+		{WithSafetyMargin(time.Minute)}, // not below the ttl
+	} {
+		err := e.c.Do(t.Context(), "job", time.Minute, noop, opts...)
+		if err == nil {
+			t.Errorf("Do with a bad option: got nil, want an error")
+		}
+	}
+	assertErrContains(t, e.c.Do(t.Context(), "job", time.Minute, nil), "nil func")
+	e.assertNothingPrepared()
+	e.done()
+}
+
+func TestLock_Check_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.mock.ExpectBegin()
+		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnRows(sqlmock.NewRows([]string{"1"}).AddRow(1))
+		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnRows(sqlmock.NewRows([]string{"1"}))
+		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnError(errDeadlock)
+		e.mock.ExpectRollback()
+		tx, err := e.db.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(t.Context(), tx); err != nil {
+			t.Errorf("Check, row: got %v, want nil", err)
+		}
+		assertErrIs(t, l.Check(t.Context(), tx), ErrNotHeld)
+		// Inside the user's transaction nothing is retried: it is rolled back.
+		err = l.Check(t.Context(), tx)
+		assertErrIs(t, err, errDeadlock)
+		if errors.Is(err, ErrNotHeld) {
+			t.Errorf("Check, deadlock: got %v, want an error that is not ErrNotHeld", err)
+		}
+		tx.Rollback()
+	})
+}
+
+func TestClient_List(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us"}).
+			AddRow("a", "h1", 7, 1_500_000).
+			AddRow("b", "h2", 0, 1))
+		got, err := e.c.List(t.Context())
+		if err != nil {
+			t.Fatalf("List: got %v, want nil", err)
+		}
+		want := []Info{
+			{Name: "a", Holder: "h1", Fence: 7, Held: true, TTL: 1500 * time.Millisecond},
+			{Name: "b", Holder: "h2", Fence: 0, Held: true, TTL: time.Microsecond},
+		}
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Errorf("List: got %+v, want %+v", got, want)
+		}
+	})
+}
+
+func TestClient_Once_args(t *testing.T) {
+	done := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"1"}).AddRow(1) }
+	notDone := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"1"}) }
+	// acquired expects a call that finds no record and takes the lease.
+	acquired := func(e *mockEnv, tok *tokenArg) {
+		e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+		e.expectExec("acquire", acquireArgs("seed", mockHolder, OnceTTL.Microseconds(), tok), okReply(42, 1))
+	}
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		expect  func(e *mockEnv, tok *tokenArg)
+		fnErr   error
+		wantRan bool
+		wantErr []error
+	}{
+		{"runs and records", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(1, 1))
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, nil, true, nil},
+		{"done before", func(e *mockEnv, tok *tokenArg) {
+			e.expectQuery("once_done", []driver.Value{"seed"}, done())
+		}, nil, false, nil},
+		{"done while waiting", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, done())
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, nil, false, nil},
+		{"fn fails: no record", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, boom, true, []error{boom}},
+		{"taken over: record refused", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(0, 1))
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 0))
+		}, nil, true, []error{ErrLockLost, ErrNotHeld}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tt.expect(e, &tokenArg{})
+			ran, err := e.c.Once(t.Context(), "seed", func(context.Context) error { return tt.fnErr })
+			if ran != tt.wantRan {
+				t.Errorf("ran: got %v, want %v", ran, tt.wantRan)
+			}
+			if tt.wantErr == nil && err != nil {
+				t.Errorf("err: got %v, want nil", err)
+			}
+			assertErrIs(t, err, tt.wantErr...)
+			e.done()
+		})
+	}
+}
+
+// A renewal that finds the lease gone ends the keep-alive's contexts with
+// ErrLockLost at once, well before the deadline.
+func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 300_000, tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(300_000, "job", tok), okReply(0, 0))
+	l, err := e.c.TryAcquire(t.Context(), "job", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := l.KeepAlive(t.Context())
+	<-kctx.Done()
+	if left := time.Until(l.ValidUntil()); left < 100*time.Millisecond {
+		t.Errorf("told %v before the lease could expire, want about two thirds of the ttl", left)
+	}
+	assertErrIs(t, context.Cause(kctx), ErrLockLost, ErrNotHeld)
+	if got := e.c.Held(); len(got) != 0 {
+		t.Errorf("Held after loss: got %v, want none", got)
+	}
+	e.done()
+}
+
+// Failed renewals are retried; one that succeeds keeps the contexts alive.
+func TestLock_KeepAlive_failureIsNotLoss(t *testing.T) {
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 300_000, tok), okReply(42, 1))
+	// The first renewal fails after its in-statement retries; the second
+	// succeeds.
+	e.expectExec("refresh", refreshArgs(300_000, "job", tok), append(repeatReply(errReply(errDeadlock), maxTransientAttempts), okReply(1, 1))...)
+	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+	l, err := e.c.TryAcquire(t.Context(), "job", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.ValidUntil()
+	kctx := l.KeepAlive(t.Context())
+	deadline := time.Now().Add(5 * time.Second)
+	for !l.ValidUntil().After(first) {
+		if time.Now().After(deadline) || kctx.Err() != nil {
+			t.Fatalf("no successful renewal; context: %v", context.Cause(kctx))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release: got %v, want nil", err)
+	}
+	if cause := context.Cause(kctx); errors.Is(cause, ErrLockLost) {
+		t.Errorf("cause: got %v, want no loss", cause)
+	}
+	e.done()
+}
+
+func TestRenewBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		ttl      time.Duration
+		failures int
+		want     time.Duration
+	}{
+		{time.Minute, 1, 10 * time.Millisecond},
+		{time.Minute, 3, 40 * time.Millisecond},
+		{time.Minute, 40, 6 * time.Second},
+		{time.Second, 5, 100 * time.Millisecond},
+		{MinTTL, 1, minBackoff},
+	} {
+		if got := renewBackoff(tt.ttl, tt.failures); got != tt.want {
+			t.Errorf("renewBackoff(%v, %d): got %v, want %v", tt.ttl, tt.failures, got, tt.want)
+		}
+	}
+}
+
+func TestDefaultSafetyMargin(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{
+		time.Second: 100 * time.Millisecond,
+		time.Minute: 5 * time.Second,
+		time.Hour:   MaxDefaultSafetyMargin,
+	} {
+		if got := defaultSafetyMargin(ttl); got != want {
+			t.Errorf("defaultSafetyMargin(%v): got %v, want %v", ttl, got, want)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// OnceTTL is the lease [Client.Once] holds on its name while fn runs,
+// renewed by a keep-alive. A runner whose process dies keeps the others
+// waiting for at most this long before one of them takes over.
+const OnceTTL = 15 * time.Second
+
+// errOnceDone stops Once's work when the completion record is found under
+// the lease.
+var errOnceDone = errors.New("sqllock: already done")
+
+// Once runs fn so that it succeeds at most once for name across every
+// replica and restart that share the table, and returns whether this call
+// ran fn. The first caller takes the lease on name (see [OnceTTL]) and runs
+// fn under it, as [Client.Do] does; concurrent callers wait for the lease.
+// When fn returns nil, Once writes a completion record for name (a row of
+// kind 'D') before releasing the lease; from then on every call returns
+// false and nil without running fn. When fn fails, or its runner dies, the
+// next caller holding the lease runs fn again.
+//
+// Once returns fn's error (with ran true), or an error from acquiring,
+// waiting (ctx's error joined with [ErrNotAcquired]) or reading the record.
+// If the lease was taken over while fn ran, the error wraps [ErrLockLost] and
+// no record is written, since the new holder may be running fn too.
+//
+// Between fn's success and the record's commit there is a window: a crash
+// there, or a record that cannot be written (the error then says so), leaves
+// fn to run again by the next caller. fn should therefore be safe to repeat
+// after a success it could not report. Once the record is written, a crash
+// before the release costs only the wait for OnceTTL. To run fn again,
+// delete the record: DELETE FROM table WHERE name = ? AND kind = 'D'.
+func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
+	if fn == nil {
+		return false, errors.New("sqllock: nil func")
+	}
+	if err := checkName(name); err != nil {
+		return false, err
+	}
+	// Most calls come after the record is written: answer them without
+	// waiting for the lease.
+	if done, err := c.onceDone(ctx, name); err != nil || done {
+		return false, err
+	}
+	l, err := c.Acquire(ctx, name, OnceTTL)
+	if err != nil {
+		return false, err
+	}
+	var (
+		readErr  error
+		recorded bool
+	)
+	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context) error {
+		// The runner before us may have written the record, then released.
+		done, err := c.onceDone(ctx, name)
+		if err != nil || done {
+			readErr = err
+			return errOnceDone
+		}
+		ran = true
+		if err := fn(ctx); err != nil {
+			return err
+		}
+		if err := l.recordOnce(ctx); err != nil {
+			return err
+		}
+		recorded = true
+		return nil
+	})
+	switch {
+	case errors.Is(err, errOnceDone):
+		return false, readErr
+	case recorded:
+		// The token-guarded record proves nobody took the lease over while
+		// fn ran, even if the keep-alive gave up on it in the meantime; a
+		// failed release only leaves the lease to expire.
+		return true, nil
+	}
+	return ran, err
+}
+
+// onceDone reports whether name has a completion record.
+func (c *Client) onceDone(ctx context.Context, name string) (bool, error) {
+	op := fmt.Sprintf("once %q", name)
+	st, err := c.stmt(ctx, qOnceDone)
+	if err != nil {
+		return false, c.serverError(op, err)
+	}
+	rows, err := st.QueryContext(ctx, name)
+	if err != nil {
+		return false, c.serverError(op, err)
+	}
+	defer rows.Close()
+	done := rows.Next()
+	if err := rows.Err(); err != nil {
+		return false, c.serverError(op, err)
+	}
+	return done, nil
+}
+
+// recordOnce writes name's completion record, only while the lease row is
+// still ours. It uses a context of its own: fn succeeded, and a caller's
+// context that ended just after must not make it run again.
+func (l *Lock) recordOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	op := fmt.Sprintf("once %q: record completion", l.name)
+	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
+	if err != nil {
+		return l.c.serverError(op, err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("sqllock: %s: %w", op, err)
+	}
+	if id != 1 {
+		return fmt.Errorf("%w: %w: the lease on %q was taken over before fn's success was recorded", ErrLockLost, ErrNotHeld, l.name)
+	}
+	return nil
+}
