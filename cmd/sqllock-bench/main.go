@@ -312,10 +312,15 @@ func (r *results) chart() string {
 	for _, n := range names {
 		top = max(top, r.median(n, "ns/op"))
 	}
-	const (
-		left, barMax, rowH, head = 150, 380, 30, 46
-		width                    = left + barMax + 110
-	)
+	// The label column fits the longest variant name (about 8 px a
+	// character at 13 px), and the right margin fits "1234 µs  1.23×".
+	longest := 0
+	for _, n := range names {
+		longest = max(longest, len(strings.TrimPrefix(n, "Pair/")))
+	}
+	const barMax, rowH, head = 380, 30, 46
+	left := 16 + 8*longest
+	width := left + barMax + 130
 	height := head + rowH*len(names) + 40
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="13">`+"\n", width, height, width, height)
