@@ -363,6 +363,22 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// acquireToken checks an acquire's arguments, before anything is sent, and
+// draws the owner token for it.
+func acquireToken(name string, ttl time.Duration) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return "", err
+	}
+	token, err := newToken()
+	if err != nil {
+		return "", fmt.Errorf("sqllock: token: %w", err)
+	}
+	return token, nil
+}
+
 // TryAcquire makes one attempt to take the lease on name for ttl, measured by
 // the server's clock. It succeeds when the name is free, when its lease has
 // expired (whoever held it), and returns an error wrapping [ErrNotAcquired]
@@ -370,15 +386,9 @@ func checkTTL(ttl time.Duration) error {
 // token. The attempt is one statement; a deadlock or a broken connection is
 // retried a few times with the same token.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(ttl); err != nil {
-		return nil, err
-	}
-	token, err := newToken()
+	token, err := acquireToken(name, ttl)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: token: %w", err)
+		return nil, err
 	}
 	return c.tryAcquire(ctx, name, ttl, token)
 }
@@ -449,15 +459,9 @@ func (c *Client) cleanup(ctx context.Context, name, token string) {
 // processes) learn of a release only when they poll: within the strategy's
 // longest wait.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	if err := checkTTL(ttl); err != nil {
-		return nil, err
-	}
-	token, err := newToken()
+	token, err := acquireToken(name, ttl)
 	if err != nil {
-		return nil, fmt.Errorf("sqllock: token: %w", err)
+		return nil, err
 	}
 	if _, ok := c.retry.Backoff(1); !ok {
 		// A strategy that never retries makes Acquire a TryAcquire; a
