@@ -245,7 +245,10 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	}
 	if !c.checked {
 		var on bool
-		if err := c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on); err != nil {
+		err := retryTransient(ctx, func() error {
+			return c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on)
+		})
+		if err != nil {
 			return nil, fmt.Errorf("check autocommit: %w", err)
 		}
 		if !on {
@@ -253,12 +256,31 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		}
 		c.checked = true
 	}
-	st, err := c.db.PrepareContext(ctx, c.sql[i])
+	var st *sql.Stmt
+	err := retryTransient(ctx, func() (err error) {
+		st, err = c.db.PrepareContext(ctx, c.sql[i])
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
 	c.stmts[i].Store(st)
 	return st, nil
+}
+
+// retryTransient runs f, which changes nothing on the server (a prepare, a
+// read), again while it fails with a broken connection or a rollback, a
+// bounded number of times.
+func retryTransient(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || classify(err) == failedFinal || attempt == maxTransientAttempts {
+			return err
+		}
+		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
+			return errors.Join(err, werr)
+		}
+	}
 }
 
 var errAutocommitOff = errors.New("the session has autocommit off (a DSN's autocommit=0 or the server's default); sqllock's statements must commit on their own")
@@ -293,33 +315,32 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 	if err != nil {
 		return nil, false, err
 	}
-	for attempt := 1; ; attempt++ {
-		res, err = st.ExecContext(ctx, args...)
-		if err == nil {
-			return res, maybeApplied, nil
+	err = retryTransient(ctx, func() error {
+		var err error
+		if res, err = st.ExecContext(ctx, args...); err == nil {
+			return nil
 		}
 		if c.isClosed() {
-			return nil, maybeApplied, ErrClosed
+			return ErrClosed
 		}
 		switch classify(err) {
 		case failedUnknown:
 			maybeApplied = true
-		case failedRolledBack:
-		default:
+		case failedFinal:
 			if ctx.Err() != nil {
-				// The context ended while the statement was on its way:
-				// the driver cut the connection, the outcome is unknown.
+				// A context that ended while the statement was on its
+				// way made the driver cut the connection: the outcome
+				// is unknown. (Never reset: an earlier attempt may also
+				// have been applied.)
 				maybeApplied = true
 			}
-			return nil, maybeApplied, err
 		}
-		if attempt == maxTransientAttempts {
-			return nil, maybeApplied, err
-		}
-		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
-			return nil, maybeApplied, errors.Join(err, werr)
-		}
+		return err
+	})
+	if err != nil {
+		return nil, maybeApplied, err
 	}
+	return res, maybeApplied, nil
 }
 
 // transientBackoff is the pause before retrying a rolled-back or cut

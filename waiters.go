@@ -209,19 +209,20 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 		}
 
 		l, err := c.tryAcquire(ctx, name, ttl, token)
-		switch {
-		case err == nil:
+		if err == nil {
 			ws.acquired(name, q, w, c.retry)
 			return l, nil
-		case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-			// Refused, and the context ended before the answer was read:
-			// the caller must still see its context's error.
+		}
+		// The context is read once: it may end at any moment, and a caller
+		// whose context ended must see its error whatever the answer was.
+		if cerr := ctx.Err(); cerr != nil || !errors.Is(err, ErrNotAcquired) {
 			ws.leave(name, q, w)
-			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
-		case !errors.Is(err, ErrNotAcquired) || ctx.Err() != nil:
-			ws.leave(name, q, w)
+			if cerr != nil && !errors.Is(err, cerr) {
+				return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, cerr)
+			}
 			return nil, err
-		case !ws.refused(name, q, w, c.retry):
+		}
+		if !ws.refused(name, q, w, c.retry) {
 			return nil, err
 		}
 	}
