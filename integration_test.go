@@ -318,7 +318,7 @@ func TestClient_names_byteForByte(t *testing.T) {
 		}
 		// A token that differs only in case is another owner's.
 		l := locks["Job"]
-		forged := &Lock{c: c, name: l.name, token: strings.ToUpper(l.token), validUntil: l.ValidUntil()}
+		forged := newLock(c, l.name, strings.ToUpper(l.token), l.Fence(), l.ttl, l.ValidUntil())
 		wantErrIs(t, forged.Release(ctx), ErrNotHeld)
 		wantErrIs(t, forged.Refresh(ctx, time.Second), ErrNotHeld)
 		for _, n := range names {

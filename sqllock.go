@@ -416,9 +416,11 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 
 func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
 	// Each argument is boxed once (a string or an int64 converted to any
-	// allocates) and the Lock keeps name and token boxed for Refresh and
-	// Release: the statements use them several times, on every call.
-	nameArg, tokenArg, us := any(name), any(token), any(ttl.Microseconds())
+	// allocates), and the Lock, made first, keeps name and token boxed for
+	// Refresh and Release: the statements use them several times.
+	l := newLock(c, name, token, 0, ttl, time.Time{})
+	nameArg, tokenArg := l.keyArgs()
+	us := any(ttl.Microseconds())
 	sent := time.Now()
 	res, maybeApplied, err := c.exec(ctx, qAcquire,
 		nameArg, tokenArg, c.holderArg, us, nameArg,
@@ -446,8 +448,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// while the lease was ours, which only a hand-made change can do.
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
 	}
-	l := &Lock{c: c, name: name, token: token, fence: uint64(id), ttl: ttl, validUntil: sent.Add(ttl),
-		nameArg: nameArg, tokenArg: tokenArg}
+	l.fence, l.validUntil = uint64(id), sent.Add(ttl)
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
 		c.cleanup(ctx, name, token)
@@ -701,14 +702,15 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
 }
 
-// keyArgs returns the name and token as statement arguments, boxed once
-// when the Lock was made by an acquire.
-func (l *Lock) keyArgs() (name, token any) {
-	if l.nameArg == nil {
-		return l.name, l.token
-	}
-	return l.nameArg, l.tokenArg
+// newLock returns the Lock for a lease just acquired.
+func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
+	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
+		nameArg: name, tokenArg: token}
 }
+
+// keyArgs returns the name and token as statement arguments, boxed once
+// when the Lock was made.
+func (l *Lock) keyArgs() (name, token any) { return l.nameArg, l.tokenArg }
 
 // releasedErr is the error of a call on a released Lock.
 func (l *Lock) releasedErr() error {

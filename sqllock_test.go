@@ -1078,7 +1078,7 @@ func TestClient_badInput_noSQL(t *testing.T) {
 		return err
 	}
 	refresh := func(ctx context.Context, e *mockEnv, _ string, ttl time.Duration) error {
-		l := &Lock{c: e.c, name: "job", token: strings.Repeat("a", 32), validUntil: time.Now().Add(time.Hour)}
+		l := newLock(e.c, "job", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
 		return l.Refresh(ctx, ttl)
 	}
 	type tcase struct {
