@@ -869,7 +869,9 @@ func TestLock_Release_retries(t *testing.T) {
 		l, tok := e.acquired("job")
 		e.expectExec("release", releaseArgs("job", tok), reply{rows: 1, delay: time.Minute})
 		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		// Long enough for the statement to be sent on a loaded machine; it
+		// then hangs for a minute, so the context ends while it is in flight.
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 		defer cancel()
 		if err := l.Release(ctx); err == nil {
 			t.Errorf("Release: got nil, want an error")
@@ -1003,7 +1005,7 @@ func TestClient_acquire_cancelledInFlight(t *testing.T) {
 			"TryAcquire, deadline",
 			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryAcquire(ctx, "job", time.Second) },
 			func(t *testing.T) (context.Context, context.CancelFunc) {
-				return context.WithTimeout(t.Context(), 20*time.Millisecond)
+				return context.WithTimeout(t.Context(), 500*time.Millisecond)
 			},
 			context.DeadlineExceeded,
 		},
@@ -1012,12 +1014,15 @@ func TestClient_acquire_cancelledInFlight(t *testing.T) {
 			func(c *Client, ctx context.Context) (*Lock, error) { return c.Acquire(ctx, "job", time.Second) },
 			func(t *testing.T) (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(t.Context())
-				time.AfterFunc(20*time.Millisecond, cancel)
+				time.AfterFunc(500*time.Millisecond, cancel)
 				return ctx, cancel
 			},
 			context.Canceled,
 		},
 	}
+	// The contexts end after 500ms: long enough for the statement to be sent
+	// on a loaded machine, and it then hangs for a minute, so they end while
+	// it is in flight.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
