@@ -44,9 +44,7 @@ func inspect(t testing.TB, c *Client, name string) Info {
 // leaves a live one alone; every call draws a fresh token.
 func TestClient_TryAcquire(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.db, table, WithHolder("a"))
-		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 
 		la := mustAcquire(t, a, "job", 10*time.Second)
@@ -119,11 +117,11 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 }
 
 // twoClients returns two Clients on one fresh table, each with a *sql.DB of
-// its own, as two processes would have.
+// its own, as two processes would have, holding as "a" and "b".
 func (e *testEnv) twoClients(t testing.TB) (a, b *Client) {
 	t.Helper()
 	table := e.newTable(t)
-	return e.client(t, e.db, table), e.client(t, e.openDB(t), table)
+	return e.client(t, e.db, table, WithHolder("a")), e.client(t, e.openDB(t), table, WithHolder("b"))
 }
 
 // openDBWith opens a *sql.DB on the environment's DSN changed by f.

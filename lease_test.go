@@ -316,9 +316,7 @@ func TestClient_Close_releasesHeld(t *testing.T) {
 // Held lists this Client's live leases; List every live lease in the table.
 func TestClient_Held_List(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.db, table, WithHolder("a"))
-		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		if got := a.Held(); len(got) != 0 {
 			t.Fatalf("Held: got %v, want none", got)
