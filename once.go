@@ -35,7 +35,7 @@ var errOnceDone = errors.New("sqllock: already done")
 // fn to run again by the next caller. fn should therefore be safe to repeat
 // after a success it could not report. Once the record is written, a crash
 // before the release costs only the wait for OnceTTL. To run fn again,
-// delete the record: DELETE FROM table WHERE name = ? AND kind = 'D'.
+// call [Client.ResetOnce].
 func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
 	if fn == nil {
 		return false, errors.New("sqllock: nil func")

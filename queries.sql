@@ -142,3 +142,18 @@ SELECT l.name, 'D', l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
 FROM `sqllock` AS l
 WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
 ON DUPLICATE KEY UPDATE `sqllock`.fence = `sqllock`.fence;
+
+-- name: lease
+-- Args: name. The lease row whoever holds it, live or expired, with its
+-- owner token and its name's fence: what Client.ForceRelease deletes, by that
+-- token through release, so a takeover between the two is never deleted.
+SELECT l.owner, l.holder, COALESCE(f.fence, 0), l.expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM `sqllock` AS l
+LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+WHERE l.name = ? AND l.kind = 'L';
+
+-- name: once_reset
+-- Args: name. Affected rows: 1 when Once's completion record was deleted, so
+-- that the next Once runs its function again; 0 when there was none.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'D';

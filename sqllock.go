@@ -46,6 +46,8 @@ const (
 	qList           // lease.go
 	qOnceDone       // once.go
 	qOnceRecord     // once.go
+	qLease          // admin.go
+	qOnceReset      // admin.go
 	numStmts
 )
 
@@ -60,6 +62,8 @@ var stmtNames = [numStmts]string{
 	qList:           "list",
 	qOnceDone:       "once_done",
 	qOnceRecord:     "once_record",
+	qLease:          "lease",
+	qOnceReset:      "once_reset",
 }
 
 // A Client acquires leases on names in one table of one database. It is safe

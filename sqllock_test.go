@@ -297,7 +297,7 @@ var transientErrors = []struct {
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "autocommit", "check", "inspect", "list", "once_done", "once_record", "refresh", "release", "release_at_least"}
+	want := []string{"acquire", "autocommit", "check", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
 	}
@@ -311,7 +311,8 @@ func TestSplitQueries_names(t *testing.T) {
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "autocommit": 0,
-		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2}
+		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
+		"lease": 1, "once_reset": 1}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {

@@ -1,0 +1,123 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/go-sql-driver/mysql"
+)
+
+// ForceRelease frees a name another Client holds and says whose it was; the
+// evicted holder learns of it at its next renewal, and the next holder's
+// fence is still higher.
+func TestClient_ForceRelease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		la := mustAcquire(t, a, "stuck", time.Minute)
+
+		got, err := b.ForceRelease(ctx, "stuck")
+		if err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+		if got.Name != "stuck" || got.Holder != "a" || got.Fence != la.Fence() || !got.Held || got.TTL <= 30*time.Second {
+			t.Fatalf("got %+v, want a's live lease with fence %d", got, la.Fence())
+		}
+		if info := inspect(t, b, "stuck"); info.Held || info.Holder != "" || info.Fence != la.Fence() {
+			t.Fatalf("after: got %+v, want no lease and the fence kept", info)
+		}
+		wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+		lb := mustAcquire(t, b, "stuck", time.Minute)
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("next fence: got %d, want above %d", lb.Fence(), la.Fence())
+		}
+
+		_, err = b.ForceRelease(ctx, "never-taken")
+		wantErrIs(t, err, ErrNotHeld)
+		wantErrIs(t, lb.Release(ctx), nil)
+		_, err = a.ForceRelease(ctx, "stuck")
+		wantErrIs(t, err, ErrNotHeld)
+	})
+}
+
+// An expired lease that nobody took over is released too, reported as not
+// live.
+func TestClient_ForceRelease_expired(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t, WithHolder("gone"))
+		l := mustAcquire(t, c, "lapsed", 20*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		got, err := c.ForceRelease(testCtx(t), "lapsed")
+		if err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+		if got.Holder != "gone" || got.Held || got.TTL != 0 || got.Fence != l.Fence() {
+			t.Fatalf("got %+v, want gone's expired lease", got)
+		}
+	})
+}
+
+// ResetOnce lets Once run its function again.
+func TestClient_ResetOnce(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		runs := 0
+		fn := func(context.Context) error { runs++; return nil }
+		once := func() bool {
+			t.Helper()
+			ran, err := c.Once(ctx, "seed", fn)
+			if err != nil {
+				t.Fatalf("Once: %v", err)
+			}
+			return ran
+		}
+		if reset, err := c.ResetOnce(ctx, "seed"); err != nil || reset {
+			t.Fatalf("before any run: got %v, %v, want false, nil", reset, err)
+		}
+		if !once() || once() {
+			t.Fatalf("Once twice: want it to run the first time only")
+		}
+		if reset, err := c.ResetOnce(ctx, "seed"); err != nil || !reset {
+			t.Fatalf("after a run: got %v, %v, want true, nil", reset, err)
+		}
+		if !once() || runs != 2 {
+			t.Fatalf("after reset: got %d runs, want 2", runs)
+		}
+	})
+}
+
+// A delete whose reply is lost, then retried with nothing left to delete,
+// still reports the lease it released.
+func TestClient_ForceRelease_lostReply(t *testing.T) {
+	e := newMockEnv(t)
+	ctx := context.Background()
+	cols := []string{"owner", "holder", "fence", "live", "us"}
+	e.expectPrepare("lease")
+	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").
+		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte("tok"), "x:1", 77, true, 5_000_000))
+	e.expectExec("release", []driver.Value{"n", "tok"}, errReply(mysql.ErrInvalidConn), okReply(0, 0))
+	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").WillReturnRows(sqlmock.NewRows(cols))
+	got, err := e.c.ForceRelease(ctx, "n")
+	if err != nil || got.Holder != "x:1" || got.Fence != 77 || !got.Held {
+		t.Fatalf("got %+v, %v, want x:1's lease, nil", got, err)
+	}
+	e.done()
+}
+
+// Bad input is refused before anything is sent.
+func TestClient_admin_badName(t *testing.T) {
+	e := newMockEnv(t)
+	ctx := context.Background()
+	if _, err := e.c.ForceRelease(ctx, ""); err == nil || errors.Is(err, ErrNotHeld) {
+		t.Fatalf("ForceRelease(\"\"): got %v, want a bad-name error", err)
+	}
+	if _, err := e.c.ResetOnce(ctx, string(make([]byte, MaxNameLen+1))); err == nil {
+		t.Fatalf("ResetOnce(long name): got nil, want an error")
+	}
+	e.assertNothingPrepared()
+}
