@@ -97,6 +97,14 @@ func (c *Client) TryDo(ctx context.Context, name string, ttl time.Duration, fn f
 type acquireFunc func(ctx context.Context, name string, ttl time.Duration) (*Lock, error)
 
 func (c *Client) do(ctx context.Context, name string, ttl time.Duration, acquire acquireFunc, fn func(context.Context) error, opts []DoOption) error {
+	// In TryAcquire's order, so a bad ttl is named as such, not through the
+	// safety margin derived from it.
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
 	if fn == nil {
 		return errors.New("sqllock: nil func")
 	}

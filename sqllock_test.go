@@ -1087,6 +1087,13 @@ func TestClient_badInput_noSQL(t *testing.T) {
 		l := newLock(e.c, "job", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
 		return l.Refresh(ctx, ttl)
 	}
+	nop := func(context.Context) error { return nil }
+	do := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		return e.c.Do(ctx, name, ttl, nop)
+	}
+	tryDo := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		return e.c.TryDo(ctx, name, ttl, nop)
+	}
 	type tcase struct {
 		name string
 		call call
@@ -1098,7 +1105,7 @@ func TestClient_badInput_noSQL(t *testing.T) {
 	for _, op := range []struct {
 		name string
 		call call
-	}{{"TryAcquire", tryAcquire}, {"Acquire", acquire}} {
+	}{{"TryAcquire", tryAcquire}, {"Acquire", acquire}, {"Do", do}, {"TryDo", tryDo}} {
 		for _, n := range names {
 			tests = append(tests, tcase{fmt.Sprintf("%s name of %d bytes", op.name, len(n.name)), op.call, n.name, time.Second, n.want})
 		}
