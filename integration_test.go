@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -295,6 +296,57 @@ func TestLock_Fence_takeoverPassesFutureFence(t *testing.T) {
 		l := mustAcquire(t, c, "g", 10*time.Second)
 		if l.Fence() != future+1 {
 			t.Fatalf("got fence %d, want %d", l.Fence(), future+1)
+		}
+	})
+}
+
+// Fences are unsigned 64-bit end to end: a fence at or past 2^63, which the
+// driver's insert id carries as a negative int64, is reported as it is, and an
+// acquire that cannot go past the largest fence fails and holds nothing.
+func TestLock_Fence_beyondInt64(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		table := a.table[1 : len(a.table)-1]
+		ctx := testCtx(t)
+		setFence := func(name string, fence uint64) {
+			t.Helper()
+			mustAcquire(t, a, name, time.Minute)
+			if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?", fence, name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const big = uint64(1)<<63 + 5
+		setFence("big", big)
+		l := mustAcquire(t, b, "big", time.Minute)
+		if l.Fence() != big+1 {
+			t.Fatalf("got fence %d, want %d", l.Fence(), big+1)
+		}
+		if got := inspect(t, a, "big"); !got.Held || got.Holder != "b" || got.Fence != big+1 {
+			t.Fatalf("Inspect: got %+v, want b holding fence %d", got, big+1)
+		}
+		infos, err := a.List(ctx)
+		if err != nil || len(infos) != 1 || infos[0].Fence != big+1 {
+			t.Fatalf("List: got %+v, %v, want one lease with fence %d", infos, err, big+1)
+		}
+		_, err = a.TryAcquire(ctx, "big", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if got := inspect(t, a, "big"); !got.Held || got.Holder != "b" || got.Fence != big+1 {
+			t.Fatalf("after a refused acquire: got %+v, want b's lease untouched", got)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+
+		// No fence comes after the largest: the acquire fails and holds nothing.
+		setFence("last", math.MaxUint64)
+		if _, err := b.TryAcquire(ctx, "last", time.Minute); err == nil || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("acquire past the largest fence: got %v, want a server error", err)
+		}
+		if got := inspect(t, a, "last"); got.Held || got.Fence != math.MaxUint64 {
+			t.Fatalf("after the failed acquire: got %+v, want no live lease and fence %d", got, uint64(math.MaxUint64))
 		}
 	})
 }

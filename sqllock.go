@@ -444,15 +444,20 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
 	}
+	// The OK packet carries the insert id unsigned; the driver hands it
+	// over as an int64, negative from 2^63 on.
+	fence := uint64(id)
 	switch {
-	case id == 0:
+	case fence == 0:
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
-	case id <= 2:
+	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
-		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, id)
+		// The lease is ours, under a token nobody will use: give it back.
+		c.cleanup(ctx, name, token)
+		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
 	}
-	l.fence, l.validUntil = uint64(id), sent.Add(ttl)
+	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
 		c.cleanup(ctx, name, token)

@@ -584,11 +584,18 @@ func TestClient_TryAcquire_result(t *testing.T) {
 		{"held, 2 rows", 0, 2, ErrNotAcquired, ""},
 		{"mark 1 came through", 1, 2, nil, "fence row is missing (mark 1)"},
 		{"mark 2 came through", 2, 1, nil, "fence row is missing (mark 2)"},
+		{"fence 2^63", -1 << 63, 2, nil, ""},
+		{"fence 2^64-1", -1, 2, nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
-			e.expectExec("acquire", acquireArgs("job", mockHolder, 10_000_000, &tokenArg{}), okReply(tt.id, tt.rows))
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 10_000_000, tok), okReply(tt.id, tt.rows))
+			if tt.wantMsg != "" {
+				// The lease it took is given back.
+				e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			}
 			before := time.Now()
 			l, err := e.c.TryAcquire(t.Context(), "job", 10*time.Second)
 			after := time.Now()
