@@ -148,7 +148,7 @@ func (l *Lock) finish(ctx, kctx context.Context, minHold time.Duration) error {
 		err = nil // already said by cause
 	case errors.Is(err, ErrNotHeld):
 		// Taken over between the last renewal and the release.
-		err = fmt.Errorf("%w: %w", ErrLockLost, err)
+		err = errorf("%w: %w", ErrLockLost, err)
 	}
 	return errors.Join(cause, err)
 }

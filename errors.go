@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -113,4 +114,64 @@ func isInvalidConn(err error) bool {
 		}
 	}
 	return false
+}
+
+// prefix starts the text of every error the package makes.
+const prefix = "sqllock: "
+
+// errorf returns fmt.Errorf(format, args...) with the text prefixed by
+// "sqllock: " once: an argument that is an error of this package is printed
+// without its own prefix, so wrapping [ErrNotHeld] in [ErrLockLost] reads
+// "sqllock: lock lost: not held: ...", not "sqllock:" twice. errors.Is and
+// errors.As see every %w argument, as with fmt.Errorf. format starts with
+// what comes after the prefix.
+func errorf(format string, args ...any) error {
+	text := make([]any, len(args))
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			a = strings.TrimPrefix(err.Error(), prefix)
+		}
+		text[i] = a
+	}
+	return &prefixedError{
+		msg: prefix + fmt.Sprintf(strings.ReplaceAll(format, "%w", "%v"), text...),
+		err: fmt.Errorf(format, args...),
+	}
+}
+
+// prefixedError is an error made by errorf: its own text, and the
+// fmt.Errorf error that wraps the arguments.
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }
+
+// Server errors that come while connecting, before any statement runs.
+const (
+	erConCount          = 1040 // too many connections
+	erDBAccessDenied    = 1044
+	erAccessDenied      = 1045
+	erBadDB             = 1049
+	erHostIsBlocked     = 1129
+	erHostNotPrivileged = 1130
+	erAccessDeniedNoPwd = 1698
+	erAccountLocked     = 3118
+)
+
+// isConnectError reports whether err came from opening a connection: a
+// refused dial, a wrong password, an unknown database.
+func isConnectError(err error) bool {
+	if n, ok := serverErrno(err); ok {
+		switch n {
+		case erConCount, erDBAccessDenied, erAccessDenied, erBadDB, erHostIsBlocked,
+			erHostNotPrivileged, erAccessDeniedNoPwd, erAccountLocked:
+			return true
+		}
+		return false
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
 }

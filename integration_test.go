@@ -548,6 +548,35 @@ func TestClient_badInput(t *testing.T) {
 	})
 }
 
+// A Client that cannot connect says so, in the words of the step that
+// failed, with "sqllock:" once; the driver's error stays wrapped.
+func TestClient_connectError(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		for _, tc := range []struct {
+			name  string
+			dsn   func(*mysql.Config)
+			errno int // 0: a refused dial
+		}{
+			{"wrong password", func(c *mysql.Config) { c.Passwd = "not-the-password" }, 1045},
+			{"unknown database", func(c *mysql.Config) { c.DBName = "sqllock_no_such_db" }, 1049},
+			{"nothing listening", func(c *mysql.Config) { c.Addr = "127.0.0.1:1" }, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				c := e.client(t, e.openDBWith(t, tc.dsn), "sqllock")
+				_, err := c.TryAcquire(ctx, "x", time.Second)
+				assertPrefixOnce(t, err)
+				if !strings.HasPrefix(err.Error(), `sqllock: acquire "x": connect to the server: `) {
+					t.Errorf("got %q, want it to say that connecting failed", err)
+				}
+				if n, _ := serverErrno(err); n != tc.errno {
+					t.Errorf("got errno %d, want %d", n, tc.errno)
+				}
+			})
+		}
+	})
+}
+
 // A session without autocommit would never commit a lease.
 func TestClient_autocommitOff(t *testing.T) {
 	firstEnv(t, func(t *testing.T, e *testEnv) {

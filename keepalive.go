@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -155,7 +154,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			l.end(ka, fmt.Errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
+			l.end(ka, errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
 				ErrLockLost, l.name, margin, lastErr))
 			l.c.held.remove(l)
 			return
@@ -173,7 +172,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 				deadT.Reset(time.Until(deadline))
 				renewT.Reset(interval)
 			case errors.Is(err, ErrNotHeld):
-				l.end(ka, fmt.Errorf("%w: %w", ErrLockLost, err))
+				l.end(ka, errorf("%w: %w", ErrLockLost, err))
 				l.c.held.remove(l)
 				return
 			default:

@@ -120,7 +120,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 		return fmt.Errorf("sqllock: %s: %w", op, err)
 	}
 	if id != 1 {
-		return fmt.Errorf("%w: %w: the lease on %q was taken over before fn's success was recorded", ErrLockLost, ErrNotHeld, l.name)
+		return errorf("%w: %w: the lease on %q was taken over before fn's success was recorded", ErrLockLost, ErrNotHeld, l.name)
 	}
 	return nil
 }

@@ -253,6 +253,9 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 			return c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on)
 		})
 		if err != nil {
+			if isConnectError(err) {
+				return nil, err // serverError names the step
+			}
 			return nil, fmt.Errorf("check autocommit: %w", err)
 		}
 		if !on {
@@ -266,6 +269,9 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		return err
 	})
 	if err != nil {
+		if isConnectError(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
 	c.stmts[i].Store(st)
@@ -298,12 +304,15 @@ func (c *Client) serverError(op string, err error) error {
 	if n, ok := serverErrno(err); ok {
 		switch n {
 		case erNoSuchTable:
-			return fmt.Errorf("sqllock: %s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
+			return errorf("%s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
 		case erBadField:
-			return fmt.Errorf("sqllock: %s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
+			return errorf("%s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
 		}
 	}
-	return fmt.Errorf("sqllock: %s: %w", op, err)
+	if isConnectError(err) {
+		return errorf("%s: connect to the server: %w", op, err)
+	}
+	return errorf("%s: %w", op, err)
 }
 
 // exec runs statement i, retrying a bounded number of times when the server
@@ -436,7 +445,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 			c.cleanup(ctx, name, token)
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
+			return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
 		}
 		return nil, c.serverError(fmt.Sprintf("acquire %q", name), err)
 	}
@@ -725,7 +734,7 @@ func (l *Lock) keyArgs() (name, token any) { return l.nameArg, l.tokenArg }
 func (l *Lock) releasedErr() error {
 	err := fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
 	if l.c.isClosed() {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return errorf("%w: %w", ErrClosed, err)
 	}
 	return err
 }

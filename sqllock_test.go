@@ -1409,3 +1409,99 @@ func TestNewToken(t *testing.T) {
 		t.Errorf("two tokens: got %q twice, want two different", a)
 	}
 }
+
+// ---------------------------------------------------------------------------
+// Error text
+
+// assertPrefixOnce checks that err reads "sqllock: ..." and says "sqllock:"
+// once per line: a sentinel wrapped in another error or in an operation is
+// not prefixed again.
+func assertPrefixOnce(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got nil, want an error")
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "sqllock: ") {
+		t.Errorf("got %q, want it to start with \"sqllock: \"", msg)
+	}
+	for _, line := range strings.Split(msg, "\n") {
+		if n := strings.Count(line, "sqllock:"); n > 1 {
+			t.Errorf("got %q, which says \"sqllock:\" %d times, want once", line, n)
+		}
+	}
+}
+
+// Every error path says "sqllock:" once per message, and still wraps what
+// it wraps.
+func TestErrors_prefixOnce(t *testing.T) {
+	errAccess := mysqlErr(1045, "28000", "Access denied for user 'app'@'localhost' (using password: YES)")
+	tests := []struct {
+		name string
+		run  func(t *testing.T, e *mockEnv) error
+		is   []error
+		want string
+	}{
+		{"not acquired", func(t *testing.T, e *mockEnv) error {
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, &tokenArg{}), okReply(0, 0))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{ErrNotAcquired}, "not acquired"},
+		{"acquire gave up at the deadline", func(t *testing.T, e *mockEnv) error {
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, &tokenArg{}), okReply(0, 0))
+			e.c.retry = LinearBackoff(time.Hour) // the context ends first
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			_, err := e.c.Acquire(ctx, "job", time.Minute)
+			return err
+		}, []error{ErrNotAcquired, context.DeadlineExceeded}, `acquire "job": not acquired`},
+		{"refresh of a lost lease", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), okReply(0, 0))
+			return l.Refresh(t.Context(), time.Minute)
+		}, []error{ErrNotHeld}, "not held"},
+		{"release after Close", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			if err := e.c.Close(); err != nil {
+				t.Fatalf("Close: got %v, want nil", err)
+			}
+			return l.Release(t.Context())
+		}, []error{ErrClosed, ErrNotHeld}, "client closed: not held"},
+		{"Do that lost its lease", func(t *testing.T, e *mockEnv) error {
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+			return e.c.Do(t.Context(), "job", time.Minute, func(context.Context) error { return nil })
+		}, []error{ErrLockLost, ErrNotHeld}, "lock lost: not held"},
+		{"Once record refused", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("once_record", []driver.Value{"job", tok}, okReply(0, 1))
+			return l.recordOnce(t.Context())
+		}, []error{ErrLockLost, ErrNotHeld}, "lock lost: not held"},
+		{"missing table", func(t *testing.T, e *mockEnv) error {
+			e.expectPrepareError("acquire", errNoSuchTable)
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{errNoSuchTable}, "CreateTable"},
+		{"wrong password", func(t *testing.T, e *mockEnv) error {
+			e.mock.ExpectQuery(queries["autocommit"]).WillReturnError(errAccess)
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{errAccess}, `acquire "job": connect to the server: Error 1045`},
+		{"wrong password at prepare", func(t *testing.T, e *mockEnv) error {
+			e.expectPrepareError("inspect", errAccess)
+			_, err := e.c.Inspect(t.Context(), "job")
+			return err
+		}, []error{errAccess}, `inspect "job": connect to the server: Error 1045`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			err := tt.run(t, e)
+			assertPrefixOnce(t, err)
+			assertErrIs(t, err, tt.is...)
+			assertErrContains(t, err, tt.want)
+		})
+	}
+}

@@ -203,7 +203,7 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 				if errors.Is(err, ErrClosed) {
 					return nil, err
 				}
-				return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, err)
+				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
 			}
 			continue
 		}
@@ -218,7 +218,7 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 		if cerr := ctx.Err(); cerr != nil || !errors.Is(err, ErrNotAcquired) {
 			ws.leave(name, q, w)
 			if cerr != nil && !errors.Is(err, cerr) {
-				return nil, fmt.Errorf("sqllock: acquire %q: %w: %w", name, ErrNotAcquired, cerr)
+				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, cerr)
 			}
 			return nil, err
 		}
