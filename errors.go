@@ -149,6 +149,9 @@ type prefixedError struct {
 func (e *prefixedError) Error() string { return e.msg }
 func (e *prefixedError) Unwrap() error { return e.err }
 
+// erDupEntry is a duplicate key: Once's record is already there.
+const erDupEntry = 1062
+
 // Server errors that come while connecting, before any statement runs.
 const (
 	erConCount          = 1040 // too many connections

@@ -2,13 +2,17 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Real-server tests of the work run under a lease: keep-alive, Do, Check,
@@ -593,6 +597,198 @@ func TestClient_Once_runnerDied(t *testing.T) {
 		wantErrIs(t, dead.Release(ctx), ErrNotHeld)
 		if ran, err := a.Once(ctx, "init", func(context.Context) error { return errors.New("ran twice") }); ran || err != nil {
 			t.Fatalf("Once after success: got %v, %v, want false, nil", ran, err)
+		}
+	})
+}
+
+// readCommitted returns a *sql.DB on the environment's DSN whose sessions
+// run at READ COMMITTED, where a plain read inside a write takes no lock.
+func (e *testEnv) readCommitted(t testing.TB) *sql.DB {
+	t.Helper()
+	variable := "transaction_isolation"
+	if e.server.mariadb {
+		variable = "tx_isolation" // transaction_isolation from MariaDB 11.1
+	}
+	return e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'READ-COMMITTED'") })
+}
+
+// waitForStatements waits until n statements that mention table are running
+// on other sessions, stably: that many are waiting for a row lock.
+func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
+	t.Helper()
+	ctx := testCtx(t)
+	stable := 0
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d statements on %s waiting", n, table), func() bool {
+		var got int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('INSERT INTO `', ?, '`%')", table).Scan(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			stable++
+		} else {
+			stable = 0
+		}
+		time.Sleep(50 * time.Millisecond)
+		return stable >= 3
+	})
+}
+
+// Once writes its record only while the lease row is its own, under READ
+// COMMITTED too, where a plain read of the lease row inside the record's
+// INSERT ... SELECT takes no lock. Here the record's write waits (on a lock
+// of the record's key, held by another session) after the lease lapsed, and
+// another Client comes to take the name over: whatever the order, fn runs
+// once and one call reports it.
+func TestClient_Once_recordOnlyWhileLeaseHeld(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.readCommitted(t), table, WithHolder("a"))
+		b := e.client(t, e.readCommitted(t), table, WithHolder("b"),
+			WithRetry(LinearBackoff(10*time.Millisecond)))
+		ctx := testCtx(t)
+
+		// Another session holds the lock of the record's key until rollback.
+		blocker, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer blocker.Rollback()
+		if _, err := blocker.ExecContext(ctx, "INSERT INTO `"+table+"` VALUES ('job', 'D', 'x', 'blocker', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"); err != nil {
+			t.Fatal(err)
+		}
+
+		var runs atomic.Int32
+		type result struct {
+			who string
+			ran bool
+			err error
+		}
+		results := make(chan result, 2)
+		go func() {
+			ran, err := a.Once(ctx, "job", func(ctx context.Context) error {
+				runs.Add(1)
+				// The lease lapses, as if this process had stalled.
+				_, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'job' AND kind = 'L'")
+				return err
+			})
+			results <- result{"a", ran, err}
+		}()
+		waitForStatements(t, e.db, table, 1) // a's record waits
+		go func() {
+			ran, err := b.Once(ctx, "job", func(context.Context) error {
+				runs.Add(1)
+				return nil
+			})
+			results <- result{"b", ran, err}
+		}()
+		// b waits too: for the lease row, or for the record's key.
+		waitForStatements(t, e.db, table, 2)
+		if err := blocker.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		reported := 0
+		for range 2 {
+			r := <-results
+			if r.ran && r.err == nil {
+				reported++
+			} else if r.ran && !errors.Is(r.err, ErrLockLost) || !r.ran && r.err != nil {
+				t.Errorf("%s: Once returned %v, %v", r.who, r.ran, r.err)
+			}
+		}
+		if reported != 1 || runs.Load() != int32(reported) {
+			t.Fatalf("got %d calls reporting a run and fn run %d times, want 1 and 1", reported, runs.Load())
+		}
+		var owners int
+		if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"` WHERE name = 'job' AND kind = 'D'").Scan(&owners); err != nil || owners != 1 {
+			t.Fatalf("got %d records, %v, want 1", owners, err)
+		}
+	})
+}
+
+// A record written already (an earlier attempt whose reply was lost) counts
+// as written; a lease that is not ours writes none.
+func TestClient_Once_recordRetried(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "job", time.Minute)
+		for i := range 2 {
+			if err := l.recordOnce(ctx); err != nil {
+				t.Fatalf("record, attempt %d: got %v, want nil", i+1, err)
+			}
+		}
+		if ran, err := b.Once(ctx, "job", func(context.Context) error { return errors.New("ran again") }); ran || err != nil {
+			t.Fatalf("Once after the record: got %v, %v, want false, nil", ran, err)
+		}
+
+		lost := mustAcquire(t, a, "lost", 20*time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
+		mustAcquire(t, b, "lost", time.Minute)
+		wantErrIs(t, lost.recordOnce(ctx), ErrLockLost)
+		if done, err := b.onceDone(ctx, "lost"); done || err != nil {
+			t.Fatalf("record of a lost lease: got %v, %v, want none", done, err)
+		}
+	})
+}
+
+// Every statement that writes is safe for statement-based replication: with
+// binlog_format=STATEMENT the server raises no Note 1592 for any of them.
+func TestQueries_statementBinlogSafe(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		conn, err := e.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var logBin bool
+		if err := conn.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&logBin); err != nil {
+			t.Fatal(err)
+		}
+		if !logBin {
+			t.Skip("the server writes no binary log, so it judges no statement unsafe")
+		}
+		if _, err := conn.ExecContext(ctx, "SET SESSION binlog_format = 'STATEMENT'"); err != nil {
+			t.Skipf("cannot set binlog_format here: %v", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION binlog_format = DEFAULT")
+		const tok, us = "0123456789abcdef0123456789abcdef", int64(60_000_000)
+		for _, s := range []struct {
+			q    int
+			args []any
+		}{
+			{qAcquire, []any{"n", tok, "h", us, "n", tok, "h", tok, us}},
+			{qAcquire, []any{"n", tok, "h", us, "n", tok, "h", tok, us}}, // the same owner again
+			{qRefresh, []any{us, "n", tok}},
+			{qCheck, []any{"n", tok}},
+			{qOnceRecord, []any{"n", tok}},
+			{qReleaseAtLeast, []any{us, "n", tok}},
+			{qRelease, []any{"n", tok}},
+		} {
+			if _, err := conn.ExecContext(ctx, c.sql[s.q], s.args...); err != nil {
+				t.Fatalf("%s: %v", stmtNames[s.q], err)
+			}
+			rows, err := conn.QueryContext(ctx, "SHOW WARNINGS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var level, msg string
+				var code int
+				if err := rows.Scan(&level, &code, &msg); err != nil {
+					t.Fatal(err)
+				}
+				if code == 1592 {
+					t.Errorf("%s: got Note 1592 (%s), want none", stmtNames[s.q], msg)
+				}
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
 		}
 	})
 }

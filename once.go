@@ -112,6 +112,11 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
 	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
+	if n, _ := serverErrno(err); n == erDupEntry {
+		// Written by an earlier attempt whose reply was lost: the insert
+		// found our lease row, or it would have had nothing to insert.
+		return nil
+	}
 	if err != nil {
 		return l.c.serverError(op, err)
 	}

@@ -129,19 +129,24 @@ ORDER BY l.name;
 SELECT 1 FROM `sqllock` WHERE name = ? AND kind = 'D';
 
 -- name: once_record
--- Args: name, token. Insert id: 1 when the completion record is in the table
--- (written now, or by an earlier attempt whose reply was lost) and the lease
--- is ours; 0 when the lease is not ours, and then nothing is written. The
--- record is copied from our lease row, so no record is written for a runner
--- whose lease someone took over: that someone runs fn again. The target's
--- columns are qualified in the UPDATE part because the SELECT reads the same
--- table; the assignment changes nothing, so a second attempt is harmless.
+-- Args: name, token. Insert id: 1 when the completion record was written,
+-- 0 when the lease is not ours, and then nothing is written. The record is
+-- copied from our lease row, so no record is written for a runner whose
+-- lease someone took over: that someone runs fn again. FOR UPDATE makes the
+-- read of the lease row a locking read at every isolation level (under READ
+-- COMMITTED a plain read in INSERT ... SELECT takes no lock), so the row is
+-- read as committed and stays ours until the record commits: a takeover
+-- waits for it. A duplicate key (1062) means the record is there already,
+-- written by an earlier attempt whose reply was lost: the SELECT found our
+-- lease row, or there would have been nothing to insert. No ON DUPLICATE KEY
+-- UPDATE: with it, INSERT ... SELECT is unsafe for statement-based
+-- replication (Note 1592); without it, it is safe.
 INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 SELECT l.name, 'D', l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
 FROM `sqllock` AS l
 WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
-ON DUPLICATE KEY UPDATE `sqllock`.fence = `sqllock`.fence;
+FOR UPDATE;
 
 -- name: lease
 -- Args: name. The lease row whoever holds it, live or expired, with its
