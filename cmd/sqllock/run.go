@@ -1,0 +1,335 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sqllock/sqllock"
+)
+
+// Defaults of run's flags.
+const (
+	defaultTTL       = 30 * time.Second
+	defaultKillGrace = 3 * time.Second
+)
+
+type runConfig struct {
+	common
+	wait         time.Duration
+	ttl          time.Duration
+	minHold      time.Duration
+	killGrace    time.Duration
+	conflictCode int
+	verbose      bool
+	name         string
+	argv         []string
+}
+
+// margin is how long before the lease could expire the command is told to
+// stop: the kill grace, plus a tenth of the lease for the kill to land and
+// for the client's clock to run slow of the server's.
+func (c *runConfig) margin() time.Duration { return c.killGrace + c.ttl/10 }
+
+func parseRun(args []string, stderr io.Writer) (*runConfig, bool) {
+	c := &runConfig{}
+	fs := newFlagSet("run", stderr)
+	c.register(fs)
+	fs.DurationVar(&c.wait, "wait", 0, "wait up to `DURATION` for the name when another holds it (default: exit at once)")
+	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "lease `length`; a keep-alive renews it every ttl/3 while the command runs")
+	fs.DurationVar(&c.minHold, "min-hold", 0, "keep the name taken until `DURATION` after it was acquired, even if the command ends sooner")
+	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "on a lost lease, SIGKILL the command this `long` after SIGTERM")
+	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
+	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sqllock run [flags] NAME -- COMMAND [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, false
+	}
+	rest := fs.Args()
+	if len(rest) > 1 && rest[1] == "--" {
+		rest = append(rest[:1:1], rest[2:]...)
+	}
+	bad := func(format string, a ...any) (*runConfig, bool) {
+		fmt.Fprintf(stderr, "sqllock run: "+format+"\n", a...)
+		return nil, false
+	}
+	switch {
+	case len(rest) < 2:
+		return bad("want NAME -- COMMAND [ARGS...], got %q", rest)
+	case c.ttl < time.Second:
+		return bad("--ttl %v is below 1s", c.ttl)
+	case c.wait < 0 || c.minHold < 0 || c.killGrace < 0:
+		return bad("--wait, --min-hold and --kill-grace must not be negative")
+	case c.margin() >= c.ttl/2:
+		return bad("--kill-grace %v does not fit in a %v lease: the command is stopped %v before the lease could expire, which must stay under half the ttl (%v); raise --ttl or lower --kill-grace",
+			c.killGrace, c.ttl, c.margin(), c.ttl/2)
+	case c.conflictCode < 0 || c.conflictCode > 255:
+		return bad("--conflict-exit-code %d is outside 0..255", c.conflictCode)
+	}
+	c.name, c.argv = rest[0], rest[1:]
+	return c, true
+}
+
+// session is the state the signal handler shares with the run.
+type session struct {
+	mu     sync.Mutex
+	pgid   int                     // the child's process group, once started
+	got    os.Signal               // the signal that stopped the run before the child started
+	cancel context.CancelCauseFunc // ends the wait for the lease
+}
+
+// signal forwards sig to the child's process group, or, before there is a
+// child, stops the run.
+func (s *session) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pgid != 0 {
+		_ = syscall.Kill(-s.pgid, sig.(syscall.Signal))
+		return
+	}
+	if s.got == nil {
+		s.got = sig
+		s.cancel(fmt.Errorf("got %v", sig))
+	}
+}
+
+// start starts child in a process group of its own unless a signal came
+// first, in which case it returns that signal.
+func (s *session) start(child *exec.Cmd) (os.Signal, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.got != nil {
+		return s.got, nil
+	}
+	if err := child.Start(); err != nil {
+		return nil, err
+	}
+	s.pgid = child.Process.Pid
+	return nil, nil
+}
+
+// signalled returns the signal that stopped the run before the child
+// started, if one did.
+func (s *session) signalled() os.Signal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got
+}
+
+func (s *session) kill(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_ = syscall.Kill(-s.pgid, sig)
+}
+
+// deadlineRetry is --wait: the Client's default backoff, until a deadline.
+type deadlineRetry struct {
+	deadline time.Time
+	backoff  sqllock.RetryStrategy
+}
+
+func (d *deadlineRetry) Backoff(attempt int) (time.Duration, bool) {
+	left := time.Until(d.deadline)
+	if left <= 0 {
+		return 0, false
+	}
+	wait, _ := d.backoff.Backoff(attempt)
+	return min(wait, left), true
+}
+
+// outcome is what happened to the child.
+type outcome struct {
+	started bool
+	status  int       // its exit status, when it ran
+	signal  os.Signal // the signal that stopped the run before it started
+	lost    error     // the loss that made sqllock kill it
+	ownErr  error     // what stopped sqllock from starting it
+	execErr error     // why it could not start
+}
+
+func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	c, ok := parseRun(args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(stderr, "sqllock: "+format+"\n", a...) }
+	verbose := func(format string, a ...any) {
+		if c.verbose {
+			say(format, a...)
+		}
+	}
+	// A command that cannot run must not take the name from a host where it can.
+	path, err := exec.LookPath(c.argv[0])
+	if err != nil {
+		say("%v", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitNoExec
+	}
+	retry := &deadlineRetry{backoff: sqllock.ExponentialBackoff(sqllock.DefaultRetryMin, sqllock.DefaultRetryMax)}
+	db, client, err := c.open(sqllock.WithRetry(retry))
+	if err != nil {
+		say("%v", err)
+		return exitUsage
+	}
+	defer db.Close()
+	defer client.Close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s := &session{cancel: cancel}
+	go func() {
+		for sig := range sigs {
+			s.signal(sig)
+		}
+	}()
+
+	var out outcome
+	fn := func(lctx context.Context) error {
+		out = c.runChild(lctx, client, s, path, verbose)
+		if out.lost != nil {
+			return out.lost
+		}
+		return out.ownErr
+	}
+	opts := []sqllock.DoOption{sqllock.WithMinHold(c.minHold), sqllock.WithSafetyMargin(c.margin())}
+	start := time.Now()
+	if c.wait > 0 {
+		retry.deadline = start.Add(c.wait)
+		verbose("waiting up to %v for %s", c.wait, c.name)
+		err = client.Do(ctx, c.name, c.ttl, fn, opts...)
+	} else {
+		err = client.TryDo(ctx, c.name, c.ttl, fn, opts...)
+	}
+
+	switch {
+	case out.lost != nil:
+		say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
+		return exitLost
+	case out.started && errors.Is(err, sqllock.ErrLockLost):
+		say("%s finished, but the lease on %s was found lost at release (%v): its work may have overlapped another holder's", quoteArgs(c.argv), c.name, err)
+		return exitLost
+	case out.started:
+		if err != nil {
+			say("%s finished with status %d; releasing the lease on %s failed, it expires on its own: %v", quoteArgs(c.argv), out.status, c.name, err)
+		} else if c.minHold > 0 {
+			verbose("%s stays taken until %v after it was acquired", c.name, c.minHold)
+		} else {
+			verbose("released %s", c.name)
+		}
+		return out.status
+	case out.signal != nil:
+		say("stopped by %v before %s ran", out.signal, quoteArgs(c.argv))
+		return 128 + int(out.signal.(syscall.Signal))
+	case out.execErr != nil:
+		say("%v", out.execErr)
+		if errors.Is(out.execErr, os.ErrNotExist) {
+			return exitNotFound
+		}
+		return exitNoExec
+	case s.signalled() != nil:
+		say("stopped by %v while waiting for %s", s.signalled(), c.name)
+		return 128 + int(s.signalled().(syscall.Signal))
+	case errors.Is(err, sqllock.ErrNotAcquired):
+		say("%s; not running %s", c.held(client, time.Since(start)), quoteArgs(c.argv))
+		return c.conflictCode
+	}
+	say("%s: %v", c.name, err)
+	return exitOwn
+}
+
+// held describes the holder that kept the name from us, for the message.
+func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, ierr := client.Inspect(ctx, c.name)
+	msg := c.name + " is held"
+	if ierr == nil && info.Held {
+		msg = fmt.Sprintf("%s is held by %s (fence %d, %v left)", c.name, info.Holder, info.Fence, roundTTL(info.TTL))
+	}
+	if c.wait > 0 {
+		msg += fmt.Sprintf(" after waiting %v", waited.Round(time.Millisecond))
+	}
+	return msg
+}
+
+// runChild starts the command under the lease and waits for it. When lctx
+// ends because the lease is lost, it sends SIGTERM to the command's process
+// group, and SIGKILL after the kill grace, and returns only once the command
+// has exited: all of it before the lease could expire.
+func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *session, path string, verbose func(string, ...any)) outcome {
+	acquired := time.Now()
+	// The fence row is ours to read while we hold the lease.
+	info, err := client.Inspect(lctx, c.name)
+	if err != nil {
+		return outcome{ownErr: err}
+	}
+	child := exec.Command(path, c.argv[1:]...)
+	child.Args[0] = c.argv[0]
+	child.Env = append(os.Environ(),
+		"SQLLOCK_NAME="+c.name,
+		"SQLLOCK_FENCE="+strconv.FormatUint(info.Fence, 10),
+		"SQLLOCK_HOLDER="+info.Holder)
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.SysProcAttr = childAttr()
+	sig, err := s.start(child)
+	switch {
+	case err != nil:
+		return outcome{execErr: err}
+	case sig != nil:
+		return outcome{signal: sig}
+	}
+	verbose("acquired %s (fence %d, ttl %v) at %s; running %s as pid %d",
+		c.name, info.Fence, c.ttl, acquired.Format(time.RFC3339Nano), quoteArgs(c.argv), child.Process.Pid)
+	done := make(chan struct{})
+	go func() {
+		_ = child.Wait()
+		close(done)
+	}()
+	out := outcome{started: true}
+	select {
+	case <-done:
+	case <-lctx.Done():
+		out.lost = context.Cause(lctx)
+		verbose("lease on %s lost (%v); SIGTERM to process group %d", c.name, out.lost, child.Process.Pid)
+		s.kill(syscall.SIGTERM)
+		grace := time.NewTimer(c.killGrace)
+		select {
+		case <-done:
+			grace.Stop()
+		case <-grace.C:
+			verbose("SIGKILL to process group %d after %v", child.Process.Pid, c.killGrace)
+			s.kill(syscall.SIGKILL)
+			<-done
+		}
+		// Whatever the command left behind in its group goes too.
+		s.kill(syscall.SIGKILL)
+	}
+	out.status = exitStatus(child.ProcessState)
+	verbose("%s exited with status %d after %v", quoteArgs(c.argv), out.status, time.Since(acquired).Round(time.Millisecond))
+	return out
+}
+
+// exitStatus is the status a shell would report: 128+N for a signal.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
