@@ -41,7 +41,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 			return prev, nil // that delete went through
 		}
 		if owner == "" {
-			return Info{}, fmt.Errorf("%w: %q has no lease to release", ErrNotHeld, name)
+			return Info{}, errorf("%w: %q has no lease to release", ErrNotHeld, name)
 		}
 		res, maybeApplied, err := c.exec(ctx, qRelease, name, owner)
 		if maybeApplied {
@@ -51,7 +51,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 			return Info{}, c.serverError(op, err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return Info{}, fmt.Errorf("sqllock: %s: %w", op, err)
+			return Info{}, errorf("%s: %w", op, err)
 		} else if n == 1 {
 			// A waiter in this Client may take the name now.
 			c.waiters.kick(name)
@@ -59,7 +59,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 		}
 		// Released or taken over since the read: look again.
 	}
-	return Info{}, fmt.Errorf("sqllock: %s: the lease changed hands %d times while being released; try again", op, forceReleaseAttempts)
+	return Info{}, errorf("%s: the lease changed hands %d times while being released; try again", op, forceReleaseAttempts)
 }
 
 // lease reads the lease row of name with its owner token; owner is empty
@@ -101,7 +101,7 @@ func (c *Client) ResetOnce(ctx context.Context, name string) (bool, error) {
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("sqllock: reset once %q: %w", name, err)
+		return false, errorf("reset once %q: %w", name, err)
 	}
 	return n == 1, nil
 }
