@@ -59,6 +59,7 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 	observe := func(holder string) {
 		if holder != "" && holder != leader {
 			leader = holder
+			c.log.Info("sqllock: new leader", "name", name, "holder", holder)
 			if cb.OnNewLeader != nil {
 				cb.OnNewLeader(holder)
 			}
@@ -73,12 +74,14 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			return err
 		}
 		observe(c.holder)
-		// Release errors do not matter here: the lease then expires.
-		_ = l.run(ctx, doConfig{margin: defaultSafetyMargin(ttl)}, func(lctx context.Context) error {
+		c.log.Info("sqllock: took the lead", "name", name, "fence", l.fence)
+		// A failed release only leaves the lease to expire; err is logged.
+		err = l.run(ctx, doConfig{margin: defaultSafetyMargin(ttl)}, func(lctx context.Context) error {
 			cb.OnStartedLeading(lctx)
 			<-lctx.Done()
 			return nil
 		})
+		c.log.Info("sqllock: stepped down", "name", name, "fence", l.fence, "err", err)
 		if cb.OnStoppedLeading != nil {
 			cb.OnStoppedLeading()
 		}
@@ -99,7 +102,9 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 			return l, nil
 		case ctx.Err() != nil:
 			return nil, err
-		case errors.Is(err, ErrNotAcquired), classify(err) != failedFinal:
+		case errors.Is(err, ErrNotAcquired):
+		case classify(err) != failedFinal:
+			c.log.Warn("sqllock: campaign attempt failed; trying again", "name", name, "err", err)
 		default:
 			return nil, err
 		}

@@ -154,8 +154,10 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			l.end(ka, errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
-				ErrLockLost, l.name, margin, lastErr))
+			cause := errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
+				ErrLockLost, l.name, margin, lastErr)
+			l.end(ka, cause)
+			l.logLost(cause)
 			l.c.held.remove(l)
 			return
 		case <-renewT.C:
@@ -172,12 +174,15 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 				deadT.Reset(time.Until(deadline))
 				renewT.Reset(interval)
 			case errors.Is(err, ErrNotHeld):
-				l.end(ka, errorf("%w: %w", ErrLockLost, err))
+				cause := errorf("%w: %w", ErrLockLost, err)
+				l.end(ka, cause)
+				l.logLost(cause)
 				l.c.held.remove(l)
 				return
 			default:
 				// Not proof of loss: try again soon, until the deadline.
 				failures, lastErr = failures+1, err
+				l.logRenewFailed(failures, err)
 				renewT.Reset(renewBackoff(l.ttl, failures))
 			}
 		}

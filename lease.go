@@ -99,7 +99,9 @@ func (c *Client) releaseHeld() error {
 	var errs []error
 	for l := range locks {
 		cause := fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.name)
-		if err := l.release(ctx, 0, cause); err != nil && !errors.Is(err, ErrNotHeld) {
+		err := l.release(ctx, 0, cause)
+		l.logClosed(err)
+		if err != nil && !errors.Is(err, ErrNotHeld) {
 			errs = append(errs, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -77,6 +78,7 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
+	log       *slog.Logger // logging.go
 
 	sql   [numStmts]string // statement text with the table name in place
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
@@ -150,6 +152,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		holder:   defaultHolder(),
 		retry:    ExponentialBackoff(DefaultRetryMin, DefaultRetryMax),
 		closedCh: make(chan struct{}),
+		log:      discardLogger,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -339,6 +342,9 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 		switch classify(err) {
 		case failedUnknown:
 			maybeApplied = true
+			c.logRetry(ctx, stmtNames[i], args, err)
+		case failedRolledBack:
+			c.logRetry(ctx, stmtNames[i], args, err)
 		case failedFinal:
 			if ctx.Err() != nil {
 				// A context that ended while the statement was on its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -183,7 +184,14 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitNoExec
 	}
 	retry := &deadlineRetry{backoff: sqllock.ExponentialBackoff(sqllock.DefaultRetryMin, sqllock.DefaultRetryMax)}
-	db, client, err := c.open(sqllock.WithRetry(retry))
+	// Renewal failures and loss are worth a line in cron's mail; -v adds
+	// the retries.
+	level := slog.LevelWarn
+	if c.verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	db, client, err := c.open(sqllock.WithRetry(retry), sqllock.WithLogger(logger))
 	if err != nil {
 		say("%v", err)
 		return exitUsage

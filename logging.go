@@ -1,0 +1,60 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// WithLogger makes the Client report to l what a service would want to know
+// and could not see otherwise: statements retried after a deadlock or a
+// broken connection (Debug), keep-alive renewals that failed (Warn), leases
+// lost while work ran under them (Error), [Client.Elect]'s failed attempts
+// (Warn) and changes of lead (Info), and the leases [Client.Close] released
+// (Info, Warn when a release failed). Nothing is logged at Info or above for
+// an operation that succeeds. Every record carries the lock's name under
+// "name". The default, and a nil l, logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Client) error {
+		if l == nil {
+			l = discardLogger
+		}
+		c.log = l
+		return nil
+	}
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// logRetry reports a statement that failed in a way that is retried.
+func (c *Client) logRetry(ctx context.Context, stmt string, args []any, err error) {
+	name, _ := args[0].(string) // most statements start with the name
+	if stmt == stmtNames[qRefresh] || stmt == stmtNames[qReleaseAtLeast] {
+		name, _ = args[1].(string)
+	}
+	c.log.DebugContext(ctx, "sqllock: statement failed; retrying", "name", name, "statement", stmt, "err", err)
+}
+
+// logRenewFailed reports a keep-alive renewal that failed without proof
+// of loss; the keep-alive tries again.
+func (l *Lock) logRenewFailed(failures int, err error) {
+	l.c.log.Warn("sqllock: lease renewal failed; retrying", "name", l.name, "fence", l.fence, "failures", failures, "err", err)
+}
+
+// logLost reports a lease the keep-alive gave up for lost.
+func (l *Lock) logLost(cause error) {
+	l.c.log.Error("sqllock: lease lost", "name", l.name, "fence", l.fence, "err", cause)
+}
+
+// logClosed reports a lease Close released, or failed to.
+func (l *Lock) logClosed(err error) {
+	switch {
+	case errors.Is(err, ErrNotHeld):
+		l.c.log.Warn("sqllock: Close found lease lost already", "name", l.name, "fence", l.fence, "err", err)
+		return
+	case err != nil:
+		l.c.log.Warn("sqllock: Close could not release lease; it expires on its own", "name", l.name, "fence", l.fence, "err", err)
+		return
+	}
+	l.c.log.Info("sqllock: Close released lease", "name", l.name, "fence", l.fence)
+}
