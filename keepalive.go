@@ -31,6 +31,10 @@ type keepAlive struct {
 	stop     chan struct{} // closed by stopKeepAlive
 	stopOnce sync.Once
 	done     chan struct{} // closed when the goroutine has exited
+	// moved is signalled when the Lock's validUntil changes, so that the
+	// goroutine moves its deadline: a shorter Refresh moves it in.
+	moved  chan struct{}
+	margin time.Duration
 
 	stopCause error // why stop was closed; set before closing it
 	cause     error // why the contexts ended; nil while they run
@@ -55,8 +59,11 @@ type keepAlive struct {
 // its way. The server cannot let another owner in before then, unless the
 // client's clock runs slower than the server's by more than the margin over
 // one lease. When the Lock is released, the cause wraps [ErrNotHeld]; when
-// its Client is closed, [ErrClosed]. Every call returns a new context; all of
-// them end together.
+// its Client is closed, [ErrClosed]. Once a release has started (by
+// [Lock.Release], the end of [Client.Do] or [Client.Close]), KeepAlive
+// returns a context that has ended. A [Lock.Refresh] moves the deadline to
+// follow the lease it leaves, shorter or longer. Every call returns a new
+// context; all of them end together.
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
 }
@@ -68,12 +75,16 @@ func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Cont
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case l.endCause != nil:
+		cancel(l.endCause)
+		return kctx
 	case l.released:
 		cancel(l.releasedErr())
 		return kctx
 	case l.ka == nil:
-		l.ka = &keepAlive{stop: make(chan struct{}), done: make(chan struct{})}
-		go l.renew(context.WithoutCancel(ctx), l.ka, margin)
+		l.ka = &keepAlive{stop: make(chan struct{}), done: make(chan struct{}),
+			moved: make(chan struct{}, 1), margin: margin}
+		go l.renew(context.WithoutCancel(ctx), l.ka)
 	}
 	if l.ka.cause != nil {
 		cancel(l.ka.cause)
@@ -83,23 +94,45 @@ func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Cont
 	return kctx
 }
 
-// stopKeepAlive ends the keep-alive, if one runs, and waits for its goroutine
-// to exit. Its contexts end with cause, or with "released" if cause is nil.
-func (l *Lock) stopKeepAlive(cause error) {
-	l.mu.Lock()
-	ka := l.ka
-	l.mu.Unlock()
+// stopKeepAlive ends the keep-alive ka, if one runs, and waits for its
+// goroutine to exit. Its contexts end with the Lock's endCause.
+func (l *Lock) stopKeepAlive(ka *keepAlive) {
 	if ka == nil {
 		return
 	}
-	if cause == nil {
-		cause = l.releasedErr()
-	}
+	l.mu.Lock()
+	cause := l.endCause
+	l.mu.Unlock()
 	ka.stopOnce.Do(func() {
 		ka.stopCause = cause
 		close(ka.stop)
 	})
 	<-ka.done
+}
+
+// setValidUntil records when the lease could expire at the earliest and
+// moves the keep-alive's deadline to follow. A deadline already passed ends
+// the keep-alive's contexts before setValidUntil returns. l.mu must be held.
+func (l *Lock) setValidUntil(t time.Time) {
+	l.validUntil = t
+	ka := l.ka
+	if ka == nil || ka.cause != nil {
+		return
+	}
+	if !time.Now().Before(t.Add(-ka.margin)) {
+		l.endLocked(ka, l.expiringErr(ka.margin, nil))
+	}
+	select {
+	case ka.moved <- struct{}{}:
+	default: // a signal is pending; the goroutine reads validUntil afresh
+	}
+}
+
+// expiringErr is the cause of a keep-alive that ends because the lease may
+// expire within margin.
+func (l *Lock) expiringErr(margin time.Duration, lastErr error) error {
+	return errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
+		ErrLockLost, l.name, margin, lastErr)
 }
 
 // lost reports whether the keep-alive has given the lease up for lost.
@@ -113,6 +146,11 @@ func (l *Lock) lost() bool {
 func (l *Lock) end(ka *keepAlive, cause error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.endLocked(ka, cause)
+}
+
+// endLocked is end with l.mu held.
+func (l *Lock) endLocked(ka *keepAlive, cause error) {
 	if ka.cause != nil {
 		return
 	}
@@ -126,13 +164,14 @@ func (l *Lock) end(ka *keepAlive, cause error) {
 // renew is the keep-alive goroutine. Renewals run in a goroutine of their
 // own, which renew waits for, so that the deadline fires on time even while
 // a renewal hangs on a dead connection.
-func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) {
+func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	defer close(ka.done)
 	interval := l.ttl / 3
 	attemptTimeout := l.ttl / 4
-	deadline := l.ValidUntil().Add(-margin)
+	deadline := l.ValidUntil().Add(-ka.margin)
 	deadT := time.NewTimer(time.Until(deadline))
 	defer deadT.Stop()
+	renewAt := time.Now().Add(interval)
 	renewT := time.NewTimer(interval)
 	defer renewT.Stop()
 
@@ -154,12 +193,20 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			cause := errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
-				ErrLockLost, l.name, margin, lastErr)
+			cause := l.expiringErr(ka.margin, lastErr)
 			l.end(ka, cause)
 			l.logLost(cause)
 			l.c.held.remove(l)
 			return
+		case <-ka.moved:
+			deadline = l.ValidUntil().Add(-ka.margin)
+			deadT.Reset(time.Until(deadline))
+			// A shorter lease is renewed sooner: halfway to the new
+			// deadline, if that comes before the renewal planned.
+			if soon := time.Now().Add(time.Until(deadline) / 2); inFlight == nil && soon.Before(renewAt) {
+				renewAt = soon
+				renewT.Reset(time.Until(renewAt))
+			}
 		case <-renewT.C:
 			ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
 			inFlight = cancel
@@ -167,12 +214,12 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 		case err := <-results:
 			inFlight()
 			inFlight = nil
+			next := interval
 			switch {
 			case err == nil:
 				failures, lastErr = 0, nil
-				deadline = l.ValidUntil().Add(-margin)
+				deadline = l.ValidUntil().Add(-ka.margin)
 				deadT.Reset(time.Until(deadline))
-				renewT.Reset(interval)
 			case errors.Is(err, ErrNotHeld):
 				cause := errorf("%w: %w", ErrLockLost, err)
 				l.end(ka, cause)
@@ -183,8 +230,10 @@ func (l *Lock) renew(base context.Context, ka *keepAlive, margin time.Duration) 
 				// Not proof of loss: try again soon, until the deadline.
 				failures, lastErr = failures+1, err
 				l.logRenewFailed(failures, err)
-				renewT.Reset(renewBackoff(l.ttl, failures))
+				next = renewBackoff(l.ttl, failures)
 			}
+			renewAt = time.Now().Add(next)
+			renewT.Reset(next)
 		}
 	}
 }

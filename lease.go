@@ -10,8 +10,13 @@ import (
 	"time"
 )
 
-// closeTimeout bounds the releases Close sends, all of them together.
+// closeTimeout bounds Close: the releases it sends, all of them together,
+// and then the closing of its statements.
 const closeTimeout = 5 * time.Second
+
+// closeParallel is how many releases Close sends at once, so that one
+// stuck on a dead connection does not hold up the others.
+const closeParallel = 8
 
 // held is a Client's registry of the Locks it acquired and has not released,
 // for Held and Close. A Lock leaves it when it is released or lost; a Lock
@@ -84,27 +89,36 @@ func (c *Client) Held() []string {
 }
 
 // releaseHeld takes every registered Lock, so that no more can register,
-// and releases each, its keep-alive's contexts ending with [ErrClosed].
-func (c *Client) releaseHeld() error {
+// and releases each within ctx, its keep-alive's contexts ending with
+// [ErrClosed].
+func (c *Client) releaseHeld(ctx context.Context) error {
 	c.held.mu.Lock()
 	c.held.closing = true
 	locks := c.held.locks
 	c.held.locks = nil
 	c.held.mu.Unlock()
-	if len(locks) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
-	defer cancel()
-	var errs []error
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, closeParallel)
+	)
 	for l := range locks {
-		cause := fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.name)
-		err := l.release(ctx, 0, cause)
-		l.logClosed(err)
-		if err != nil && !errors.Is(err, ErrNotHeld) {
-			errs = append(errs, err)
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cause := fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.name)
+			err := l.release(ctx, 0, cause)
+			l.logClosed(err)
+			if err != nil && !errors.Is(err, ErrNotHeld) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -52,15 +52,16 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	if err != nil {
 		return false, err
 	}
-	var (
-		readErr  error
-		recorded bool
-	)
+	var recorded bool
 	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context) error {
 		// The runner before us may have written the record, then released.
+		// A read that fails comes back joined with what ended the lease, if
+		// that is what cut it (Close, a loss).
 		done, err := c.onceDone(ctx, name)
-		if err != nil || done {
-			readErr = err
+		if err != nil {
+			return err
+		}
+		if done {
 			return errOnceDone
 		}
 		ran = true
@@ -75,7 +76,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	})
 	switch {
 	case errors.Is(err, errOnceDone):
-		return false, readErr
+		return false, nil
 	case recorded:
 		// The token-guarded record proves nobody took the lease over while
 		// fn ran, even if the keep-alive gave up on it in the meantime; a

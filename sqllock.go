@@ -85,13 +85,29 @@ type Client struct {
 
 	waiters waiters // Acquire calls waiting for a name (waiters.go)
 
-	mu        sync.Mutex // guards preparing, checked and closed
-	checked   bool       // autocommit was found on
-	closed    bool
-	closedCh  chan struct{}
-	closeOnce sync.Once
+	// mu guards the fields below it. It is never held across a call to
+	// the server: a call stuck on a dead connection must not hold up
+	// others, which wait only as long as their own contexts allow.
+	mu           sync.Mutex
+	checked      bool                     // autocommit was found on
+	prepares     [numStmts]*prepareFlight // prepares under way
+	closed       bool                     // the statements are closed; no more are prepared
+	closeStarted bool
+	closeErr     error // Close's result, set before closeDone is closed
+
+	closing   chan struct{} // closed when Close starts
+	closeDone chan struct{} // closed when Close has finished
 
 	held held // the Locks to release on Close; lease.go
+}
+
+// A prepareFlight is one prepare of a statement under way. Every caller
+// that needs the statement waits for it, each as long as its own context
+// allows; st and err are set when done is closed.
+type prepareFlight struct {
+	done chan struct{}
+	st   *sql.Stmt
+	err  error
 }
 
 // An Option configures a Client in [New].
@@ -147,12 +163,13 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		return nil, errors.New("sqllock: nil *sql.DB")
 	}
 	c := &Client{
-		db:       db,
-		table:    "`" + DefaultTable + "`",
-		holder:   defaultHolder(),
-		retry:    ExponentialBackoff(DefaultRetryMin, DefaultRetryMax),
-		closedCh: make(chan struct{}),
-		log:      discardLogger,
+		db:        db,
+		table:     "`" + DefaultTable + "`",
+		holder:    defaultHolder(),
+		retry:     ExponentialBackoff(DefaultRetryMin, DefaultRetryMax),
+		closing:   make(chan struct{}),
+		closeDone: make(chan struct{}),
+		log:       discardLogger,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -201,56 +218,141 @@ func (c *Client) CreateTable(ctx context.Context) error {
 // close the *sql.DB. It returns the errors of releases that failed other than
 // with [ErrNotHeld]; such a lease expires on its own. A lease acquired while
 // Close runs is released at once, and its acquire returns [ErrClosed]. Calls
-// after Close return [ErrClosed].
+// after Close starts return [ErrClosed].
+//
+// Close makes one pass, however many goroutines call it: a call made while
+// the pass runs, or after it, waits for it and returns its result. The pass
+// gives the releases a few seconds in all; a release stuck on a dead
+// connection is then abandoned, and its lease expires on its own.
 func (c *Client) Close() error {
 	c.mu.Lock()
-	closed := c.closed
+	if c.closeStarted {
+		c.mu.Unlock()
+		<-c.closeDone
+		return c.closeErr
+	}
+	c.closeStarted = true
+	close(c.closing)
 	c.mu.Unlock()
-	if closed {
-		return nil
-	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
 	// The statements stay open until the leases are released.
-	relErr := c.releaseHeld()
+	err := c.releaseHeld(ctx)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return relErr
-	}
-	c.closed = true
-	close(c.closedCh)
-	errs := []error{relErr}
-	for i := range c.stmts {
-		if st := c.stmts[i].Swap(nil); st != nil {
-			errs = append(errs, st.Close())
-		}
-	}
-	return errors.Join(errs...)
+	c.closed = true // a prepare that ends from now on closes its statement
+	c.mu.Unlock()
+	c.closeStmts(ctx)
+	c.closeErr = err
+	close(c.closeDone)
+	return err
 }
 
+// closeStmts closes the Client's statements. database/sql makes closing a
+// statement wait for the executions of it under way, and one may hang on a
+// dead connection until its context ends: so each statement is closed on a
+// goroutine of its own, and closeStmts waits for them only until ctx ends.
+// (Closing a *sql.Stmt that was prepared reports no error.)
+func (c *Client) closeStmts(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := range c.stmts {
+		if st := c.stmts[i].Swap(nil); st != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = st.Close()
+			}()
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// isClosed reports whether Close has started.
 func (c *Client) isClosed() bool {
 	select {
-	case <-c.closedCh:
+	case <-c.closing:
 		return true
 	default:
 		return false
 	}
 }
 
-// stmt returns statement i, preparing it on first use. The first use also
-// checks that the session commits on its own.
-func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
-	if st := c.stmts[i].Load(); st != nil {
-		return st, nil
-	}
+// stmtsClosed reports whether Close has closed the statements.
+func (c *Client) stmtsClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
+	return c.closed
+}
+
+// stmt returns statement i, preparing it on first use. The first use also
+// checks that the session commits on its own. Callers that need a statement
+// another caller is preparing wait for that prepare, as long as ctx allows;
+// if the preparing caller's context ends first, a waiter prepares it anew.
+func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
+	for {
+		if st := c.stmts[i].Load(); st != nil {
+			return st, nil
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		f := c.prepares[i]
+		lead := f == nil
+		if lead {
+			f = &prepareFlight{done: make(chan struct{})}
+			c.prepares[i] = f
+		}
+		c.mu.Unlock()
+		if lead {
+			c.prepare(ctx, i, f)
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if f.err != nil && !lead && isContextErr(f.err) {
+			continue // the preparing caller gave up; ours is still live
+		}
+		return f.st, f.err
 	}
-	if st := c.stmts[i].Load(); st != nil {
-		return st, nil
+}
+
+// prepare runs the prepare flight f of statement i and publishes its result.
+func (c *Client) prepare(ctx context.Context, i int, f *prepareFlight) {
+	st, err := c.prepareStmt(ctx, i)
+	c.mu.Lock()
+	c.prepares[i] = nil
+	closed := c.closed
+	if err == nil && !closed {
+		c.stmts[i].Store(st)
 	}
-	if !c.checked {
+	c.mu.Unlock()
+	if err == nil && closed {
+		// Close finished while this prepare ran: nobody else will close it.
+		_ = st.Close()
+		st, err = nil, ErrClosed
+	}
+	f.st, f.err = st, err
+	close(f.done)
+}
+
+// prepareStmt checks autocommit, the first time, and prepares statement i.
+func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
+	c.mu.Lock()
+	checked := c.checked
+	c.mu.Unlock()
+	if !checked {
 		var on bool
 		err := retryTransient(ctx, func() error {
 			return c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on)
@@ -264,7 +366,9 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		if !on {
 			return nil, errAutocommitOff
 		}
+		c.mu.Lock()
 		c.checked = true
+		c.mu.Unlock()
 	}
 	var st *sql.Stmt
 	err := retryTransient(ctx, func() (err error) {
@@ -277,8 +381,11 @@ func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		}
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
-	c.stmts[i].Store(st)
 	return st, nil
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // retryTransient runs f, which changes nothing on the server (a prepare, a
@@ -336,9 +443,6 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 		if res, err = st.ExecContext(ctx, args...); err == nil {
 			return nil
 		}
-		if c.isClosed() {
-			return ErrClosed
-		}
 		switch classify(err) {
 		case failedUnknown:
 			maybeApplied = true
@@ -353,6 +457,9 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 				// have been applied.)
 				maybeApplied = true
 			}
+		}
+		if c.stmtsClosed() {
+			return ErrClosed // "sql: statement is closed", or a retry would say so
 		}
 		return err
 	})
@@ -434,6 +541,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 }
 
 func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
 	// Each argument is boxed once (a string or an int64 converted to any
 	// allocates), and the Lock, made first, keeps name and token boxed for
 	// Refresh and Release: the statements use them several times.
@@ -481,12 +591,21 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 	return l, nil
 }
 
-// cleanup deletes the row an unknown-outcome acquire may have written, with
-// a context of its own: the caller's has ended.
+// cleanup deletes the row an unknown-outcome acquire may have written, or
+// the lease of an acquire that lost the race with Close, with a context of
+// its own: the caller's may have ended.
 func (c *Client) cleanup(ctx context.Context, name, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	_, _, _ = c.exec(ctx, qRelease, name, token)
+	if _, _, err := c.exec(ctx, qRelease, name, token); !errors.Is(err, ErrClosed) {
+		return
+	}
+	// Close has closed the statements, or this Client never prepared the
+	// release; the *sql.DB is still open: send the release unprepared.
+	_ = retryTransient(ctx, func() error {
+		_, err := c.db.ExecContext(ctx, c.sql[qRelease], name, token)
+		return err
+	})
 }
 
 // Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
@@ -575,7 +694,10 @@ type Lock struct {
 
 	nameArg, tokenArg any // name and token boxed once, as statement arguments
 
-	refreshMu sync.Mutex // one Refresh at a time, so validUntil follows the server
+	// refreshing holds a token while a Refresh runs: one at a time, so that
+	// validUntil follows the server, and a Refresh waiting for another
+	// gives up when its context ends.
+	refreshing chan struct{}
 
 	mu sync.Mutex
 	// validUntil is when the lease could expire at the earliest, on this
@@ -584,9 +706,23 @@ type Lock struct {
 	// later instant, so the lease is ours at least until then.
 	validUntil time.Time
 	released   bool
+	// endCause is set when the first release starts (by Release, Do's end
+	// or Close), before its statement is sent: from then on no keep-alive
+	// runs, and a KeepAlive's context ends with it at once.
+	endCause error
+	// releasing is the release under way, which other release calls wait
+	// for and share the result of.
+	releasing *releaseFlight
 	// releaseUnknown: a Release failed in a way that may have deleted the row.
 	releaseUnknown bool
 	ka             *keepAlive // started by the first KeepAlive; keepalive.go
+}
+
+// A releaseFlight is one release of a Lock under way; err is set when done
+// is closed.
+type releaseFlight struct {
+	done chan struct{}
+	err  error
 }
 
 // Name returns the name the lease is on.
@@ -616,7 +752,9 @@ func (l *Lock) ValidUntil() time.Time {
 // if it is still ours and has not expired. It returns an error wrapping
 // [ErrNotHeld] when the lease is gone; any other error (network, server,
 // context) means the outcome is unknown, not that the lease is lost, and
-// Refresh may be called again.
+// Refresh may be called again. Refreshes of one Lock run one at a time; one
+// waiting for another gives up when ctx ends. A keep-alive follows the lease
+// a Refresh leaves: see [Lock.KeepAlive].
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -627,8 +765,12 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if released {
 		return l.releasedErr()
 	}
-	l.refreshMu.Lock()
-	defer l.refreshMu.Unlock()
+	select {
+	case l.refreshing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("sqllock: refresh %q: %w", l.name, ctx.Err())
+	}
+	defer func() { <-l.refreshing }()
 	sent := time.Now()
 	name, token := l.keyArgs()
 	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), name, token)
@@ -636,7 +778,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.
 		l.mu.Lock()
-		l.validUntil = minTime(l.validUntil, sent.Add(ttl))
+		l.setValidUntil(minTime(l.validUntil, sent.Add(ttl)))
 		l.mu.Unlock()
 		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
 	}
@@ -651,7 +793,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
 	}
 	l.mu.Lock()
-	l.validUntil = sent.Add(ttl)
+	l.setValidUntil(sent.Add(ttl))
 	l.mu.Unlock()
 	return nil
 }
@@ -664,7 +806,10 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // took is released without error: nobody else held the name in between.
 // After any other error the outcome is unknown and Release may be called
 // again. First it stops the Lock's keep-alive, if one runs, ending its
-// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit.
+// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit. A
+// Release called while another release of the Lock runs (another Release,
+// or [Client.Close]) sends nothing: it waits for that one, as long as ctx
+// allows, and returns its result.
 func (l *Lock) Release(ctx context.Context) error {
 	return l.release(ctx, 0, nil)
 }
@@ -672,16 +817,49 @@ func (l *Lock) Release(ctx context.Context) error {
 // release ends the Lock's keep-alive, if it runs, with cause (nil: the Lock
 // was released), then ends the lease: it deletes the row, or with minHold > 0
 // keeps it until acquired_at + minHold (do.go). It reports the outcome as
-// Release does.
+// Release does. A call made while another runs waits for it, as long as ctx
+// allows, and returns its result.
 func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) error {
 	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if released {
+	if l.released {
+		l.mu.Unlock()
 		return l.releasedErr()
 	}
-	// Before the statement: a renewal racing the delete would report loss.
-	l.stopKeepAlive(cause)
+	if f := l.releasing; f != nil {
+		l.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return fmt.Errorf("sqllock: release %q: %w", l.name, ctx.Err())
+		}
+	}
+	f := &releaseFlight{done: make(chan struct{})}
+	l.releasing = f
+	if l.endCause == nil {
+		if cause == nil {
+			cause = l.releasedErr()
+		}
+		l.endCause = cause
+	}
+	ka := l.ka
+	l.mu.Unlock()
+
+	// Before the statement: a renewal racing the delete would report loss,
+	// and a keep-alive's context must not outlive the lease.
+	l.stopKeepAlive(ka)
+	err := l.sendRelease(ctx, minHold)
+	l.mu.Lock()
+	l.releasing = nil
+	l.mu.Unlock()
+	f.err = err
+	close(f.done)
+	return err
+}
+
+// sendRelease sends the statement that ends the lease and reports the outcome as
+// Release does.
+func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	var (
 		ours         bool
 		maybeApplied bool
@@ -729,7 +907,7 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 // newLock returns the Lock for a lease just acquired.
 func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
 	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
-		nameArg: name, tokenArg: token}
+		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
 }
 
 // keyArgs returns the name and token as statement arguments, boxed once

@@ -243,7 +243,7 @@ func (c *Client) sleepQueued(ctx context.Context, w *waiter, head bool, wait tim
 	case <-timeout:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.closedCh:
+	case <-c.closing:
 		return ErrClosed
 	}
 	return nil

@@ -1,0 +1,398 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Real-server tests of how a Client and its Locks begin and end: Close
+// against the calls it races, prepares and waits that a dead connection
+// holds up, and keep-alives against Release and Refresh. A stuck call is
+// detected by a watchdog far longer than any healthy run needs: a liveness
+// bound, not a timing claim.
+
+// stuckLimit is how long a call may take, in these tests, before it counts
+// as held up by another that waits on a stalled connection.
+const stuckLimit = 20 * time.Second
+
+// within runs f in a goroutine and returns its error, failing the test if f
+// has not returned after stuckLimit.
+func within(t *testing.T, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(stuckLimit):
+		t.Fatalf("%s still blocked after %v", what, stuckLimit)
+		return nil
+	}
+}
+
+// waitCommand waits until the proxy has received a command with code since
+// its counts were reset.
+func waitCommand(t *testing.T, p *proxy, code byte) {
+	t.Helper()
+	waitFor(t, stuckLimit, fmt.Sprintf("command 0x%02x at the proxy", code), func() bool {
+		return p.Commands()[code] > 0
+	})
+}
+
+// A KeepAlive called while Release or Close is deleting the lease returns a
+// context that has already ended: the name may be another's as soon as the
+// DELETE commits.
+func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
+	ends := []struct {
+		name    string
+		end     func(c *Client, l *Lock) error
+		wantErr error // the cause the keep-alive's context ends with
+	}{
+		{"Release", func(_ *Client, l *Lock) error { return l.Release(context.Background()) }, ErrNotHeld},
+		{"Close", func(c *Client, _ *Lock) error { return c.Close() }, ErrClosed},
+	}
+	for _, end := range ends {
+		t.Run(end.name, func(t *testing.T) {
+			firstEnv(t, func(t *testing.T, e *testEnv) {
+				a, p := e.proxiedClient(t, e.newTable(t))
+				ctx := testCtx(t)
+				// Prepare the release statement, so that the DELETE is
+				// the first command Release sends.
+				if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				l := mustAcquire(t, a, "k", time.Minute)
+
+				p.ResetCounts()
+				p.Stall(true)
+				ended := make(chan error, 1)
+				go func() { ended <- end.end(a, l) }()
+				waitCommand(t, p, proxyComStmtExecute)
+				kctx := l.KeepAlive(context.Background())
+				live := kctx.Err() == nil
+				p.Stall(false)
+				if err := within(t, end.name, func() error { return <-ended }); err != nil {
+					t.Fatalf("%s: %v", end.name, err)
+				}
+				if live {
+					t.Fatalf("KeepAlive while %s's DELETE was on its way: got a live context", end.name)
+				}
+				wantErrIs(t, context.Cause(kctx), end.wantErr)
+			})
+		})
+	}
+}
+
+// A Refresh shorter than the lease a keep-alive renews moves the keep-alive's
+// deadline in: its context has ended by the time another Client can take
+// the name.
+func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "k", 3*time.Second)
+		kctx := l.KeepAlive(ctx)
+		if err := l.Refresh(ctx, 50*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		pollAcquire(t, b, "k", time.Minute)
+		if kctx.Err() == nil {
+			t.Fatal("another Client took the name while the keep-alive's context was live")
+		}
+		wantErrIs(t, context.Cause(kctx), ErrLockLost)
+	})
+}
+
+// An acquire that commits after Close has closed the statements gives its
+// lease back: the Client has no statement left, but the *sql.DB is open.
+func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table)
+		b := e.client(t, e.db, table)
+		ctx := testCtx(t)
+		if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		p.ResetCounts()
+		p.Stall(true)
+		acquired := make(chan error, 1)
+		go func() {
+			_, err := a.TryAcquire(ctx, "x", time.Minute)
+			acquired <- err
+		}()
+		waitCommand(t, p, proxyComStmtExecute)
+		if err := within(t, "Close", a.Close); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		p.Stall(false)
+		err := within(t, "TryAcquire", func() error { return <-acquired })
+		wantErrIs(t, err, ErrClosed)
+		if got := inspect(t, b, "x"); got.Held {
+			t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
+		}
+	})
+}
+
+// Close calls at once make one release pass; each returns after it, with its
+// result.
+func TestClient_Close_concurrentCallsShareOnePass(t *testing.T) {
+	closeTwice := func(c *Client) (errs [2]error) {
+		var wg sync.WaitGroup
+		wg.Add(len(errs))
+		for i := range errs {
+			go func() { defer wg.Done(); errs[i] = c.Close() }()
+		}
+		wg.Wait()
+		return errs
+	}
+	t.Run("every lease released", func(t *testing.T) {
+		firstEnv(t, func(t *testing.T, e *testEnv) {
+			table := e.newTable(t)
+			a, p := e.proxiedClient(t, table)
+			b := e.client(t, e.db, table)
+			const n = 30
+			for i := range n {
+				mustAcquire(t, a, fmt.Sprint("n", i), time.Minute)
+			}
+			// Slow replies stretch the pass, so that the calls overlap.
+			p.Latency(20 * time.Millisecond)
+			for i, err := range closeTwice(a) {
+				if err != nil {
+					t.Errorf("Close %d: got %v, want nil", i, err)
+				}
+			}
+			for i := range n {
+				if got := inspect(t, b, fmt.Sprint("n", i)); got.Held {
+					t.Errorf("after Close: got %+v, want released", got)
+				}
+			}
+		})
+	})
+	t.Run("one result", func(t *testing.T) {
+		firstEnv(t, func(t *testing.T, e *testEnv) {
+			a, p := e.proxiedClient(t, e.newTable(t))
+			mustAcquire(t, a, "x", time.Minute)
+			mustAcquire(t, a, "y", time.Minute)
+			// The releases cannot reach the server.
+			p.Refuse(true)
+			p.CutAll()
+			errs := closeTwice(a)
+			if errs[0] == nil || errs[0] != errs[1] {
+				t.Fatalf("Close: got %v and %v, want one release error for both", errs[0], errs[1])
+			}
+			if err := a.Close(); err != errs[0] {
+				t.Fatalf("Close after the pass: got %v, want %v", err, errs[0])
+			}
+		})
+	})
+}
+
+// stalledClient returns a fresh Client whose every connection goes through
+// a proxy, and the proxy, stalled; the stall ends when the test does.
+func stalledClient(t *testing.T, e *testEnv) (*Client, *proxy) {
+	t.Helper()
+	c, p := e.proxiedClient(t, e.newTable(t))
+	// A connection in the pool, so that the Client's first command reaches
+	// the proxy; a new connection's handshake would stall before it.
+	if err := c.db.PingContext(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.ResetCounts()
+	p.Stall(true)
+	t.Cleanup(func() { p.Stall(false) })
+	return c, p
+}
+
+// A call that needs a statement another call is preparing on a dead
+// connection waits only as long as its own context allows.
+func TestClient_stuckPrepare_waitsEndWithTheirContext(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := stalledClient(t, e)
+		go func() { _, _ = c.TryAcquire(testCtx(t), "x", time.Minute) }()
+		waitCommand(t, p, proxyComQuery) // the first use's autocommit check
+		calls := []struct {
+			name string
+			call func(ctx context.Context) error
+		}{
+			{"TryAcquire", func(ctx context.Context) error { _, err := c.TryAcquire(ctx, "x", time.Minute); return err }},
+			{"Acquire", func(ctx context.Context) error { _, err := c.Acquire(ctx, "y", time.Minute); return err }},
+			{"Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, "x"); return err }},
+		}
+		for _, call := range calls {
+			t.Run(call.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				err := within(t, call.name, func() error { return call.call(ctx) })
+				wantErrIs(t, err, context.DeadlineExceeded)
+			})
+		}
+	})
+}
+
+// Close returns while a prepare hangs on a dead connection, and the prepare
+// that completes after it leaves no statement open.
+func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := stalledClient(t, e)
+		acquired := make(chan error, 1)
+		go func() {
+			_, err := c.TryAcquire(testCtx(t), "x", time.Minute)
+			acquired <- err
+		}()
+		waitCommand(t, p, proxyComQuery)
+		if err := within(t, "Close", c.Close); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		p.Stall(false)
+		wantErrIs(t, within(t, "TryAcquire", func() error { return <-acquired }), ErrClosed)
+		for i := range c.stmts {
+			if st := c.stmts[i].Load(); st != nil {
+				t.Errorf("statement %s after Close: got %v, want nil", stmtNames[i], st)
+			}
+		}
+	})
+}
+
+// A Refresh that waits for another Refresh of the same Lock, stuck on a dead
+// connection, ends with its own context.
+func TestLock_Refresh_waitEndsWithItsContext(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := e.proxiedClient(t, e.newTable(t))
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "r", time.Minute)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		p.ResetCounts()
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		go func() { _ = l.Refresh(ctx, time.Minute) }()
+		waitCommand(t, p, proxyComStmtExecute)
+		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err := within(t, "Refresh", func() error { return l.Refresh(short, time.Minute) })
+		wantErrIs(t, err, context.DeadlineExceeded)
+	})
+}
+
+// Close racing every kind of call, twice at once, leaves no lease behind:
+// each acquire that lost to it gives its lease back, and every lease held
+// is released.
+func TestClient_Close_racingEveryCall(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		for round := range 20 {
+			c := e.client(t, e.db, table)
+			names := []string{fmt.Sprint(round, "a"), fmt.Sprint(round, "b"), fmt.Sprint(round, "c")}
+			var wg sync.WaitGroup
+			wg.Add(6)
+			for g := range 6 {
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						err := randomCall(c, names[rand.N(len(names))], fmt.Sprint(round, "once", g, i))
+						if err != nil && !expectedDuringClose(err) {
+							t.Errorf("round %d: unexpected error: %v", round, err)
+						}
+						if c.isClosed() {
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(rand.N(30 * time.Millisecond))
+			var closeErrs [2]error
+			wg.Add(len(closeErrs))
+			for i := range closeErrs {
+				go func() { defer wg.Done(); closeErrs[i] = c.Close() }()
+			}
+			wg.Wait()
+			for _, err := range closeErrs {
+				if err != nil {
+					t.Errorf("round %d: Close: %v", round, err)
+				}
+			}
+			rows, err := e.db.Query("SELECT name, owner FROM `" + table + "` WHERE kind = 'L' AND expires_at > UTC_TIMESTAMP(6)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var name, owner string
+				if err := rows.Scan(&name, &owner); err != nil {
+					t.Fatal(err)
+				}
+				t.Errorf("round %d: after Close, a live lease on %q under token %s", round, name, owner)
+			}
+			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// randomCall makes one call of the lease API, chosen at random, on name;
+// onceName is for Once.
+func randomCall(c *Client, name, onceName string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pause := func() { time.Sleep(rand.N(3 * time.Millisecond)) }
+	switch rand.N(6) {
+	case 0: // a lease left for Close to release
+		_, err := c.TryAcquire(ctx, name, time.Minute)
+		return err
+	case 1:
+		l, err := c.Acquire(ctx, name, time.Minute)
+		if err != nil {
+			return err
+		}
+		pause()
+		return l.Release(ctx)
+	case 2:
+		l, err := c.TryAcquire(ctx, name, time.Minute)
+		if err != nil {
+			return err
+		}
+		kctx := l.KeepAlive(ctx)
+		pause()
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			return err
+		}
+		err = l.Release(ctx)
+		if kctx.Err() == nil {
+			return errors.New("a keep-alive's context outlived Release")
+		}
+		return err
+	case 3:
+		return c.Do(ctx, name, time.Minute, func(context.Context) error { pause(); return nil })
+	case 4:
+		_, err := c.Once(ctx, onceName, func(context.Context) error { pause(); return nil })
+		return err
+	default:
+		l, err := c.TryAcquire(ctx, name, time.Minute)
+		if err != nil {
+			return err
+		}
+		released := make(chan error, 1)
+		go func() { released <- l.Release(ctx) }()
+		kctx := l.KeepAlive(ctx) // racing the Release
+		err = <-released
+		if kctx.Err() == nil {
+			return errors.New("a keep-alive's context outlived Release")
+		}
+		return err
+	}
+}
+
+// expectedDuringClose reports whether err is one a call racing Close may
+// return: the Client closed, the name held by another call, or a lease
+// released by Close under it.
+func expectedDuringClose(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrNotHeld)
+}
