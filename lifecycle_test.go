@@ -109,35 +109,55 @@ func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
 }
 
 // An acquire that commits after Close has closed the statements gives its
-// lease back: the Client has no statement left, but the *sql.DB is open.
+// lease back, whether or not the Client ever prepared the release: the
+// Client has no statement left, but the *sql.DB is open.
 func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a, p := e.proxiedClient(t, table)
-		b := e.client(t, e.db, table)
-		ctx := testCtx(t)
-		if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+	warmups := []struct {
+		name string
+		warm func(t *testing.T, a, b *Client)
+	}{
+		{"release prepared", func(t *testing.T, a, _ *Client) {
+			if err := mustAcquire(t, a, "warm", time.Minute).Release(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"release never prepared", func(t *testing.T, a, b *Client) {
+			// An acquire refused prepares the acquire statement alone,
+			// and leaves Close nothing to release.
+			mustAcquire(t, b, "busy", time.Minute)
+			_, err := a.TryAcquire(testCtx(t), "busy", time.Minute)
+			wantErrIs(t, err, ErrNotAcquired)
+		}},
+	}
+	for _, w := range warmups {
+		t.Run(w.name, func(t *testing.T) {
+			firstEnv(t, func(t *testing.T, e *testEnv) {
+				table := e.newTable(t)
+				a, p := e.proxiedClient(t, table)
+				b := e.client(t, e.db, table)
+				ctx := testCtx(t)
+				w.warm(t, a, b)
 
-		p.ResetCounts()
-		p.Stall(true)
-		acquired := make(chan error, 1)
-		go func() {
-			_, err := a.TryAcquire(ctx, "x", time.Minute)
-			acquired <- err
-		}()
-		waitCommand(t, p, proxyComStmtExecute)
-		if err := within(t, "Close", a.Close); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		p.Stall(false)
-		err := within(t, "TryAcquire", func() error { return <-acquired })
-		wantErrIs(t, err, ErrClosed)
-		if got := inspect(t, b, "x"); got.Held {
-			t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
-		}
-	})
+				p.ResetCounts()
+				p.Stall(true)
+				acquired := make(chan error, 1)
+				go func() {
+					_, err := a.TryAcquire(ctx, "x", time.Minute)
+					acquired <- err
+				}()
+				waitCommand(t, p, proxyComStmtExecute)
+				if err := within(t, "Close", a.Close); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				p.Stall(false)
+				err := within(t, "TryAcquire", func() error { return <-acquired })
+				wantErrIs(t, err, ErrClosed)
+				if got := inspect(t, b, "x"); got.Held {
+					t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
+				}
+			})
+		})
+	}
 }
 
 // Close calls at once make one release pass; each returns after it, with its
@@ -290,14 +310,14 @@ func TestClient_Close_racingEveryCall(t *testing.T) {
 		table := e.newTable(t)
 		for round := range 20 {
 			c := e.client(t, e.db, table)
-			names := []string{fmt.Sprint(round, "a"), fmt.Sprint(round, "b"), fmt.Sprint(round, "c")}
+			names := []string{fmt.Sprintf("%d-a", round), fmt.Sprintf("%d-b", round), fmt.Sprintf("%d-c", round)}
 			var wg sync.WaitGroup
 			wg.Add(6)
 			for g := range 6 {
 				go func() {
 					defer wg.Done()
 					for i := 0; ; i++ {
-						err := randomCall(c, names[rand.N(len(names))], fmt.Sprint(round, "once", g, i))
+						err := randomCall(c, names[rand.N(len(names))], fmt.Sprintf("%d-once-%d-%d", round, g, i))
 						if err != nil && !expectedDuringClose(err) {
 							t.Errorf("round %d: unexpected error: %v", round, err)
 						}
@@ -331,6 +351,10 @@ func TestClient_Close_racingEveryCall(t *testing.T) {
 				t.Errorf("round %d: after Close, a live lease on %q under token %s", round, name, owner)
 			}
 			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Each round reports only what it left.
+			if _, err := e.db.Exec("DELETE FROM `" + table + "` WHERE kind = 'L'"); err != nil {
 				t.Fatal(err)
 			}
 		}
