@@ -108,6 +108,30 @@ func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
 	})
 }
 
+// A Refresh that shortens the lease, but not below the keep-alive's margin,
+// makes the keep-alive renew sooner: the lease and its context outlive the
+// shorter lease.
+func TestLock_KeepAlive_renewsShorterLeaseSooner(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		// Margin 600ms; the next renewal was due 2s on, after the 2s lease
+		// Refresh leaves could expire.
+		l := mustAcquire(t, a, "k", 6*time.Second)
+		kctx := l.KeepAlive(ctx)
+		if err := l.Refresh(ctx, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		if kctx.Err() != nil {
+			t.Fatalf("keep-alive ended: %v", context.Cause(kctx))
+		}
+		if got := inspect(t, b, "k"); !got.Held || got.Fence != l.Fence() {
+			t.Fatalf("after the shorter lease could expire: got %+v, want it renewed with fence %d", got, l.Fence())
+		}
+	})
+}
+
 // An acquire that commits after Close has closed the statements gives its
 // lease back, whether or not the Client ever prepared the release: the
 // Client has no statement left, but the *sql.DB is open.
