@@ -280,6 +280,34 @@ func TestClient_stuckPrepare_waitsEndWithTheirContext(t *testing.T) {
 	})
 }
 
+// A call waiting for a prepare whose caller gave up prepares anew under its
+// own context, rather than failing with the other caller's context's error.
+func TestClient_stuckPrepare_waiterOutlivesPreparer(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := stalledClient(t, e)
+		ctx := testCtx(t)
+		first, cancelFirst := context.WithCancel(ctx)
+		firstDone := make(chan error, 1)
+		go func() {
+			_, err := c.TryAcquire(first, "x", time.Minute)
+			firstDone <- err
+		}()
+		waitCommand(t, p, proxyComQuery)
+		secondDone := make(chan error, 1)
+		go func() {
+			_, err := c.TryAcquire(ctx, "y", time.Minute)
+			secondDone <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // let it join the prepare
+		cancelFirst()
+		wantErrIs(t, within(t, "first TryAcquire", func() error { return <-firstDone }), context.Canceled)
+		p.Stall(false)
+		if err := within(t, "second TryAcquire", func() error { return <-secondDone }); err != nil {
+			t.Fatalf("second TryAcquire: got %v, want nil", err)
+		}
+	})
+}
+
 // Close returns while a prepare hangs on a dead connection, and the prepare
 // that completes after it leaves no statement open.
 func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
