@@ -41,10 +41,14 @@ type Callbacks struct {
 // renewals keep failing is told to stop before its lease can expire, and the
 // other candidates take over within about one ttl.
 //
-// Elect returns ctx's error once ctx has ended and a lead, if any, has been
-// released. It returns earlier only for an error that campaigning cannot
-// get past: bad input, a missing table, a closed Client. Network and server
-// errors that may pass are retried.
+// Elect returns an error wrapping ctx's once ctx has ended and a lead, if
+// any, has been released; when an error kept this candidate from leading
+// since its last lead (the server was away, read-only during a failover),
+// the error wraps the last one too. It returns earlier only for an error
+// that campaigning cannot get past: bad input, a missing table or column, a
+// refused login, a closed Client. Network and server errors that may pass
+// (a broken connection, no server, a read-only server, too many
+// connections) are retried.
 func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb Callbacks) error {
 	if cb.OnStartedLeading == nil {
 		return errors.New("sqllock: Callbacks.OnStartedLeading is nil")
@@ -65,45 +69,66 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			}
 		}
 	}
+	// lastErr is the last error met since the last lead began: what kept
+	// this candidate from leading, or ended its lead.
+	var lastErr error
+	ended := func() error {
+		if lastErr == nil {
+			return ctx.Err()
+		}
+		return errorf("elect %q: %w (last error: %w)", name, ctx.Err(), lastErr)
+	}
 	for {
-		l, err := c.campaign(ctx, name, ttl, observe)
+		l, err := c.campaign(ctx, name, ttl, observe, &lastErr)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return ended()
 			}
 			return err
 		}
+		lastErr = nil
 		observe(c.holder)
 		c.log.Info("sqllock: took the lead", "name", name, "fence", l.fence)
-		// A failed release only leaves the lease to expire; err is logged.
+		// A failed release only leaves the lease to expire; err is logged,
+		// and kept to say why the lead ended.
 		err = l.run(ctx, doConfig{margin: defaultSafetyMargin(ttl)}, func(lctx context.Context) error {
 			cb.OnStartedLeading(lctx)
 			<-lctx.Done()
 			return nil
 		})
 		c.log.Info("sqllock: stepped down", "name", name, "fence", l.fence, "err", err)
+		lastErr = err
 		if cb.OnStoppedLeading != nil {
 			cb.OnStoppedLeading()
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ended()
 		}
 	}
 }
 
 // campaign tries to take the lease on name until it does, ctx ends or an
-// error comes that trying again cannot mend.
-func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string)) (*Lock, error) {
+// error comes that trying again cannot mend. It keeps in *lastErr the last
+// error that may pass, and clears it when an answer comes.
+func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string), lastErr *error) (*Lock, error) {
 	poll := min(max(ttl/4, minBackoff), maxCampaignPoll)
+	// One token serves every attempt, as in Acquire: an attempt whose
+	// outcome stayed unknown is then claimed by the next.
+	token, err := acquireToken(name, ttl)
+	if err != nil {
+		return nil, err
+	}
 	for {
-		l, err := c.TryAcquire(ctx, name, ttl)
+		l, err := c.tryAcquire(ctx, name, ttl, token)
 		switch {
 		case err == nil:
 			return l, nil
 		case ctx.Err() != nil:
 			return nil, err
 		case errors.Is(err, ErrNotAcquired):
-		case classify(err) != failedFinal:
+			*lastErr = nil
+		case passable(err):
+			*lastErr = err
 			c.log.Warn("sqllock: campaign attempt failed; trying again", "name", name, "err", err)
 		default:
 			return nil, err

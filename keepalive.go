@@ -226,6 +226,11 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.logLost(cause)
 				l.c.held.remove(l)
 				return
+			case renewalCannotPass(err):
+				// No renewal can succeed before the deadline: say so now.
+				l.end(ka, errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err))
+				l.c.held.remove(l)
+				return
 			default:
 				// Not proof of loss: try again soon, until the deadline.
 				failures, lastErr = failures+1, err
@@ -236,6 +241,15 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			renewT.Reset(next)
 		}
 	}
+}
+
+// renewalCannotPass reports whether a failed renewal's error is final (the
+// table is gone, the login or privilege refused): trying again until the
+// deadline would only keep the work running longer. An attempt's own
+// timeout, and Close, which ends the keep-alive itself, are not.
+func renewalCannotPass(err error) bool {
+	return !passable(err) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed)
 }
 
 // renewBackoff is the pause before retrying a failed renewal: from 10ms,

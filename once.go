@@ -27,6 +27,8 @@ var errOnceDone = errors.New("sqllock: already done")
 //
 // Once returns fn's error (with ran true), or an error from acquiring,
 // waiting (ctx's error joined with [ErrNotAcquired]) or reading the record.
+// Errors that may pass (a failover, a restart) are waited out, as
+// [Client.Acquire] does, until ctx ends.
 // If the lease was taken over while fn ran, the error wraps [ErrLockLost] and
 // no record is written, since the new holder may be running fn too.
 //
@@ -45,7 +47,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	}
 	// Most calls come after the record is written: answer them without
 	// waiting for the lease.
-	if done, err := c.onceDone(ctx, name); err != nil || done {
+	if done, err := c.onceDoneRetrying(ctx, name); err != nil || done {
 		return false, err
 	}
 	l, err := c.Acquire(ctx, name, OnceTTL)
@@ -57,7 +59,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 		// The runner before us may have written the record, then released.
 		// A read that fails comes back joined with what ended the lease, if
 		// that is what cut it (Close, a loss).
-		done, err := c.onceDone(ctx, name)
+		done, err := c.onceDoneRetrying(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -103,6 +105,25 @@ func (c *Client) onceDone(ctx context.Context, name string) (bool, error) {
 		return false, c.serverError(op, err)
 	}
 	return done, nil
+}
+
+// onceDoneRetrying is onceDone, tried again while its error may pass (a
+// failover, a restart), paced by the Client's RetryStrategy as Acquire's
+// polling is, until ctx ends or the strategy gives up.
+func (c *Client) onceDoneRetrying(ctx context.Context, name string) (bool, error) {
+	for attempt := 1; ; attempt++ {
+		done, err := c.onceDone(ctx, name)
+		if err == nil || !passable(err) || ctx.Err() != nil {
+			return done, err
+		}
+		wait, ok := c.retry.Backoff(attempt)
+		if !ok {
+			return false, err
+		}
+		if werr := sleepCtx(ctx, wait); werr != nil {
+			return false, errorf("once %q: %w (last error: %w)", name, werr, err)
+		}
+	}
 }
 
 // recordOnce writes name's completion record, only while the lease row is

@@ -98,7 +98,8 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
-	held held // the Locks to release on Close; lease.go
+	held    held    // the Locks to release on Close; lease.go
+	orphans orphans // tokens of acquires whose outcome stays unknown; orphans.go
 }
 
 // A prepareFlight is one prepare of a statement under way. Every caller
@@ -239,6 +240,7 @@ func (c *Client) Close() error {
 	defer cancel()
 	// The statements stay open until the leases are released.
 	err := c.releaseHeld(ctx)
+	c.releaseOrphans(ctx)
 	c.mu.Lock()
 	c.closed = true // a prepare that ends from now on closes its statement
 	c.mu.Unlock()
@@ -389,15 +391,48 @@ func isContextErr(err error) bool {
 }
 
 // retryTransient runs f, which changes nothing on the server (a prepare, a
-// read), again while it fails with a broken connection or a rollback, a
-// bounded number of times.
+// read), again while it fails with a broken connection or a rollback, as
+// retry does.
 func retryTransient(ctx context.Context, f func() error) error {
+	return retry(ctx, time.Time{}, f)
+}
+
+// retry runs f again while it fails in a way the same statement may get
+// past at once: a rollback (deadlock, lock wait timeout, cluster
+// certification conflict) until the budget ends, a broken connection up to
+// maxTransientAttempts times. The budget ends at ctx's deadline, at until
+// if that is sooner and set, and at the latest maxRetryBudget from now; a
+// pause that would end past it is not taken. A refusal (a read-only
+// server, no server) is returned at once: a failover outlasts any pause
+// here, and the loops that keep trying (Acquire, Elect, the keep-alive)
+// pace themselves.
+func retry(ctx context.Context, until time.Time, f func() error) error {
+	budget := time.Now().Add(maxRetryBudget)
+	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
+		budget = d
+	}
+	if !until.IsZero() && until.Before(budget) {
+		budget = until
+	}
+	broken := 0
 	for attempt := 1; ; attempt++ {
 		err := f()
-		if err == nil || classify(err) == failedFinal || attempt == maxTransientAttempts {
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case failedFinal, failedRefused:
+			return err
+		case failedUnknown:
+			if broken++; broken >= maxTransientAttempts {
+				return err
+			}
+		}
+		wait := transientBackoff(attempt)
+		if time.Now().Add(wait).After(budget) {
 			return err
 		}
-		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
+		if werr := sleepCtx(ctx, wait); werr != nil {
 			return errors.Join(err, werr)
 		}
 	}
@@ -425,12 +460,18 @@ func (c *Client) serverError(op string, err error) error {
 	return errorf("%s: %w", op, err)
 }
 
-// exec runs statement i, retrying a bounded number of times when the server
-// rolled it back (deadlock, lock wait timeout, cluster conflict) or the
-// connection broke before the reply. The caller's arguments carry its
+// exec runs statement i, retrying it (see retry) while the server rolls it
+// back (deadlock, lock wait timeout, cluster conflict) or the connection
+// breaks before the reply. The caller's arguments carry its
 // token, so a retry gives the answer the first attempt would have.
 // maybeApplied reports whether an attempt that failed may have committed.
 func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, maybeApplied bool, err error) {
+	return c.execUntil(ctx, time.Time{}, i, args...)
+}
+
+// execUntil is exec whose retries of a rolled-back statement also end at
+// until, when it is set: a refresh's retries end when the lease could.
+func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...any) (res sql.Result, maybeApplied bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, err // nothing sent, nothing to clean up
 	}
@@ -438,7 +479,7 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 	if err != nil {
 		return nil, false, err
 	}
-	err = retryTransient(ctx, func() error {
+	err = retry(ctx, until, func() error {
 		var err error
 		if res, err = st.ExecContext(ctx, args...); err == nil {
 			return nil
@@ -469,11 +510,19 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 	return res, maybeApplied, nil
 }
 
-// transientBackoff is the pause before retrying a rolled-back or cut
-// statement: a few milliseconds with jitter, so that the two sides of a
-// deadlock do not collide again.
+// maxTransientBackoff caps the pause between attempts of one statement.
+const maxTransientBackoff = 64 * time.Millisecond
+
+// transientBackoff is the pause before sending a rolled-back or cut
+// statement again: from about a millisecond, doubling up to
+// maxTransientBackoff, each drawn at random from the upper half of its step,
+// so that writers that conflicted (two sides of a deadlock, writers on
+// several cluster nodes) spread out instead of colliding again.
 func transientBackoff(attempt int) time.Duration {
-	d := time.Millisecond << attempt
+	d := maxTransientBackoff
+	if attempt < 7 {
+		d = min(time.Millisecond<<attempt, d)
+	}
 	return d/2 + rand.N(d/2+1)
 }
 
@@ -530,8 +579,17 @@ func acquireToken(name string, ttl time.Duration) (string, error) {
 // the server's clock. It succeeds when the name is free, when its lease has
 // expired (whoever held it), and returns an error wrapping [ErrNotAcquired]
 // when another owner's lease is live. Each call draws a fresh random owner
-// token. The attempt is one statement; a deadlock or a broken connection is
-// retried a few times with the same token.
+// token. The attempt is one statement. When the server rolls it back (a
+// deadlock, a cluster certification conflict) it is sent again with the same
+// token, with jittered pauses, until ctx's deadline (at most 5s on); a broken
+// connection is retried a few times. A server that refuses it (read-only, no
+// server listening) applied nothing, and its error comes back at once.
+//
+// When the outcome stays unknown (the connection broke after the statement
+// was sent, or ctx ended while it ran), the acquire deletes the lease it may
+// have taken; if that fails too, the Client remembers the token, and its next
+// acquire of name, or Close, deletes that lease first, so that the name is
+// not blocked for ttl by a lease nobody holds.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	token, err := acquireToken(name, ttl)
 	if err != nil {
@@ -547,6 +605,9 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 	// Each argument is boxed once (a string or an int64 converted to any
 	// allocates), and the Lock, made first, keeps name and token boxed for
 	// Refresh and Release: the statements use them several times.
+	// Leases earlier acquires of name may have left under tokens nobody
+	// holds go first; without any, this costs an atomic load.
+	c.claimOrphans(ctx, name)
 	l := newLock(c, name, token, 0, ttl, time.Time{})
 	nameArg, tokenArg := l.keyArgs()
 	us := any(ttl.Microseconds())
@@ -558,10 +619,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
 			// again; give the name back rather than block it for ttl.
-			c.cleanup(ctx, name, token)
+			c.cleanup(ctx, name, token, ttl, sent)
 		}
-		if ctx.Err() != nil {
-			return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, ctx.Err())
+		if cerr := ctx.Err(); cerr != nil {
+			if errors.Is(err, cerr) {
+				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
+			}
+			return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, cerr, err)
 		}
 		return nil, c.serverError(fmt.Sprintf("acquire %q", name), err)
 	}
@@ -579,33 +643,29 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
 		// The lease is ours, under a token nobody will use: give it back.
-		c.cleanup(ctx, name, token)
+		c.cleanup(ctx, name, token, ttl, sent)
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
-		c.cleanup(ctx, name, token)
+		c.cleanup(ctx, name, token, ttl, sent)
 		return nil, ErrClosed
 	}
 	return l, nil
 }
 
-// cleanup deletes the row an unknown-outcome acquire may have written, or
-// the lease of an acquire that lost the race with Close, with a context of
-// its own: the caller's may have ended.
-func (c *Client) cleanup(ctx context.Context, name, token string) {
+// cleanup deletes the row an acquire of name for ttl, sent at sent, may have
+// written (its outcome is unknown, or it lost the race with Close), with a
+// context of its own: the caller's may have ended. When that does not settle
+// it (see orphans.go), the Client remembers the token, so that its next
+// acquire of name, or Close, deletes the lease the acquire may yet leave.
+func (c *Client) cleanup(ctx context.Context, name, token string, ttl time.Duration, sent time.Time) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, _, err := c.exec(ctx, qRelease, name, token); !errors.Is(err, ErrClosed) {
-		return
+	if !c.deleteOrphan(ctx, name, orphan{token: token, settled: sent.Add(orphanWait)}) {
+		c.orphans.remember(name, token, ttl, sent)
 	}
-	// Close has closed the statements, or this Client never prepared the
-	// release; the *sql.DB is still open: send the release unprepared.
-	_ = retryTransient(ctx, func() error {
-		_, err := c.db.ExecContext(ctx, c.sql[qRelease], name, token)
-		return err
-	})
 }
 
 // Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
@@ -618,7 +678,11 @@ func (c *Client) cleanup(ctx context.Context, name, token string) {
 // poller: only the first in line sends statements, so a thousand waiting
 // goroutines load the server like one. Each statement it sends counts as an
 // attempt of every call in the queue when the answer comes, for the
-// strategy's count. A [Lock.Release] of the name in the same Client, or a
+// strategy's count. An error that may pass (a failover's read-only server,
+// a restart, too many connections) counts as a refused attempt too; when the
+// strategy gives up, or ctx ends, the error wraps the last such error. Other
+// errors (a missing table, a refused login) end the call at once. A
+// [Lock.Release] of the name in the same Client, or a
 // [Lock.Refresh] that finds its lease lost, makes the first in line try at
 // once, without waiting for its next poll. Callers in other Clients (other
 // processes) learn of a release only when they poll: within the strategy's
@@ -773,7 +837,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	defer func() { <-l.refreshing }()
 	sent := time.Now()
 	name, token := l.keyArgs()
-	res, _, err := l.c.exec(ctx, qRefresh, ttl.Microseconds(), name, token)
+	res, _, err := l.c.execUntil(ctx, l.ValidUntil(), qRefresh, ttl.Microseconds(), name, token)
 	if err != nil {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.

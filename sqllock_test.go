@@ -279,18 +279,34 @@ var (
 	errNoSuchTable = mysqlErr(1146, "42S02", "Table 'test.my_locks' doesn't exist")
 )
 
-// transientErrors are retried with the same token: rolled back by the server,
-// or a reply lost with the connection.
+// transientErrors are retried with the same token: rolled back by the server
+// (retried until the operation's time budget ends), or a reply lost with
+// the connection (retried maxTransientAttempts times).
 var transientErrors = []struct {
-	name string
-	err  error
+	name       string
+	err        error
+	rolledBack bool
 }{
-	{"deadlock", errDeadlock},
-	{"deadlock as text only", errors.New("Error 1213 (40001): Deadlock found")},
-	{"lock wait timeout", errLockWait},
-	{"group replication rollback", errGRRollback},
-	{"invalid connection", mysql.ErrInvalidConn},
+	{"deadlock", errDeadlock, true},
+	{"deadlock as text only", errors.New("Error 1213 (40001): Deadlock found"), true},
+	{"lock wait timeout", errLockWait, true},
+	{"group replication rollback", errGRRollback, true},
+	{"group replication commit conflict", errGRCommit, true},
+	{"record changed", errRecordChanged, true},
+	{"TiDB write conflict", errTiDBConflict, true},
+	{"invalid connection", mysql.ErrInvalidConn, false},
 }
+
+var (
+	errGRCommit      = mysqlErr(1180, "HY000", "Got error 149 - 'Lock deadlock; Retry transaction' during COMMIT")
+	errRecordChanged = mysqlErr(1020, "HY000", "Record has changed since last read in table 'sqllock'")
+	errTiDBConflict  = mysqlErr(9007, "HY000", "Write conflict, txnStartTS=1, conflictStartTS=2, conflictCommitTS=3, key={tableID=1} primary=? [try again later]")
+	errReadOnly      = mysqlErr(1290, "HY000", "The MySQL server is running with the --super-read-only option so it cannot execute this statement")
+)
+
+// manyConflicts is more rolled-back attempts than a connection error is
+// retried, so that a test shows conflicts are retried for longer.
+const manyConflicts = maxTransientAttempts + 6
 
 // ---------------------------------------------------------------------------
 // queries.sql and schema.sql
@@ -749,10 +765,14 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 	}
 	for _, tc := range transientErrors {
 		t.Run(tc.name, func(t *testing.T) {
+			failures := maxTransientAttempts - 1
+			if tc.rolledBack {
+				failures = manyConflicts
+			}
 			t.Run("then success, same token", func(t *testing.T) {
 				e := newMockEnv(t)
 				tok := &tokenArg{}
-				replies := append(repeatReply(errReply(tc.err), maxTransientAttempts-1), okReply(7, 1))
+				replies := append(repeatReply(errReply(tc.err), failures), okReply(7, 1))
 				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), replies...)
 				l, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 				if err != nil {
@@ -765,8 +785,21 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 			})
 			t.Run("bounded", func(t *testing.T) {
 				e := newMockEnv(t)
-				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}),
+				tok := &tokenArg{}
+				if tc.rolledBack {
+					// Conflicts go on past the context's deadline: the
+					// retries stop within it.
+					e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), repeatReply(errReply(tc.err), 10_000)...)
+					ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+					defer cancel()
+					_, err := e.c.TryAcquire(ctx, "job", time.Second)
+					assertErrIs(t, err, tc.err)
+					return
+				}
+				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok),
 					repeatReply(errReply(tc.err), maxTransientAttempts)...)
+				// The cleanup of the unknown outcome.
+				e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
 				_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 				assertErrIs(t, err, tc.err)
 				if errors.Is(err, ErrNotAcquired) {
@@ -774,6 +807,25 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				}
 				e.done()
 			})
+		})
+	}
+}
+
+// A server that refuses to run the statement (read-only during a failover,
+// no server listening) applied nothing: the operation returns at once, for
+// the loops above it to pace their retries, and sends no cleanup.
+func TestClient_TryAcquire_refusedNotRetried(t *testing.T) {
+	dialRefused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, refused := range []error{errReadOnly, dialRefused} {
+		t.Run(refused.Error(), func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(refused))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, refused)
+			if n := e.c.orphans.remembered("job"); n != 0 {
+				t.Errorf("tokens remembered: got %d, want 0", n)
+			}
+			e.done()
 		})
 	}
 }
@@ -796,7 +848,11 @@ func TestLock_Refresh_retries(t *testing.T) {
 			t.Run("then success", func(t *testing.T) {
 				e := newMockEnv(t)
 				l, tok := e.acquired("job")
-				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), errReply(tc.err), okReply(1, 1))
+				failures := 1
+				if tc.rolledBack {
+					failures = manyConflicts
+				}
+				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), append(repeatReply(errReply(tc.err), failures), okReply(1, 1))...)
 				if err := l.Refresh(t.Context(), time.Minute); err != nil {
 					t.Errorf("Refresh: got %v, want nil", err)
 				}
@@ -805,14 +861,26 @@ func TestLock_Refresh_retries(t *testing.T) {
 			t.Run("bounded", func(t *testing.T) {
 				e := newMockEnv(t)
 				l, tok := e.acquired("job")
-				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok),
-					repeatReply(errReply(tc.err), maxTransientAttempts)...)
-				err := l.Refresh(t.Context(), time.Minute)
+				ctx := t.Context()
+				if tc.rolledBack {
+					// Conflicts go on past the lease: the retries stop
+					// when it could expire.
+					l.mu.Lock()
+					l.validUntil = time.Now().Add(200 * time.Millisecond)
+					l.mu.Unlock()
+					e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), repeatReply(errReply(tc.err), 10_000)...)
+				} else {
+					e.expectExec("refresh", refreshArgs(60_000_000, "job", tok),
+						repeatReply(errReply(tc.err), maxTransientAttempts)...)
+				}
+				err := l.Refresh(ctx, time.Minute)
 				assertErrIs(t, err, tc.err)
 				if errors.Is(err, ErrNotHeld) {
 					t.Errorf("got %v, want an error not wrapping %v: the outcome is unknown", err, ErrNotHeld)
 				}
-				e.done()
+				if !tc.rolledBack {
+					e.done()
+				}
 			})
 		})
 	}
@@ -840,7 +908,6 @@ func TestLock_Release_retries(t *testing.T) {
 		// A rolled-back attempt deleted nothing: 0 rows means not ours.
 		{"deadlock, then 0 rows while valid", []reply{errReply(errDeadlock), okReply(0, 0)}, false, ErrNotHeld},
 		{"lost every time", repeatReply(errReply(lost), maxTransientAttempts), false, lost},
-		{"deadlock every time", repeatReply(errReply(errDeadlock), maxTransientAttempts), false, errDeadlock},
 		{"final error", []reply{errReply(errSyntax)}, false, errSyntax},
 	}
 	for _, tt := range tests {
@@ -1347,7 +1414,7 @@ func TestServerErrno(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
-	name := map[outcome]string{failedFinal: "final", failedRolledBack: "rolled back", failedUnknown: "unknown"}
+	name := map[outcome]string{failedFinal: "final", failedRolledBack: "rolled back", failedRefused: "refused", failedUnknown: "unknown"}
 	tests := []struct {
 		name string
 		err  error
@@ -1359,7 +1426,32 @@ func TestClassify(t *testing.T) {
 		{"query interrupted", mysqlErr(1317, "70100", "Query execution was interrupted"), failedRolledBack},
 		{"wrapped deadlock", fmt.Errorf("exec: %w", errDeadlock), failedRolledBack},
 		{"deadlock as text", errors.New("Error 1213 (40001): Deadlock found"), failedRolledBack},
+		{"GR commit conflict", errGRCommit, failedRolledBack},
+		{"GR commit hook", mysqlErr(3100, "HY000", "Error on observer while running replication hook 'before_commit'."), failedRolledBack},
+		{"other error during commit", mysqlErr(1180, "HY000", "Got error 28 \"No space left on device\" during COMMIT"), failedUnknown},
+		{"record changed", errRecordChanged, failedRolledBack},
+		{"TiDB write conflict", errTiDBConflict, failedRolledBack},
+		{"MariaDB statement time limit", mysqlErr(1969, "70100", "Query execution was interrupted (max_statement_time exceeded)"), failedRolledBack},
+		{"MySQL statement time limit", mysqlErr(3024, "HY000", "Query execution was interrupted, maximum statement execution time exceeded"), failedRolledBack},
+		{"super read only", errReadOnly, failedRefused},
+		{"read-only transaction", mysqlErr(1792, "25006", "Cannot execute statement in a READ ONLY transaction"), failedRefused},
+		{"read-only mode", mysqlErr(1836, "HY000", "Running in read-only mode"), failedRefused},
+		{"too many connections", mysqlErr(1040, "08004", "Too many connections"), failedRefused},
+		{"Galera node not ready", mysqlErr(1047, "08S01", "WSREP has not yet prepared node for application use"), failedRefused},
+		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, failedRefused},
+		{"wrapped dial timeout", fmt.Errorf("connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}), failedRefused},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "db", IsNotFound: true}, failedRefused},
 		{"server shutdown", mysqlErr(1053, "08S01", "Server shutdown in progress"), failedUnknown},
+		{"network read error", mysqlErr(1158, "08S01", "Got an error reading communication packets"), failedUnknown},
+		{"packets out of order", mysql.ErrPktSync, failedUnknown},
+		{"packets out of order, multi", mysql.ErrPktSyncMul, failedUnknown},
+		{"malformed packet", mysql.ErrMalformPkt, failedUnknown},
+		{"busy buffer", mysql.ErrBusyBuffer, failedUnknown},
+		{"packet too large", mysql.ErrPktTooLarge, failedFinal},
+		{"access denied", mysqlErr(1045, "28000", "Access denied for user 'app'@'localhost' (using password: YES)"), failedFinal},
+		{"command denied", mysqlErr(1142, "42000", "INSERT command denied to user 'app'@'localhost' for table 'sqllock'"), failedFinal},
+		{"unknown column", mysqlErr(1054, "42S22", "Unknown column 'kind' in 'field list'"), failedFinal},
+		{"closed Client", fmt.Errorf("acquire: %w", ErrClosed), failedFinal},
 		{"connection killed", mysqlErr(1927, "70100", "Connection was killed"), failedUnknown},
 		{"idle timeout", mysqlErr(4031, "HY000", "The client was disconnected by the server"), failedUnknown},
 		{"syntax", errSyntax, failedFinal},

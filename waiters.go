@@ -184,6 +184,7 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 	ws := &c.waiters
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := ws.join(name, w)
+	var lastErr error // the last passable error, while no answer came since
 	for {
 		ws.mu.Lock()
 		if w.gaveUp {
@@ -200,8 +201,11 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 		if !head || wait > 0 {
 			if err := c.sleepQueued(ctx, w, head, wait); err != nil {
 				ws.leave(name, q, w)
-				if errors.Is(err, ErrClosed) {
+				switch {
+				case errors.Is(err, ErrClosed):
 					return nil, err
+				case lastErr != nil:
+					return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, err, lastErr)
 				}
 				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
 			}
@@ -215,9 +219,24 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 		}
 		// The context is read once: it may end at any moment, and a caller
 		// whose context ended must see its error whatever the answer was.
-		if cerr := ctx.Err(); cerr != nil || !errors.Is(err, ErrNotAcquired) {
+		cerr := ctx.Err()
+		switch {
+		case cerr == nil && errors.Is(err, ErrNotAcquired):
+			lastErr = nil
+		case cerr == nil && passable(err):
+			// A failover, a restart, a full server: it may pass, so it
+			// counts as a refused attempt; the last one says why the call
+			// failed if it does not.
+			lastErr = err
+		default:
 			ws.leave(name, q, w)
 			if cerr != nil && !errors.Is(err, cerr) {
+				if lastErr == nil && !errors.Is(err, ErrNotAcquired) {
+					lastErr = err
+				}
+				if lastErr != nil {
+					return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, cerr, lastErr)
+				}
 				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, cerr)
 			}
 			return nil, err

@@ -1,0 +1,280 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// ownServerEnv, when set, says the test server is the tests' own: tests may
+// change its global variables and accounts (a read-only server, a full
+// one). Never set it for a shared server.
+const ownServerEnv = "SQLLOCK_TEST_OWN_SERVER"
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// classifyCase is an error a real server gave, and the class it must have.
+type classifyCase struct {
+	name string
+	err  func(t *testing.T, e *testEnv) error
+	want outcome
+}
+
+var outcomeNames = map[outcome]string{failedFinal: "final", failedRolledBack: "rolled back", failedRefused: "refused", failedUnknown: "unknown"}
+
+// Each error the server gives here is classified as the loops need: final
+// ones end them, the others are retried or waited out.
+func TestClassify_realServerErrors(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		cases := []classifyCase{
+			{"no server listening", func(t *testing.T, e *testEnv) error {
+				db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
+				_, err := e.client(t, db, "sqllock").TryAcquire(testCtx(t), "job", time.Second)
+				return err
+			}, failedRefused},
+			{"read-only transaction", func(t *testing.T, e *testEnv) error {
+				v := "transaction_read_only"
+				if e.server.mariadb {
+					v = "tx_read_only" // MariaDB 10.11's name
+				}
+				table := e.newTable(t)
+				db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, v, "1") })
+				_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
+				return wantErrno(t, err, 1792)
+			}, failedRefused},
+			{"no such table", func(t *testing.T, e *testEnv) error {
+				_, err := e.client(t, e.db, "sqllock_no_such_table").TryAcquire(testCtx(t), "job", time.Second)
+				return wantErrno(t, err, 1146)
+			}, failedFinal},
+			{"access denied", func(t *testing.T, e *testEnv) error {
+				db := e.openDBWith(t, func(c *mysql.Config) { c.User, c.Passwd = "sqllock_no_such_user", "wrong" })
+				_, err := e.client(t, db, "sqllock").TryAcquire(testCtx(t), "job", time.Second)
+				return wantErrno(t, err, 1045)
+			}, failedFinal},
+			{"statement time limit", statementTimeLimit, failedRolledBack},
+			{"connection killed while a statement runs", func(t *testing.T, e *testEnv) error {
+				ctx := testCtx(t)
+				conn, err := e.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				var id int64
+				if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				time.AfterFunc(200*time.Millisecond, func() {
+					_, _ = e.openDB(t).Exec(fmt.Sprintf("KILL CONNECTION %d", id))
+				})
+				var n int
+				return conn.QueryRowContext(ctx, "SELECT SLEEP(10)").Scan(&n)
+			}, failedUnknown},
+			{"idle session closed by the server", func(t *testing.T, e *testEnv) error {
+				ctx := testCtx(t)
+				conn, err := e.db.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.ExecContext(ctx, "SET SESSION wait_timeout = 1"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(2500 * time.Millisecond)
+				_, err = conn.ExecContext(ctx, "DO 1")
+				return err
+			}, failedUnknown},
+		}
+		if os.Getenv(ownServerEnv) != "" {
+			cases = append(cases, ownServerCases...)
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				err := tc.err(t, e)
+				if err == nil {
+					t.Fatalf("got no error, want one")
+				}
+				t.Logf("%s gave: %v", e.server.label, err)
+				if got := classify(err); got != tc.want {
+					t.Errorf("classify(%v): got %s, want %s", err, outcomeNames[got], outcomeNames[tc.want])
+				}
+			})
+		}
+	})
+}
+
+// wantErrno fails the test unless err carries server error n, and returns
+// err.
+func wantErrno(t *testing.T, err error, n int) error {
+	t.Helper()
+	if got, ok := serverErrno(err); !ok || got != n {
+		t.Fatalf("got %v, want server error %d", err, n)
+	}
+	return err
+}
+
+// statementTimeLimit makes the server end a statement for its time limit:
+// MariaDB's max_statement_time (1969), MySQL's max_execution_time, which
+// ends only SELECTs (3024).
+func statementTimeLimit(t *testing.T, e *testEnv) error {
+	const heavy = "SELECT COUNT(*) FROM information_schema.COLUMNS a, information_schema.COLUMNS b, information_schema.COLUMNS c"
+	q, errno := "SELECT /*+ MAX_EXECUTION_TIME(20) */"+heavy[len("SELECT"):], 3024
+	if e.server.mariadb {
+		q, errno = "SET STATEMENT max_statement_time = 0.02 FOR "+heavy, 1969
+	}
+	var n int64
+	return wantErrno(t, e.db.QueryRowContext(testCtx(t), q).Scan(&n), errno)
+}
+
+// ownServerCases change the server's global variables: only on the tests'
+// own server.
+var ownServerCases = []classifyCase{
+	{"read-only server", func(t *testing.T, e *testEnv) error {
+		table := e.newTable(t)
+		db := limitedUser(t, e, table)
+		setGlobal(t, e, "read_only", "ON", "OFF")
+		_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
+		return wantErrno(t, err, 1290)
+	}, failedRefused},
+	{"too many connections", func(t *testing.T, e *testEnv) error {
+		table := e.newTable(t)
+		db := limitedUser(t, e, table)
+		// MariaDB's least max_connections is 10: hold that many open, so
+		// that the next login of an account without administrative
+		// privileges is refused.
+		setGlobal(t, e, "max_connections", "10", "151")
+		for {
+			var (
+				name string
+				n    int
+			)
+			if err := e.db.QueryRow("SHOW GLOBAL STATUS LIKE 'Threads_connected'").Scan(&name, &n); err != nil {
+				t.Fatal(err)
+			}
+			if n >= 10 {
+				break
+			}
+			conn, err := e.db.Conn(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.PingContext(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+		}
+		_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
+		return wantErrno(t, err, 1040)
+	}, failedRefused},
+}
+
+// limitedUser returns a *sql.DB for an account with the privileges sqllock
+// needs on table and no administrative ones, dropped when the test ends.
+func limitedUser(t *testing.T, e *testEnv, table string) *sql.DB {
+	t.Helper()
+	// Every host form, so that no anonymous account of a fresh install
+	// matches first.
+	for _, host := range []string{"'%'", "'localhost'", "'127.0.0.1'"} {
+		user := "sqllock_app@" + host
+		for _, q := range []string{
+			"DROP USER IF EXISTS " + user,
+			"CREATE USER " + user + " IDENTIFIED BY 'app'",
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON `" + table + "` TO " + user,
+		} {
+			if _, err := e.db.Exec(q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		t.Cleanup(func() { _, _ = e.db.Exec("DROP USER IF EXISTS " + user) })
+	}
+	return e.openDBWith(t, func(c *mysql.Config) { c.User, c.Passwd = "sqllock_app", "app" })
+}
+
+// setGlobal sets a global variable of the tests' own server, and sets it
+// back to undo when the test ends.
+func setGlobal(t *testing.T, e *testEnv, name, value, undo string) {
+	t.Helper()
+	if _, err := e.db.Exec("SET GLOBAL " + name + " = " + value); err != nil {
+		t.Fatalf("SET GLOBAL %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.db.Exec("SET GLOBAL " + name + " = " + undo); err != nil {
+			t.Errorf("SET GLOBAL %s back: %v", name, err)
+		}
+	})
+}
+
+// Elect whose server is down the whole time returns its context's error
+// wrapping the last error it met: the caller learns why it never led.
+func TestElect_serverDown_returnsLastError(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
+		c := e.client(t, db, "sqllock")
+		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+		defer cancel()
+		err := c.Elect(ctx, "leader", time.Second, Callbacks{OnStartedLeading: func(context.Context) {}})
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("Elect with no server: got %v, want DeadlineExceeded wrapping the refused connection", err)
+		}
+	})
+}
+
+// A candidate whose server is read-only (a replica during a failover) keeps
+// campaigning, and leads once the server takes writes: on the tests' own
+// server, which may be made read-only.
+func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
+	if os.Getenv(ownServerEnv) == "" {
+		t.Skipf("set %s when the test server is the tests' own, to make it read-only", ownServerEnv)
+	}
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, limitedUser(t, e, table), table)
+		setGlobal(t, e, "read_only", "ON", "OFF")
+		ctx, cancel := context.WithCancel(testCtx(t))
+		defer cancel()
+		led := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Elect(ctx, "leader", 200*time.Millisecond, Callbacks{
+				OnStartedLeading: func(context.Context) { close(led) },
+			})
+		}()
+		time.Sleep(500 * time.Millisecond) // several refused attempts
+		select {
+		case <-led:
+			t.Fatalf("led while the server was read-only")
+		case err := <-done:
+			t.Fatalf("Elect returned while the server was read-only: %v", err)
+		default:
+		}
+		if _, err := e.db.Exec("SET GLOBAL read_only = OFF"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-led:
+		case err := <-done:
+			t.Fatalf("Elect returned instead of leading: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no lead 10s after the server took writes again")
+		}
+		cancel()
+		wantErrIs(t, <-done, context.Canceled)
+	})
+}

@@ -1,0 +1,230 @@
+package sqllock
+
+// The loops that keep trying (Elect, Acquire's polling, Once, the
+// keep-alive) go on through errors that may pass and stop on final ones.
+// sqlmock gives the errors a failover produces, which a server cannot be
+// made to give on demand; errors_server_test.go checks the classification
+// against the errors real servers give.
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+)
+
+// passableErrors are errors a failover or restart produces that applied
+// nothing: none of them may end a loop that keeps trying. (Errors with an
+// unknown outcome pass too; the fault tests give them through a proxy.)
+var passableErrors = []struct {
+	name string
+	err  error
+}{
+	{"super read only", errReadOnly},
+	{"read-only transaction", mysqlErr(1792, "25006", "Cannot execute statement in a READ ONLY transaction")},
+	{"too many connections", mysqlErr(1040, "08004", "Too many connections")},
+	{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}},
+}
+
+func emptyInspect() *sqlmock.Rows {
+	return sqlmock.NewRows([]string{"holder", "fence", "held", "ttl"})
+}
+
+// A candidate whose server turns read-only during a failover keeps
+// campaigning, and leads once the server takes writes again.
+func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
+	for _, tc := range passableErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tok := &tokenArg{}
+			args := acquireArgs("leader", mockHolder, 40_000, tok)
+			e.expectExec("acquire", args, errReply(tc.err))
+			e.expectInspect("leader", emptyInspect())
+			e.expectExec("acquire", args, errReply(tc.err))
+			e.expectInspect("leader", emptyInspect())
+			e.expectExec("acquire", args, okReply(42, 1))
+			e.expectExec("release", releaseArgs("leader", tok), okReply(0, 1))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			led := false
+			err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{
+				OnStartedLeading: func(context.Context) { led = true; cancel() },
+			})
+			if !led {
+				t.Fatalf("Elect: returned %v without leading", err)
+			}
+			assertErrIs(t, err, context.Canceled)
+			e.done()
+		})
+	}
+	t.Run("final error ends it", func(t *testing.T) {
+		e := newMockEnv(t)
+		e.expectExec("acquire", acquireArgs("leader", mockHolder, 40_000, &tokenArg{}), errReply(errNoSuchTable))
+		err := e.c.Elect(t.Context(), "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+		assertErrIs(t, err, errNoSuchTable)
+		e.done()
+	})
+}
+
+// Elect whose server never answered returns its context's error wrapping
+// the last error it met, so the caller learns why it never led.
+func TestElect_returnsLastError(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectPrepareError("acquire", errReadOnly)
+	e.mock.MatchExpectationsInOrder(false)
+	for range 1000 {
+		e.mock.ExpectPrepare(e.sql("acquire")).WillReturnError(errReadOnly)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
+}
+
+// Acquire's polling goes on through errors that may pass, counting each as
+// an attempt, and stops on a final one.
+func TestClient_Acquire_pollsThroughPassableErrors(t *testing.T) {
+	for _, tc := range passableErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+			tok := &tokenArg{}
+			args := acquireArgs("job", mockHolder, 1_000_000, tok)
+			e.expectExec("acquire", args, errReply(tc.err), okReply(0, 1), errReply(tc.err), okReply(7, 1))
+			l, err := e.c.Acquire(t.Context(), "job", time.Second)
+			if err != nil {
+				t.Fatalf("Acquire: got %v, want nil", err)
+			}
+			if l.Fence() != 7 {
+				t.Errorf("fence: got %d, want 7", l.Fence())
+			}
+			e.done()
+		})
+	}
+	t.Run("strategy gives up: the last error", func(t *testing.T) {
+		e := newMockEnv(t, WithRetry(LimitRetry(LinearBackoff(time.Millisecond), 2)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly), errReply(errReadOnly))
+		_, err := e.c.Acquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, errReadOnly)
+		e.done()
+	})
+	t.Run("context ends: the last error too", func(t *testing.T) {
+		e := newMockEnv(t, WithRetry(LinearBackoff(time.Hour)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly))
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		defer cancel()
+		_, err := e.c.Acquire(ctx, "job", time.Second)
+		assertErrIs(t, err, ErrNotAcquired, context.DeadlineExceeded, errReadOnly)
+		e.done()
+	})
+	t.Run("final error ends it", func(t *testing.T) {
+		e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly), errReply(errSyntax))
+		_, err := e.c.Acquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, errSyntax)
+		e.done()
+	})
+}
+
+// Once waits out errors that may pass, on its record and on its lease.
+func TestClient_Once_waitsOutPassableErrors(t *testing.T) {
+	notDone := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"1"}) }
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+	tok := &tokenArg{}
+	e.expectPrepare("once_done")
+	e.prepared["once_done"] = &sqlmock.ExpectedPrepare{}
+	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnError(errReadOnly)
+	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnRows(notDone())
+	e.expectExec("acquire", acquireArgs("seed", mockHolder, OnceTTL.Microseconds(), tok), errReply(errReadOnly), okReply(42, 1))
+	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnError(errReadOnly)
+	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnRows(notDone())
+	e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(1, 1))
+	e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+	ran, err := e.c.Once(t.Context(), "seed", noop)
+	if !ran || err != nil {
+		t.Fatalf("Once: got %v, %v, want true, nil", ran, err)
+	}
+	e.done()
+}
+
+// A renewal that fails with a final error (the table is gone) ends the
+// keep-alive at once: no renewal can succeed before the deadline.
+func TestLock_KeepAlive_finalErrorIsLoss(t *testing.T) {
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 300_000, tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(300_000, "job", tok), errReply(errNoSuchTable))
+	l, err := e.c.TryAcquire(t.Context(), "job", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := l.KeepAlive(t.Context())
+	<-kctx.Done()
+	if left := time.Until(l.ValidUntil()); left < 100*time.Millisecond {
+		t.Errorf("told %v before the lease could expire, want about two thirds of the ttl", left)
+	}
+	assertErrIs(t, context.Cause(kctx), ErrLockLost, errNoSuchTable)
+	e.done()
+}
+
+// A token whose acquire's outcome stayed unknown, and whose cleanup failed,
+// is remembered: the next acquire of the name deletes its lease first, and
+// forgets it once that DELETE removed the lease.
+func TestClient_TryAcquire_claimsUnknownAcquire_args(t *testing.T) {
+	e := newMockEnv(t)
+	lost := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, lost),
+		repeatReply(errReply(errors.New("invalid connection")), maxTransientAttempts)...)
+	e.expectExec("release", releaseArgs("job", lost), errReply(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err == nil {
+		t.Fatalf("TryAcquire: got nil, want an error")
+	}
+	if n := e.c.orphans.remembered("job"); n != 1 {
+		t.Fatalf("tokens remembered: got %d, want 1", n)
+	}
+	e.expectExec("release", releaseArgs("job", lost), okReply(0, 1))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(9, 1))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Fatalf("TryAcquire: got %v, want nil", err)
+	}
+	if n := e.c.orphans.remembered("job"); n != 0 {
+		t.Errorf("tokens remembered after the claim: got %d, want 0", n)
+	}
+	// Other names, and later acquires, send nothing more.
+	e.expectExec("acquire", acquireArgs("other", mockHolder, 1_000_000, &tokenArg{}), okReply(10, 1))
+	if _, err := e.c.TryAcquire(t.Context(), "other", time.Second); err != nil {
+		t.Fatalf("TryAcquire: got %v, want nil", err)
+	}
+	e.done()
+}
+
+func TestOrphans_bounded(t *testing.T) {
+	var o orphans
+	now := time.Now()
+	for i := range maxOrphans + 10 {
+		o.remember("n", string(rune('a'+i%26))+time.Duration(i).String(), time.Duration(i+1)*time.Second, now)
+	}
+	if got := o.n.Load(); got != maxOrphans {
+		t.Errorf("remembered: got %d, want %d", got, maxOrphans)
+	}
+	// The ones whose leases expire first went first.
+	for _, x := range o.byName["n"] {
+		if x.expires.Before(now.Add(orphanWait + 11*time.Second)) {
+			t.Fatalf("kept a token whose lease expires at +%v, want the first 10 gone", x.expires.Sub(now))
+		}
+	}
+	o.remember("n", o.byName["n"][0].token, time.Hour, now)
+	if got := o.n.Load(); got != maxOrphans {
+		t.Errorf("remembered after a repeat: got %d, want %d", got, maxOrphans)
+	}
+	if got := o.take("n", now.Add(orphanWait+time.Duration(maxOrphans+11)*time.Second)); len(got) != 1 {
+		t.Errorf("take after every lease but one expired: got %d tokens, want 1", len(got))
+	}
+	if got := o.n.Load(); got != 0 {
+		t.Errorf("remembered after take: got %d, want 0", got)
+	}
+}

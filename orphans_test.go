@@ -1,0 +1,143 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// An acquire cut by its context while it waits for a lock on the lease row's
+// place goes on waiting on the server, and commits once the lock is free:
+// after its cleanup DELETE, which found no row and did not wait, has
+// returned. That leaves a live lease under a token nobody holds; the
+// Client's next acquire of the name claims it, so the name is not blocked
+// for the lease's ttl.
+func TestClient_TryAcquire_cutWhileWaiting_nameNotBlocked(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		k := newKillEnv(t, e)
+		table := k.c.table[1 : len(k.c.table)-1]
+		const before = 0 // the name was never taken
+		// A locking read of the missing lease row locks the gap it would go
+		// in (REPEATABLE READ, both servers' default): the acquire's insert
+		// waits, the cleanup's DELETE of no row does not.
+		commit := k.blockRow(t, table, "cut")
+		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+		defer cancel()
+		_, err := k.c.TryAcquire(ctx, "cut", time.Hour)
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryAcquire cut while it waited: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		commit()
+
+		// The cut statement commits on the server: the name is held under
+		// the cut acquire's token, for an hour.
+		waitFor(t, 10*time.Second, "the cut acquire to commit", func() bool {
+			return inspect(t, k.witness, "cut").Fence > before
+		})
+		if got := inspect(t, k.witness, "cut"); !got.Held || got.Holder != "faulty" {
+			t.Fatalf("after the cut acquire committed: got %+v, want held by faulty", got)
+		}
+		_, err = k.witness.TryAcquire(testCtx(t), "cut", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+
+		l, err := k.c.TryAcquire(testCtx(t), "cut", time.Minute)
+		if err != nil {
+			t.Fatalf("the Client's next TryAcquire: got %v, want the lease its cut acquire left", err)
+		}
+		if got := inspect(t, k.witness, "cut"); !got.Held || got.Fence != l.Fence() {
+			t.Fatalf("after the claim: got %+v, want held with fence %d", got, l.Fence())
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		mustAcquire(t, k.witness, "cut", time.Minute)
+	})
+}
+
+// An acquire whose reply is lost, and whose retries and cleanup cannot reach
+// the server either, leaves a lease under a token nobody holds; the server
+// then restarts. The lease survives the restart, and the Client's next
+// acquire of the name claims it instead of waiting out its ttl.
+func TestClient_TryAcquire_unknownOutcome_claimedAcrossRestart(t *testing.T) {
+	cmd := os.Getenv(restartEnv)
+	if cmd == "" {
+		t.Skipf("set %s to a command that restarts the test server to run this test", restartEnv)
+	}
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		f := newFaultEnv(t, e)
+		ctx := testCtx(t)
+		loseAcquire(t, f, "job")
+
+		up := serverUptime(t, e.db)
+		t.Logf("restarting the server with %s", cmd)
+		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		if after := serverUptime(t, e.db); after >= up {
+			t.Fatalf("server uptime %ds before the restart, %ds after: it did not restart", up, after)
+		}
+		// Still unreachable from the Client: the claim fails and is kept.
+		if _, err := f.c.TryAcquire(ctx, "job", time.Minute); err == nil {
+			t.Fatalf("TryAcquire while unreachable: got nil, want an error")
+		}
+		f.p.Refuse(false)
+
+		_, err := f.witness.TryAcquire(ctx, "job", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		l, err := f.c.TryAcquire(ctx, "job", time.Minute)
+		if err != nil {
+			t.Fatalf("the Client's next TryAcquire after the restart: got %v, want the lease its lost acquire left", err)
+		}
+		if got := inspect(t, f.witness, "job"); !got.Held || got.Fence != l.Fence() {
+			t.Fatalf("after the claim: got %+v, want held with fence %d", got, l.Fence())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		f.wantFree(t, "job", l.Fence())
+	})
+}
+
+// Close deletes the lease an acquire with an unknown outcome may have left,
+// as it releases the leases it holds.
+func TestClient_Close_releasesUnknownAcquire(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		f := newFaultEnv(t, e)
+		loseAcquire(t, f, "job")
+		f.p.Refuse(false)
+		if err := f.c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if got := inspect(t, f.witness, "job"); got.Held {
+			t.Fatalf("after Close: got %+v, want the name free", got)
+		}
+	})
+}
+
+// loseAcquire makes an acquire of name through f's proxy run on the server
+// while its reply, its retries and its cleanup are lost: the proxy cuts the
+// connection after the statement and refuses new ones until the caller says
+// otherwise. It checks that the lease was left, for an hour, under the
+// lost acquire's token.
+func loseAcquire(t *testing.T, f *faultEnv, name string) {
+	t.Helper()
+	ctx := testCtx(t)
+	// One connection through the proxy, prepared, kept idle: the acquire
+	// runs on it, and every later statement needs a new one.
+	warm := mustAcquire(t, f.c, name, time.Minute)
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := inspect(t, f.witness, name).Fence
+	f.p.Refuse(true)
+	f.p.CutAfterCommand(proxyComStmtExecute, 1)
+	if _, err := f.c.TryAcquire(ctx, name, time.Hour); err == nil || errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryAcquire cut with no way back: got %v, want a connection error", err)
+	}
+	if got := inspect(t, f.witness, name); !got.Held || got.Fence <= before || got.Holder != "faulty" {
+		t.Fatalf("after the cut acquire: got %+v, want held by faulty with a fence above %d", got, before)
+	}
+}
