@@ -415,6 +415,7 @@ func retry(ctx context.Context, until time.Time, f func() error) error {
 		budget = until
 	}
 	broken := 0
+	var last error // of the attempt before, for when ctx cuts this one
 	for attempt := 1; ; attempt++ {
 		err := f()
 		if err == nil {
@@ -422,6 +423,9 @@ func retry(ctx context.Context, until time.Time, f func() error) error {
 		}
 		switch classify(err) {
 		case failedFinal, failedRefused:
+			if last != nil && ctx.Err() != nil {
+				return fmt.Errorf("%w (last error: %w)", err, last)
+			}
 			return err
 		case failedUnknown:
 			if broken++; broken >= maxTransientAttempts {
@@ -433,8 +437,9 @@ func retry(ctx context.Context, until time.Time, f func() error) error {
 			return err
 		}
 		if werr := sleepCtx(ctx, wait); werr != nil {
-			return errors.Join(err, werr)
+			return fmt.Errorf("%w (last error: %w)", werr, err)
 		}
+		last = err
 	}
 }
 
