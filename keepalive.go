@@ -228,7 +228,9 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				return
 			case renewalCannotPass(err):
 				// No renewal can succeed before the deadline: say so now.
-				l.end(ka, errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err))
+				cause := errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err)
+				l.end(ka, cause)
+				l.logLost(cause)
 				l.c.held.remove(l)
 				return
 			default:

@@ -669,6 +669,7 @@ func (c *Client) cleanup(ctx context.Context, name, token string, ttl time.Durat
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if !c.deleteOrphan(ctx, name, orphan{token: token, settled: sent.Add(orphanWait)}) {
+		c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", name)
 		c.orphans.remember(name, token, ttl, sent)
 	}
 }
