@@ -345,3 +345,43 @@ func TestClient_TryAcquire_recordChanged_retried(t *testing.T) {
 		}
 	})
 }
+
+// Acquire waits out an outage: while no connection to the server can be
+// made, each attempt fails with an error that may pass, and the call goes
+// on polling until the server answers again.
+func TestClient_Acquire_waitsOutAnOutage(t *testing.T) {
+	firstEnv(t, func(t *testing.T, e *testEnv) {
+		f := newFaultEnv(t, e)
+		ctx := testCtx(t)
+		// Prepared on a live connection, which the outage then breaks.
+		warm := mustAcquire(t, f.c, "job", time.Minute)
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.p.Refuse(true)
+		f.p.CutAll()
+		done := make(chan error, 1)
+		go func() {
+			l, err := f.c.Acquire(ctx, "job", time.Minute)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			done <- err
+		}()
+		time.Sleep(500 * time.Millisecond) // several attempts, refused
+		select {
+		case err := <-done:
+			t.Fatalf("Acquire returned during the outage: %v", err)
+		default:
+		}
+		f.p.Refuse(false)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Acquire after the outage: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Acquire still waiting 10s after the outage ended")
+		}
+	})
+}
