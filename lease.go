@@ -152,11 +152,14 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // Check verifies, inside the caller's transaction tx, that the lease is
-// still this Lock's and live by the server's clock, and keeps a shared lock
-// on the lease row until tx ends. Every acquire, renewal and release writes
-// that row, so no other owner can take the name over, and commit, before tx
-// commits or rolls back: writes made in tx after a successful Check are
-// fenced by the lease without a fencing column. Keep such transactions short
+// still this Lock's and live by the server's clock, in one statement that
+// writes the lease row and so keeps it locked until tx ends. Every acquire,
+// renewal and release writes that row, so no other owner can take the name
+// over, and commit, before tx commits or rolls back: writes made in tx after
+// a successful Check are fenced by the lease without a fencing column. On a
+// multi-writer cluster (Galera, Group Replication multi-primary), where
+// another node does not see the lock, the written row makes tx's commit fail
+// certification if a takeover committed first. Keep such transactions short
 // next to the ttl: this Lock's own renewals wait for tx as well.
 //
 // It returns an error wrapping [ErrNotHeld] when the lease is not ours or
@@ -171,13 +174,16 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	}
 	// By its text, not the Client's prepared statement: tx may come from
 	// another *sql.DB, and tx.StmtContext refuses a statement of another.
-	var one int
-	err := tx.QueryRowContext(ctx, l.c.sql[qCheck], l.name, l.token).Scan(&one)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
-	case err != nil:
+	res, err := tx.ExecContext(ctx, l.c.sql[qCheck], l.name, l.token)
+	if err != nil {
 		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return errorf("check %q: %w", l.name, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
 	}
 	return nil
 }

@@ -419,10 +419,81 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 		if err := r.l.Check(ctx, tx2); err != nil {
 			t.Fatalf("Check by the new holder: %v", err)
 		}
-		// The shared lock holds up b's own release too, until tx2 ends.
+		// The row lock holds up b's own release too, until tx2 ends.
 		tx2.Rollback()
 		if err := r.l.Release(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Check writes the lease row in the caller's transaction, at every isolation
+// level: a written row is what a multi-writer cluster certifies at commit,
+// where a shared lock would be local to one node. Its answer does not change
+// with the DSN, and a second Check in the same transaction answers the same.
+func TestLock_Check_writesLeaseRow(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		variable := "transaction_isolation"
+		if e.server.mariadb {
+			variable = "tx_isolation"
+		}
+		table := e.newTable(t)
+		for _, level := range []string{"READ-COMMITTED", "REPEATABLE-READ", "SERIALIZABLE"} {
+			t.Run(level, func(t *testing.T) {
+				db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'"+level+"'") })
+				c := e.client(t, db, table)
+				ctx := testCtx(t)
+				l := mustAcquire(t, c, level, time.Minute)
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				// The write flips the lowest bit of acquired_at's microseconds,
+				// and the transaction sees its own write.
+				micro := func() int {
+					t.Helper()
+					var us int
+					err := tx.QueryRowContext(ctx, "SELECT MICROSECOND(acquired_at) FROM `"+table+"` WHERE name = ? AND kind = 'L'", level).Scan(&us)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return us
+				}
+				before := micro()
+				for i, want := range []int{before ^ 1, before} {
+					if err := l.Check(ctx, tx); err != nil {
+						t.Fatalf("Check %d: got %v, want nil", i+1, err)
+					}
+					if got := micro(); got != want {
+						t.Fatalf("after Check %d: got acquired_at's microseconds %d, want %d (written by the transaction)", i+1, got, want)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if got := inspect(t, c, level); !got.Held || got.Fence != l.Fence() {
+					t.Fatalf("after Check: got %+v, want the lease unchanged", got)
+				}
+
+				// Expired, and then taken over: not held. (A Check that finds
+				// nothing may still lock the row it read, until the rollback.)
+				short := mustAcquire(t, c, level+"-short", 20*time.Millisecond)
+				time.Sleep(40 * time.Millisecond)
+				for _, takeover := range []bool{false, true} {
+					if takeover {
+						mustAcquire(t, c, level+"-short", time.Minute)
+					}
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantErrIs(t, short.Check(ctx, tx), ErrNotHeld)
+					if err := tx.Rollback(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
 		}
 	})
 }

@@ -71,9 +71,9 @@ func TestLock_Check_args(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
 		l, tok := e.acquired("job")
 		e.mock.ExpectBegin()
-		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnRows(sqlmock.NewRows([]string{"1"}).AddRow(1))
-		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnRows(sqlmock.NewRows([]string{"1"}))
-		e.mock.ExpectQuery(e.sql("check")).WithArgs("job", tok).WillReturnError(errDeadlock)
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnResult(sqlmock.NewResult(0, 1))
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnResult(sqlmock.NewResult(0, 0))
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnError(errDeadlock)
 		e.mock.ExpectRollback()
 		tx, err := e.db.BeginTx(t.Context(), nil)
 		if err != nil {

@@ -103,15 +103,22 @@ SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
 WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: check
--- Args: name, token. Sent inside the user's transaction by Lock.Check: a row
--- when the lease is ours and live by the server's clock, none otherwise.
--- A locking read sees the latest committed row, not the transaction's
--- snapshot, and LOCK IN SHARE MODE (MySQL 5.7 and 8.0, MariaDB) keeps a
--- shared lock on it until the transaction ends. Acquire, refresh and release
--- all write this row, so no takeover commits before the user's transaction.
-SELECT 1 FROM `sqllock`
-WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6)
-LOCK IN SHARE MODE;
+-- Args: name, token. Sent inside the user's transaction by Lock.Check.
+-- Affected rows: 1 when the lease is ours and live by the server's clock, 0
+-- otherwise. It writes the lease row, so the row stays locked until the
+-- transaction ends and no takeover commits before it (acquire, refresh and
+-- release all write this row). The write is also what a multi-writer cluster
+-- (Galera, Group Replication multi-primary) certifies at commit: a shared
+-- lock is local to one node, a written row is in the transaction's write
+-- set, so a takeover committed on another node makes the user's commit fail.
+-- The write flips the lowest bit of acquired_at's microseconds, which no
+-- decision reads (WithMinHold's release moves by 1 µs at most). A row that
+-- changes counts as affected with and without clientFoundRows, so the answer
+-- does not depend on the DSN. acquired_at is the only column assigned, so
+-- both assignment orders agree.
+UPDATE `sqllock`
+SET acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: list
 -- No args. Every live lease, in name order, with its name's fence (0 if the
