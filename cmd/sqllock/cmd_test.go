@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,9 @@ func (e *env) command(args ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), asCommandEnv+"=1", "SQLLOCK_DSN="+e.dsn)
+	// A command that outlived sqllock would hold its output open: do not
+	// hang on it, fail.
+	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }
 
@@ -215,7 +219,7 @@ func TestRun_wait(t *testing.T) {
 	if got := strings.Join(e.lines("order"), " "); got != "a b" {
 		t.Fatalf("order of runs: got %q, want \"a b\"", got)
 	}
-	if !strings.Contains(b.stderr, "acquired job (fence") || !strings.Contains(b.stderr, "released job") {
+	if !strings.Contains(b.stderr, "acquired job after waiting") || !strings.Contains(b.stderr, "released job") {
 		t.Errorf("-v: got %q, want the acquire and the release", b.stderr)
 	}
 }
@@ -438,6 +442,31 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Errorf("the other client's release: %v", err)
 	}
+}
+
+// A command does not outlive a sqllock that was killed (the OOM killer,
+// kill -9): nothing would renew its lease.
+func TestRun_commandDiesWithSqllock(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs Linux's parent-death signal and /proc")
+	}
+	e := newEnv(t)
+	pidFile := e.path("pid")
+	cmd, wait := e.start("run", "orphan", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
+	var pid int
+	waitFor(t, 10*time.Second, "the command to start", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	waitFor(t, 5*time.Second, "the command to die with sqllock", func() bool {
+		return !slices.Contains(liveInGroup(t, pid), pid)
+	})
 }
 
 // The operator commands read and change the table, in JSON for scripts and

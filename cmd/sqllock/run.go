@@ -33,6 +33,7 @@ type runConfig struct {
 	verbose      bool
 	name         string
 	argv         []string
+	start        time.Time // when the wait for the lease began
 }
 
 // margin is how long before the lease could expire the command is told to
@@ -217,9 +218,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		return out.ownErr
 	}
 	opts := []sqllock.DoOption{sqllock.WithMinHold(c.minHold), sqllock.WithSafetyMargin(c.margin())}
-	start := time.Now()
+	c.start = time.Now()
 	if c.wait > 0 {
-		retry.deadline = start.Add(c.wait)
+		retry.deadline = c.start.Add(c.wait)
 		verbose("waiting up to %v for %s", c.wait, c.name)
 		err = client.Do(ctx, c.name, c.ttl, fn, opts...)
 	} else {
@@ -255,7 +256,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		say("stopped by %v while waiting for %s", s.signalled(), c.name)
 		return 128 + int(s.signalled().(syscall.Signal))
 	case errors.Is(err, sqllock.ErrNotAcquired):
-		say("%s; not running %s", c.held(client, time.Since(start)), quoteArgs(c.argv))
+		say("%s; not running %s", c.held(client, time.Since(c.start)), quoteArgs(c.argv))
 		return c.conflictCode
 	}
 	say("%s: %v", c.name, err)
@@ -303,8 +304,8 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 	case sig != nil:
 		return outcome{signal: sig}
 	}
-	verbose("acquired %s (fence %d, ttl %v) at %s; running %s as pid %d",
-		c.name, info.Fence, c.ttl, acquired.Format(time.RFC3339Nano), quoteArgs(c.argv), child.Process.Pid)
+	verbose("acquired %s after waiting %v (fence %d, ttl %v); running %s as pid %d",
+		c.name, acquired.Sub(c.start).Round(time.Millisecond), info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
 	done := make(chan struct{})
 	go func() {
 		_ = child.Wait()
