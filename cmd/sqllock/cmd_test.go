@@ -205,7 +205,7 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 // --wait waits for the holder to finish, up to its limit.
 func TestRun_wait(t *testing.T) {
 	e := newEnv(t)
-	_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 1; echo a >> "+e.path("order"))
+	_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
 	waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
 
 	short := e.run("run", "--wait", "200ms", "job", "--", "sh", "-c", "echo short >> "+e.path("order"))
@@ -323,13 +323,26 @@ func TestRun_signals(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Release(context.Background())
-		cmd, wait := e.start("run", "--wait", "1m", "busy", "--", "sh", "-c", "echo ran >> "+e.path("busy"))
-		time.Sleep(500 * time.Millisecond)
+		cmd := e.command("run", "-v", "--wait", "1m", "busy", "--", "sh", "-c", "echo ran >> "+e.path("busy"))
+		stderr, err := os.Create(e.path("stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stderr.Close()
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "sqllock to wait", func() bool {
+			b, _ := os.ReadFile(e.path("stderr"))
+			return strings.Contains(string(b), "waiting up to")
+		})
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
-		if r := wait(); r.status != 128+int(syscall.SIGINT) {
-			t.Fatalf("status: got %d, want %d", r.status, 128+int(syscall.SIGINT))
+		_ = cmd.Wait()
+		if got := cmd.ProcessState.ExitCode(); got != 128+int(syscall.SIGINT) {
+			t.Fatalf("status: got %d, want %d", got, 128+int(syscall.SIGINT))
 		}
 		if got := e.lines("busy"); len(got) != 0 {
 			t.Fatalf("the command ran: %q", got)
@@ -441,6 +454,22 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 	}
 	if err := l.Release(context.Background()); err != nil {
 		t.Errorf("the other client's release: %v", err)
+	}
+}
+
+// An operator's release --force takes the lease from a running command: its
+// next renewal finds the lease gone, and sqllock stops it and exits 124.
+func TestRun_forceReleaseStopsCommand(t *testing.T) {
+	e := newEnv(t)
+	pidFile := e.path("pid")
+	_, wait := e.start("run", "--ttl", "10s", "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
+	waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	if r := e.run("release", "--force", "evicted"); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
+		t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+	}
+	r := wait()
+	if r.status != exitLost || !strings.Contains(r.stderr, "not held") {
+		t.Fatalf("got status %d, %q, want %d and the lease not held", r.status, r.stderr, exitLost)
 	}
 }
 
