@@ -136,6 +136,9 @@ func NewLocker(c *sqllock.Client, opts ...Option) (*Locker, error) {
 // and gocron skips this run. A keep-alive renews the lease until Unlock,
 // which keeps the name taken until the minimum hold has passed since Lock.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the scheduler is shutting down
+	}
 	minHold, ok := l.cfg.perJob[key]
 	if !ok {
 		minHold = l.cfg.minHold
