@@ -259,6 +259,14 @@ func TestRun_exitStatus(t *testing.T) {
 			}
 		})
 	}
+	t.Run("help", func(t *testing.T) {
+		for _, cmd := range []string{"run", "list"} {
+			r := e.run(cmd, "-h")
+			if r.status != 0 || !strings.Contains(r.stderr, "-dsn") || strings.Contains(r.stderr, e.dsn) {
+				t.Errorf("%s -h: got %d, %q, want 0 and the flags without the DSN in use", cmd, r.status, r.stderr)
+			}
+		}
+	})
 	t.Run("no server", func(t *testing.T) {
 		cmd := exec.Command(os.Args[0], "run", "s", "--", "true")
 		cmd.Env = append(os.Environ(), asCommandEnv+"=1", "SQLLOCK_DSN=")

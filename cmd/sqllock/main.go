@@ -85,12 +85,17 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.dsn, "dsn", os.Getenv("SQLLOCK_DSN"), "go-sql-driver/mysql `DSN` of the server (default $SQLLOCK_DSN)")
+	// The environment is read in open, not shown as a default: help must
+	// not print a password.
+	fs.StringVar(&c.dsn, "dsn", "", "go-sql-driver/mysql `DSN` of the server (default $SQLLOCK_DSN)")
 	fs.StringVar(&c.table, "table", sqllock.DefaultTable, "lock `table`")
 }
 
 // open opens the database and a Client on it. Options come after the table's.
 func (c *common) open(opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) {
+	if c.dsn == "" {
+		c.dsn = os.Getenv("SQLLOCK_DSN")
+	}
 	if c.dsn == "" {
 		return nil, nil, errors.New("no server: set --dsn or SQLLOCK_DSN (for example user:pass@tcp(db:3306)/app)")
 	}
@@ -138,6 +143,14 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// usageStatus is the exit status after a flag error: 0 for -h.
+func usageStatus(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return exitUsage
+}
+
 // adminCmd runs the operator commands.
 func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	var (
@@ -159,7 +172,7 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
-		return exitUsage
+		return usageStatus(err)
 	}
 	if len(pos) != wantArgs {
 		fmt.Fprintf(stderr, "sqllock %s: got %d arguments, want %d\n%s", cmd, len(pos), wantArgs, usage)

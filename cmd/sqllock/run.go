@@ -41,14 +41,16 @@ type runConfig struct {
 // for the client's clock to run slow of the server's.
 func (c *runConfig) margin() time.Duration { return c.killGrace + c.ttl/10 }
 
-func parseRun(args []string, stderr io.Writer) (*runConfig, bool) {
+// parseRun parses run's arguments; when they are wrong it says why on
+// stderr and returns the exit status.
+func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	c := &runConfig{}
 	fs := newFlagSet("run", stderr)
 	c.register(fs)
 	fs.DurationVar(&c.wait, "wait", 0, "wait up to `DURATION` for the name when another holds it (default: exit at once)")
-	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "lease `length`; a keep-alive renews it every ttl/3 while the command runs")
+	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "lease length `DURATION`; a keep-alive renews it every ttl/3 while the command runs")
 	fs.DurationVar(&c.minHold, "min-hold", 0, "keep the name taken until `DURATION` after it was acquired, even if the command ends sooner")
-	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "on a lost lease, SIGKILL the command this `long` after SIGTERM")
+	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "on a lost lease, SIGKILL the command `DURATION` after SIGTERM")
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
 	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
 	fs.Usage = func() {
@@ -56,15 +58,15 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, bool) {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return nil, false
+		return nil, usageStatus(err)
 	}
 	rest := fs.Args()
 	if len(rest) > 1 && rest[1] == "--" {
 		rest = append(rest[:1:1], rest[2:]...)
 	}
-	bad := func(format string, a ...any) (*runConfig, bool) {
+	bad := func(format string, a ...any) (*runConfig, int) {
 		fmt.Fprintf(stderr, "sqllock run: "+format+"\n", a...)
-		return nil, false
+		return nil, exitUsage
 	}
 	switch {
 	case len(rest) < 2:
@@ -80,7 +82,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, bool) {
 		return bad("--conflict-exit-code %d is outside 0..255", c.conflictCode)
 	}
 	c.name, c.argv = rest[0], rest[1:]
-	return c, true
+	return c, 0
 }
 
 // session is the state the signal handler shares with the run.
@@ -165,9 +167,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	c, ok := parseRun(args, stderr)
-	if !ok {
-		return exitUsage
+	c, status := parseRun(args, stderr)
+	if c == nil {
+		return status
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(stderr, "sqllock: "+format+"\n", a...) }
 	verbose := func(format string, a ...any) {
