@@ -110,16 +110,22 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 // campaign tries to take the lease on name until it does, ctx ends or an
 // error comes that trying again cannot mend. It keeps in *lastErr the last
 // error that may pass, and clears it when an answer comes.
-func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string), lastErr *error) (*Lock, error) {
+func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string), lastErr *error) (l *Lock, err error) {
 	poll := min(max(ttl/4, minBackoff), maxCampaignPoll)
 	// One token serves every attempt, as in Acquire: an attempt whose
-	// outcome stayed unknown is then claimed by the next.
+	// outcome stayed unknown is then taken up by the next.
 	token, err := acquireToken(name, ttl)
 	if err != nil {
 		return nil, err
 	}
+	var u unsettled
+	defer func() {
+		if l == nil {
+			c.abandon(name, token, &u)
+		}
+	}()
 	for {
-		l, err := c.tryAcquire(ctx, name, ttl, token)
+		l, err = c.tryAcquire(ctx, name, ttl, token, &u)
 		switch {
 		case err == nil:
 			return l, nil

@@ -228,3 +228,31 @@ func TestOrphans_bounded(t *testing.T) {
 		t.Errorf("remembered after take: got %d, want 0", got)
 	}
 }
+
+// An Acquire whose first attempt's outcome stays unknown goes on with the
+// same token and takes the lease: that token is then a live Lock's, and no
+// later acquire of the name in the Client may delete its lease.
+func TestClient_Acquire_unknownAttemptThenLease_tokenKept(t *testing.T) {
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+	tok := &tokenArg{}
+	lost := errors.New("invalid connection")
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), repeatReply(errReply(lost), maxTransientAttempts)...)
+	e.expectExec("release", releaseArgs("job", tok), errReply(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	// The retry with the same token finds the lease its lost attempt took.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), okReply(42, 2))
+	l, err := e.c.Acquire(t.Context(), "job", time.Second)
+	if err != nil {
+		t.Fatalf("Acquire: got %v, want nil", err)
+	}
+	if n := e.c.orphans.remembered("job"); n != 0 {
+		t.Errorf("tokens remembered after the lease was taken: got %d, want 0", n)
+	}
+	// Another acquire of the name sends no DELETE with the Lock's token.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(0, 0))
+	_, err = e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrIs(t, err, ErrNotAcquired)
+	if l.Token() != tok.token {
+		t.Errorf("Lock token: got %q, want %q", l.Token(), tok.token)
+	}
+	e.done()
+}

@@ -600,19 +600,53 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	return c.tryAcquire(ctx, name, ttl, token)
+	return c.acquireOnce(ctx, name, ttl, token)
 }
 
-func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+// acquireOnce is one attempt of an acquire call with token, which the call
+// then abandons if it failed.
+func (c *Client) acquireOnce(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+	var u unsettled
+	l, err := c.tryAcquire(ctx, name, ttl, token, &u)
+	if l == nil {
+		c.abandon(name, token, &u)
+	}
+	return l, err
+}
+
+// unsettled records the attempts of one acquire call, all with its one
+// token, whose outcome stayed unknown and whose cleanup did not settle them.
+type unsettled struct {
+	ttl  time.Duration // the longest such attempt's
+	sent time.Time     // the latest such attempt's send time; zero for none
+}
+
+// abandon gives up token, of an acquire call that returns without a Lock:
+// from now on nobody holds it, so the lease an unsettled attempt may leave
+// under it is the Client's to delete before its next acquire of name, or at
+// Close (orphans.go). A token is remembered only once its call has ended:
+// while the call goes on, its next attempt may take the lease under that
+// token, and a DELETE by the token would take it from the Lock it returns.
+func (c *Client) abandon(name, token string, u *unsettled) {
+	if u.sent.IsZero() {
+		return
+	}
+	c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", name)
+	c.orphans.remember(name, token, u.ttl, u.sent)
+}
+
+// tryAcquire makes one attempt with token, and records in u an attempt whose
+// outcome stays unknown.
+func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration, token string, u *unsettled) (*Lock, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	// Each argument is boxed once (a string or an int64 converted to any
-	// allocates), and the Lock, made first, keeps name and token boxed for
-	// Refresh and Release: the statements use them several times.
 	// Leases earlier acquires of name may have left under tokens nobody
 	// holds go first; without any, this costs an atomic load.
 	c.claimOrphans(ctx, name)
+	// Each argument is boxed once (a string or an int64 converted to any
+	// allocates), and the Lock, made first, keeps name and token boxed for
+	// Refresh and Release: the statements use them several times.
 	l := newLock(c, name, token, 0, ttl, time.Time{})
 	nameArg, tokenArg := l.keyArgs()
 	us := any(ttl.Microseconds())
@@ -624,7 +658,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
 			// again; give the name back rather than block it for ttl.
-			c.cleanup(ctx, name, token, ttl, sent)
+			c.cleanup(ctx, name, token, ttl, sent, u)
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			if errors.Is(err, cerr) {
@@ -648,13 +682,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
 		// The lease is ours, under a token nobody will use: give it back.
-		c.cleanup(ctx, name, token, ttl, sent)
+		c.cleanup(ctx, name, token, ttl, sent, u)
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
-		c.cleanup(ctx, name, token, ttl, sent)
+		c.cleanup(ctx, name, token, ttl, sent, u)
 		return nil, ErrClosed
 	}
 	return l, nil
@@ -663,14 +697,13 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 // cleanup deletes the row an acquire of name for ttl, sent at sent, may have
 // written (its outcome is unknown, or it lost the race with Close), with a
 // context of its own: the caller's may have ended. When that does not settle
-// it (see orphans.go), the Client remembers the token, so that its next
-// acquire of name, or Close, deletes the lease the acquire may yet leave.
-func (c *Client) cleanup(ctx context.Context, name, token string, ttl time.Duration, sent time.Time) {
+// it (see orphans.go), it records the attempt in u.
+func (c *Client) cleanup(ctx context.Context, name, token string, ttl time.Duration, sent time.Time, u *unsettled) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	if !c.deleteOrphan(ctx, name, orphan{token: token, settled: sent.Add(orphanWait)}) {
-		c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", name)
-		c.orphans.remember(name, token, ttl, sent)
+		u.ttl = max(u.ttl, ttl)
+		u.sent = maxTime(u.sent, sent)
 	}
 }
 
@@ -701,7 +734,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if _, ok := c.retry.Backoff(1); !ok {
 		// A strategy that never retries makes Acquire a TryAcquire; a
 		// queue would only delay its one answer.
-		return c.tryAcquire(ctx, name, ttl, token)
+		return c.acquireOnce(ctx, name, ttl, token)
 	}
 	return c.acquireQueued(ctx, name, ttl, token)
 }

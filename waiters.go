@@ -181,6 +181,15 @@ func (ws *waiters) waiting(name string) int {
 // acquireQueued is Acquire for a strategy that may retry: the call joins
 // the name's queue and waits there, trying only while it is the head.
 func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
+	var (
+		u    unsettled
+		lock *Lock // set when the call returns one
+	)
+	defer func() {
+		if lock == nil {
+			c.abandon(name, token, &u)
+		}
+	}()
 	ws := &c.waiters
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := ws.join(name, w)
@@ -212,9 +221,10 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 			continue
 		}
 
-		l, err := c.tryAcquire(ctx, name, ttl, token)
+		l, err := c.tryAcquire(ctx, name, ttl, token, &u)
 		if err == nil {
 			ws.acquired(name, q, w, c.retry)
+			lock = l
 			return l, nil
 		}
 		// The context is read once: it may end at any moment, and a caller
