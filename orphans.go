@@ -14,13 +14,18 @@ import (
 // (cleanup), but the DELETE proves the lease gone only when it deletes it:
 // when it fails (the server is away: a restart, a failover) or finds no row
 // (the acquire may still be waiting for a row lock on the server, and commit
-// later), the Client remembers the token, and every later acquire of the name
-// in this Client first deletes the lease that token may hold, so the name
-// does not stay blocked for the whole ttl. Close does the same for every
-// remembered token. A token is forgotten once such a DELETE removes its
-// lease, or once it can no longer hold one: its statement can have committed
-// no later than orphanWait after it was sent, and its lease lasted ttl from
-// then.
+// later), the Client remembers the token once the acquire call has given it
+// up (see Client.abandon), and every later acquire of the name in this
+// Client first deletes the lease that token may hold, so the name does not
+// stay blocked for the whole ttl. Close does the same for every remembered
+// token. A token is forgotten once such a DELETE removes its lease, or once
+// it can no longer hold one: its statement can have committed no later than
+// orphanWait after it was sent, and its lease lasted ttl from then. Until
+// then, each acquire of the name costs one DELETE more.
+//
+// The bound assumes the server's lock wait timeout is at most its default:
+// with a longer one, a cut acquire that waits longer still and then commits
+// leaves a lease that only expires.
 
 // orphanWait bounds how long after it was sent a cut acquire may still
 // commit on the server: longer than InnoDB's default lock wait timeout
