@@ -120,7 +120,8 @@ func (l *Lock) setValidUntil(t time.Time) {
 		return
 	}
 	if !time.Now().Before(t.Add(-ka.margin)) {
-		l.endLocked(ka, l.expiringErr(ka.margin, nil))
+		l.endLocked(ka, errorf("%w: after a Refresh, the lease on %q may expire within the safety margin %v",
+			ErrLockLost, l.name, ka.margin))
 	}
 	select {
 	case ka.moved <- struct{}{}:
@@ -193,8 +194,10 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			cause := l.expiringErr(ka.margin, lastErr)
-			l.end(ka, cause)
+			l.mu.Lock()
+			l.endLocked(ka, l.expiringErr(ka.margin, lastErr))
+			cause := ka.cause // a shorter Refresh may have ended them already
+			l.mu.Unlock()
 			l.logLost(cause)
 			l.c.held.remove(l)
 			return
