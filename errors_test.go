@@ -42,7 +42,8 @@ func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newMockEnv(t)
 			tok := &tokenArg{}
-			args := acquireArgs("leader", mockHolder, 40_000, tok)
+			// A ttl long enough that no renewal comes before the lead ends.
+			args := acquireArgs("leader", mockHolder, 1_000_000, tok)
 			e.expectExec("acquire", args, errReply(tc.err))
 			e.expectInspect("leader", emptyInspect())
 			e.expectExec("acquire", args, errReply(tc.err))
@@ -52,7 +53,7 @@ func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			led := false
-			err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{
+			err := e.c.Elect(ctx, "leader", time.Second, Callbacks{
 				OnStartedLeading: func(context.Context) { led = true; cancel() },
 			})
 			if !led {

@@ -23,12 +23,24 @@ func TestClient_TryAcquire_cutWhileWaiting_nameNotBlocked(t *testing.T) {
 		// A locking read of the missing lease row locks the gap it would go
 		// in (REPEATABLE READ, both servers' default): the acquire's insert
 		// waits, the cleanup's DELETE of no row does not.
+		// The Client's statements prepared, so that the acquire is the one
+		// statement its connection runs.
+		if err := mustAcquire(t, k.c, "warm", time.Minute).Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
 		commit := k.blockRow(t, table, "cut")
-		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+		id := k.connID(t)
+		ctx, cancel := context.WithCancel(testCtx(t))
 		defer cancel()
-		_, err := k.c.TryAcquire(ctx, "cut", time.Hour)
-		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("TryAcquire cut while it waited: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+		done := make(chan error, 1)
+		go func() {
+			_, err := k.c.TryAcquire(ctx, "cut", time.Hour)
+			done <- err
+		}()
+		k.waitRunning(t, id)
+		cancel()
+		if err := <-done; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("TryAcquire cut while it waited: got %v, want ErrNotAcquired and Canceled", err)
 		}
 		commit()
 
@@ -40,7 +52,7 @@ func TestClient_TryAcquire_cutWhileWaiting_nameNotBlocked(t *testing.T) {
 		if got := inspect(t, k.witness, "cut"); !got.Held || got.Holder != "faulty" {
 			t.Fatalf("after the cut acquire committed: got %+v, want held by faulty", got)
 		}
-		_, err = k.witness.TryAcquire(testCtx(t), "cut", time.Minute)
+		_, err := k.witness.TryAcquire(testCtx(t), "cut", time.Minute)
 		wantErrIs(t, err, ErrNotAcquired)
 
 		l, err := k.c.TryAcquire(testCtx(t), "cut", time.Minute)
