@@ -59,6 +59,15 @@
 // restarts, and [Lock.Check] fences writes made in a transaction on the same
 // database. [Client.Close] releases every lease its Client holds.
 //
+// # Operators and logging
+//
+// [Client.List] and [Client.Inspect] read the table, [Client.ForceRelease]
+// frees a name whoever holds it (the fence row stays) and [Client.ResetOnce]
+// lets Once run again; the sqllock command (cmd/sqllock) does the same from
+// a shell, and runs cron jobs under a lease. [WithLogger] reports retries,
+// failed renewals, lost leases, Elect's changes of lead and Close's releases
+// to a log/slog Logger.
+//
 // # Errors
 //
 // [ErrNotAcquired] and [ErrNotHeld] are compared with errors.Is; errors from

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
+	"os"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -160,3 +162,31 @@ func ExampleLock_Check() {
 func runReport(context.Context) error    { return nil }
 func runScheduler(ctx context.Context)   { <-ctx.Done() }
 func loadSeedData(context.Context) error { return nil }
+
+func ExampleWithLogger() {
+	var db *sql.DB // from sql.Open
+	// Info and above: lead changes, lost leases, failed renewals; never a
+	// line per successful operation.
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	locks, err := sqllock.New(db, sqllock.WithLogger(logger))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+}
+
+func ExampleClient_ForceRelease() {
+	ctx := context.Background()
+	var locks *sqllock.Client // from sqllock.New
+
+	// An operator frees a name whose holder is stuck.
+	was, err := locks.ForceRelease(ctx, "nightly-report")
+	if errors.Is(err, sqllock.ErrNotHeld) {
+		fmt.Println("nobody held it")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("released the lease of %s (fence %d, live: %v)\n", was.Holder, was.Fence, was.Held)
+}

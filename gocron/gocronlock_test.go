@@ -174,13 +174,13 @@ func checkOncePerTick(t *testing.T, runs map[int64]int, from, to int64) {
 // the same whole seconds: with the Locker each tick runs once, though the
 // job returns at once and gocron unlocks right after it.
 func TestLocker_oncePerTick(t *testing.T) {
-	runs, from, to := schedulers(t, "locker", 3, 8*time.Second)
+	runs, from, to := schedulers(t, "locker", 3, 10*time.Second)
 	checkOncePerTick(t, runs, from, to)
 }
 
 // With the Elector only the leader's scheduler runs jobs: each tick once.
 func TestElector_oncePerTick(t *testing.T) {
-	runs, from, to := schedulers(t, "elector", 3, 8*time.Second)
+	runs, from, to := schedulers(t, "elector", 3, 10*time.Second)
 	checkOncePerTick(t, runs, from, to)
 }
 
