@@ -184,7 +184,7 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	}
 	db, client, err := co.open()
 	if err != nil {
-		fmt.Fprintf(stderr, "sqllock %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "sqllock %s: %s\n", cmd, unprefix(err.Error()))
 		return exitUsage
 	}
 	defer db.Close()
@@ -208,7 +208,7 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sqllock %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "sqllock %s: %s\n", cmd, unprefix(err.Error()))
 		return exitFailure
 	}
 	return out.err
@@ -338,6 +338,12 @@ func onceResetCmd(ctx context.Context, c *sqllock.Client, name string, out *prin
 		fmt.Fprintf(out.w, "%s: no completion record\n", name)
 	}
 	return nil
+}
+
+// unprefix drops the library's "sqllock: " from the messages of its errors:
+// the command says it once, at the start of the line.
+func unprefix(msg string) string {
+	return strings.ReplaceAll(msg, "sqllock: ", "")
 }
 
 // roundTTL rounds a lease's time left for people.

@@ -171,7 +171,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if c == nil {
 		return status
 	}
-	say := func(format string, a ...any) { fmt.Fprintf(stderr, "sqllock: "+format+"\n", a...) }
+	say := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "sqllock: %s\n", unprefix(fmt.Sprintf(format, a...)))
+	}
 	verbose := func(format string, a ...any) {
 		if c.verbose {
 			say(format, a...)
@@ -261,7 +263,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		say("%s; not running %s", c.held(client, time.Since(c.start)), quoteArgs(c.argv))
 		return c.conflictCode
 	}
-	say("%s: %v", c.name, err)
+	say("%v", err)
 	return exitOwn
 }
 
