@@ -264,3 +264,58 @@ func newClient(t *testing.T) (*sqllock.Client, string) {
 	})
 	return c, table
 }
+
+// IsLeader follows the lead: one of two Electors leads, and when it closes
+// the other takes over.
+func TestElector_handover(t *testing.T) {
+	c, table := newClient(t)
+	other, err := sqllock.New(openDB(t), sqllock.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	a, err := NewElector(ctx, c, "lead", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	waitUntil(t, "a to lead", func() bool { return a.IsLeader(ctx) == nil })
+	b, err := NewElector(ctx, other, "lead", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	time.Sleep(300 * time.Millisecond)
+	if err := b.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("b while a leads: got %v, want ErrNotLeader", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := a.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("a after Close: got %v, want ErrNotLeader", err)
+	}
+	waitUntil(t, "b to take over", func() bool { return b.IsLeader(ctx) == nil })
+}
+
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", os.Getenv("SQLLOCK_TEST_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after 10s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
