@@ -135,6 +135,10 @@ func NewLocker(c *sqllock.Client, opts ...Option) (*Locker, error) {
 // scheduler holds it, it returns an error wrapping [sqllock.ErrNotAcquired]
 // and gocron skips this run. A keep-alive renews the lease until Unlock,
 // which keeps the name taken until the minimum hold has passed since Lock.
+// gocron gives a Locker no way to stop a running job, so a lease lost while
+// the job runs (its renewals failed for most of a ttl) is reported only by
+// Unlock: a job that must stop when it loses its lease should run under
+// [sqllock.Client.Do] itself.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the scheduler is shutting down
