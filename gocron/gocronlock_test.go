@@ -319,3 +319,24 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A lease taken from a running job is reported by Unlock.
+func TestLocker_Unlock_reportsLoss(t *testing.T) {
+	c, _ := newClient(t)
+	locker, err := NewLocker(c, WithTTL(time.Second), WithMinHold(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lk, err := locker.Lock(ctx, "evicted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceRelease(ctx, DefaultPrefix+"evicted"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(700 * time.Millisecond) // a renewal finds it gone
+	if err := lk.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) {
+		t.Fatalf("Unlock: got %v, want ErrLockLost", err)
+	}
+}
