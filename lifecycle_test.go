@@ -260,7 +260,7 @@ func TestClient_stuckPrepare_waitsEndWithTheirContext(t *testing.T) {
 	firstEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := stalledClient(t, e)
 		go func() { _, _ = c.TryAcquire(testCtx(t), "x", time.Minute) }()
-		waitCommand(t, p, proxyComQuery) // the first use's autocommit check
+		waitCommand(t, p, proxyComQuery) // the first use's check (first_use)
 		calls := []struct {
 			name string
 			call func(ctx context.Context) error

@@ -82,10 +82,31 @@ FROM `sqllock` AS f
 LEFT JOIN `sqllock` AS l ON l.name = f.name AND l.kind = 'L'
 WHERE f.name = ? AND f.kind = 'F';
 
--- name: autocommit
--- Sent once per Client: with autocommit off (a DSN's autocommit=0, or the
--- server's default) no statement above would ever commit.
-SELECT @@SESSION.autocommit;
+-- name: first_use
+-- No args: the Client puts its table's name (checked as every table name
+-- is) in place of 'sqllock', so this is one plain query. Sent once per
+-- Client, before its first statement, and read by tablecheck.go: one row
+-- about the session and the server (autocommit: with it off, a DSN's
+-- autocommit=0 or the server's default, no statement here would ever
+-- commit; the version: TiDB is refused), then the table's engine, columns
+-- and indexes as information_schema describes them, to hold against
+-- schema.sql. Each part reads one view filtered by constant schema and
+-- table names, which servers answer from the table's definition alone; no
+-- joins. TABLE_NAME comes back so that Go can compare it exactly (the views
+-- may compare names without regard to case).
+SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names, NULL, NULL, NULL
+UNION ALL
+SELECT 'table', TABLE_NAME, ENGINE, NULL, NULL, NULL, NULL
+FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock'
+UNION ALL
+SELECT 'column', TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLLATION_NAME, NULL
+FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock'
+UNION ALL
+SELECT 'index', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART
+FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
 
 -- name: release_at_least
 -- Args: min hold µs, name, token. Insert id: 1 when the lease was ours, 0

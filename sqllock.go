@@ -89,7 +89,7 @@ type Client struct {
 	// the server: a call stuck on a dead connection must not hold up
 	// others, which wait only as long as their own contexts allow.
 	mu           sync.Mutex
-	checked      bool                     // autocommit was found on
+	checked      bool                     // the first-use check passed; tablecheck.go
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
@@ -202,14 +202,30 @@ func (c *Client) substitute(stmt string) string {
 }
 
 // CreateTable creates the Client's table if it does not exist, running the
-// statement of schema.sql.
+// statement of schema.sql, and then makes the Client's first-use check: a
+// table that was there already and differs from schema.sql gives an error
+// wrapping [ErrBadTable], which says how to mend it.
 func (c *Client) CreateTable(ctx context.Context) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
+	op := "create table " + c.table
 	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
-		return fmt.Errorf("sqllock: create table %s: %w", c.table, err)
+		return c.serverError(op, err)
 	}
+	c.mu.Lock()
+	checked := c.checked
+	c.mu.Unlock()
+	if checked {
+		return nil
+	}
+	found, err := c.checkFirstUse(ctx)
+	if err != nil {
+		return c.serverError(op, err)
+	}
+	c.mu.Lock()
+	c.checked = c.checked || found
+	c.mu.Unlock()
 	return nil
 }
 
@@ -295,7 +311,7 @@ func (c *Client) stmtsClosed() bool {
 }
 
 // stmt returns statement i, preparing it on first use. The first use also
-// checks that the session commits on its own. Callers that need a statement
+// makes the first-use check of the session, server and table (tablecheck.go). Callers that need a statement
 // another caller is preparing wait for that prepare, as long as ctx allows;
 // if the preparing caller's context ends first, a waiter prepares it anew.
 func (c *Client) stmt(ctx context.Context, i int) (*sql.Stmt, error) {
@@ -349,27 +365,19 @@ func (c *Client) prepare(ctx context.Context, i int, f *prepareFlight) {
 	close(f.done)
 }
 
-// prepareStmt checks autocommit, the first time, and prepares statement i.
+// prepareStmt makes the first-use check (tablecheck.go), until it has found
+// the table as it should be, and prepares statement i.
 func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	c.mu.Lock()
 	checked := c.checked
 	c.mu.Unlock()
 	if !checked {
-		var on bool
-		err := retryTransient(ctx, func() error {
-			return c.db.QueryRowContext(ctx, queries["autocommit"]).Scan(&on)
-		})
+		found, err := c.checkFirstUse(ctx)
 		if err != nil {
-			if isConnectError(err) {
-				return nil, err // serverError names the step
-			}
-			return nil, fmt.Errorf("check autocommit: %w", err)
-		}
-		if !on {
-			return nil, errAutocommitOff
+			return nil, err
 		}
 		c.mu.Lock()
-		c.checked = true
+		c.checked = found
 		c.mu.Unlock()
 	}
 	var st *sql.Stmt

@@ -85,12 +85,28 @@ func withTable(stmt, table string) string {
 	return strings.ReplaceAll(stmt, "`sqllock`", "`"+table+"`")
 }
 
-// expectAutocommit expects the Client's one-time autocommit check, answered
-// with v.
+// expectAutocommit expects the Client's first-use check, answered with
+// autocommit v, a MariaDB server and the table of schema.sql.
 func (e *mockEnv) expectAutocommit(v int) {
-	e.mock.ExpectQuery(queries["autocommit"]).
-		WillReturnRows(sqlmock.NewRows([]string{"@@SESSION.autocommit"}).AddRow(v))
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
+		WillReturnRows(firstUseRows(v, "10.11.19-MariaDB", e.table))
 	e.checked = v == 1
+}
+
+// firstUseRows answers the first_use query for a server of the given
+// version whose table is schema.sql's.
+func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
+	rows := sqlmock.NewRows([]string{"what", "a", "b", "c", "d", "e", "f"}).
+		AddRow("server", autocommit, version, 0, nil, nil, nil).
+		AddRow("table", table, "InnoDB", nil, nil, nil, nil)
+	for _, col := range schemaColumns {
+		typ := strings.ToLower(strings.TrimSuffix(col.def, " NOT NULL"))
+		rows.AddRow("column", table, col.name, typ, "NO", nil, nil)
+	}
+	for i, col := range schemaKey {
+		rows.AddRow("index", table, "PRIMARY", 0, i+1, col, nil)
+	}
+	return rows
 }
 
 // expectPrepare expects statement name to be prepared, after the autocommit
@@ -313,7 +329,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "autocommit", "check", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least"}
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
 	}
@@ -326,7 +342,7 @@ func TestSplitQueries_names(t *testing.T) {
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
-	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "autocommit": 0,
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
 		"lease": 1, "once_reset": 1}
 	for name, stmt := range queries {
@@ -338,7 +354,7 @@ func TestSplitQueries_statements(t *testing.T) {
 				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
 			}
 			onTable := strings.Contains(stmt, "`sqllock`")
-			if want := name != "autocommit"; onTable != want {
+			if want := name != "first_use"; onTable != want {
 				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
 			}
 		})
@@ -490,8 +506,13 @@ func TestNew_badOptions(t *testing.T) {
 func TestClient_CreateTable(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
 		e.mock.ExpectExec(withTable(schema, e.table)).WithoutArgs().WillReturnResult(sqlmock.NewResult(0, 0))
+		e.expectAutocommit(1) // the first-use check, made once
 		if err := e.c.CreateTable(t.Context()); err != nil {
 			t.Errorf("CreateTable: got %v, want nil", err)
+		}
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(101, 2))
+		if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+			t.Errorf("TryAcquire: got %v, want nil", err)
 		}
 	})
 }
@@ -1220,12 +1241,12 @@ func TestClient_autocommitOff_noPrepare(t *testing.T) {
 	e.done()
 }
 
-func TestClient_autocommitCheckFails(t *testing.T) {
+func TestClient_firstUseCheckFails(t *testing.T) {
 	e := newMockEnv(t)
 	boom := errors.New("boom")
-	e.mock.ExpectQuery(queries["autocommit"]).WillReturnError(boom)
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WillReturnError(boom)
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
-	assertErrContains(t, err, "check autocommit")
+	assertErrContains(t, err, "check the server and table")
 	assertErrIs(t, err, boom)
 	e.assertNothingPrepared()
 	e.done()
@@ -1577,7 +1598,7 @@ func TestErrors_prefixOnce(t *testing.T) {
 			return err
 		}, []error{errNoSuchTable}, "CreateTable"},
 		{"wrong password", func(t *testing.T, e *mockEnv) error {
-			e.mock.ExpectQuery(queries["autocommit"]).WillReturnError(errAccess)
+			e.mock.ExpectQuery(firstUseSQL(e.table)).WillReturnError(errAccess)
 			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
 			return err
 		}, []error{errAccess}, `acquire "job": connect to the server: Error 1045`},

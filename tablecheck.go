@@ -1,0 +1,254 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var (
+	// ErrBadTable means the Client's table is not the one schema.sql
+	// describes: a column of another type, nullable, comparing names without
+	// regard to case, or another primary key. The error that wraps it names
+	// each difference and the ALTER TABLE statement that mends them. It
+	// comes from a Client's first use, before any lease is taken.
+	ErrBadTable = errors.New("sqllock: table does not match schema.sql")
+	// ErrUnsupportedServer means the server is one sqllock's statements are
+	// not correct on (TiDB). It comes from a Client's first use, before any
+	// lease is taken.
+	ErrUnsupportedServer = errors.New("sqllock: unsupported server")
+)
+
+// A schemaColumn is a column of schema.sql as information_schema shows it.
+type schemaColumn struct {
+	name string
+	def  string         // its definition in schema.sql
+	typ  *regexp.Regexp // the COLUMN_TYPE values that serve; none has a collation
+	min  int            // for a VARBINARY, the least width that serves
+}
+
+// schemaColumns are the columns of schema.sql (TestSchema_columns checks
+// them against the file). A wider VARBINARY serves as well; anything else
+// must be as written. The types are binary, so no collation folds names or
+// tokens together; DATETIME(6) keeps microseconds and does not move with
+// the session time_zone.
+var schemaColumns = []schemaColumn{
+	{name: "name", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: MaxNameLen},
+	{name: "kind", def: "BINARY(1) NOT NULL", typ: regexp.MustCompile(`^binary\(1\)$`)},
+	{name: "owner", def: "VARBINARY(32) NOT NULL", typ: varbinaryType, min: 32},
+	{name: "holder", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: MaxHolderLen},
+	// MariaDB and MySQL 5.7 show a display width, MySQL 8.0 none.
+	{name: "fence", def: "BIGINT UNSIGNED NOT NULL", typ: regexp.MustCompile(`^bigint(\(\d+\))? unsigned$`)},
+	{name: "acquired_at", def: "DATETIME(6) NOT NULL", typ: regexp.MustCompile(`^datetime\(6\)$`)},
+	{name: "expires_at", def: "DATETIME(6) NOT NULL", typ: regexp.MustCompile(`^datetime\(6\)$`)},
+}
+
+var varbinaryType = regexp.MustCompile(`^varbinary\((\d+)\)$`)
+
+// schemaKey is schema.sql's primary key, the table's only unique key.
+var schemaKey = []string{"name", "kind"}
+
+// firstUse is what the first_use query found.
+type firstUse struct {
+	autocommit bool
+	version    string
+	found      bool   // the table exists
+	engine     string // of the table
+	columns    map[string]foundColumn
+	indexes    map[string]*foundIndex
+}
+
+type foundColumn struct {
+	typ, collation string
+	nullable       bool
+}
+
+type foundIndex struct {
+	unique  bool
+	columns []string // in key order; a prefix part is written col(n)
+}
+
+// checkFirstUse runs the first_use query and holds what it finds against
+// schema.sql. It returns found false, and no error, when the table does not
+// exist: the statements then fail with the server's own error, which says
+// how to create it, and the check runs again on the next call.
+func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
+	table := strings.Trim(c.table, "`")
+	var fu *firstUse
+	err = retryTransient(ctx, func() error {
+		var err error
+		fu, err = c.readFirstUse(ctx, table)
+		return err
+	})
+	if err != nil {
+		if isConnectError(err) {
+			return false, err // serverError names the step
+		}
+		return false, fmt.Errorf("check the server and table: %w", err)
+	}
+	if !fu.autocommit {
+		return false, errAutocommitOff
+	}
+	if strings.Contains(fu.version, "TiDB") {
+		return false, errorf("%w: TiDB (%s): its LAST_INSERT_ID() does not see a value set earlier in the same statement, which the acquire relies on, so two clients could both be told they hold one name; no lease was taken", ErrUnsupportedServer, fu.version)
+	}
+	if !fu.found {
+		return false, nil
+	}
+	if err := fu.compare(c.table); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// firstUseSQL returns the first_use query about table, a name tableNameRE
+// allows, which needs no quoting inside a string literal.
+func firstUseSQL(table string) string {
+	return strings.ReplaceAll(queries["first_use"], "'sqllock'", "'"+table+"'")
+}
+
+// readFirstUse sends the first_use query and collects its rows about table.
+func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
+	rows, err := c.db.QueryContext(ctx, firstUseSQL(table))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	fu := &firstUse{columns: map[string]foundColumn{}, indexes: map[string]*foundIndex{}}
+	type keyPart struct {
+		seq    int
+		column string
+	}
+	parts := map[string][]keyPart{}
+	foldNames := false
+	for rows.Next() {
+		var what string
+		var f [6]sql.NullString
+		if err := rows.Scan(&what, &f[0], &f[1], &f[2], &f[3], &f[4], &f[5]); err != nil {
+			return nil, err
+		}
+		if what == "server" {
+			fu.autocommit = f[0].String == "1"
+			fu.version = f[1].String
+			foldNames = f[2].String != "0"
+			continue
+		}
+		// The views may match table names without regard to case; a
+		// server that stores them as written tells them apart.
+		if f[0].String != table && !(foldNames && strings.EqualFold(f[0].String, table)) {
+			continue
+		}
+		switch what {
+		case "table":
+			fu.found, fu.engine = true, f[1].String
+		case "column":
+			fu.columns[strings.ToLower(f[1].String)] = foundColumn{
+				typ:       strings.ToLower(f[2].String),
+				nullable:  f[3].String != "NO",
+				collation: f[4].String,
+			}
+		case "index":
+			ix := fu.indexes[f[1].String]
+			if ix == nil {
+				ix = &foundIndex{}
+				fu.indexes[f[1].String] = ix
+			}
+			ix.unique = f[2].String == "0"
+			seq, _ := strconv.Atoi(f[3].String)
+			col := strings.ToLower(f[4].String)
+			if f[5].Valid {
+				col += "(" + f[5].String + ")"
+			}
+			parts[f[1].String] = append(parts[f[1].String], keyPart{seq, col})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for name, ps := range parts {
+		slices.SortFunc(ps, func(a, b keyPart) int { return a.seq - b.seq })
+		for _, p := range ps {
+			fu.indexes[name].columns = append(fu.indexes[name].columns, p.column)
+		}
+	}
+	return fu, nil
+}
+
+// compare holds the table fu found against schema.sql and returns an error
+// wrapping ErrBadTable that names every difference and the ALTER TABLE
+// statement that mends them all, or nil.
+func (fu *firstUse) compare(table string) error {
+	var problems, fixes []string
+	if !strings.EqualFold(fu.engine, "InnoDB") {
+		problems = append(problems, fmt.Sprintf("the engine is %s, must be InnoDB (row locks and transactions)", fu.engine))
+		fixes = append(fixes, "ENGINE=InnoDB")
+	}
+	for _, want := range schemaColumns {
+		got, ok := fu.columns[want.name]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("column %s is missing, must be %s", want.name, want.def))
+			fixes = append(fixes, fmt.Sprintf("ADD COLUMN %s %s", want.name, want.def))
+		case !want.serves(got):
+			problems = append(problems, fmt.Sprintf("column %s is %s, must be %s", want.name, got.describe(), want.def))
+			fixes = append(fixes, fmt.Sprintf("MODIFY COLUMN %s %s", want.name, want.def))
+		}
+	}
+	want := strings.Join(schemaKey, ", ")
+	if pk, ok := fu.indexes["PRIMARY"]; !ok || !slices.Equal(pk.columns, schemaKey) {
+		if ok {
+			problems = append(problems, fmt.Sprintf("the primary key is (%s), must be (%s)", strings.Join(pk.columns, ", "), want))
+			fixes = append(fixes, "DROP PRIMARY KEY")
+		} else {
+			problems = append(problems, fmt.Sprintf("there is no primary key, must be (%s)", want))
+		}
+		fixes = append(fixes, fmt.Sprintf("ADD PRIMARY KEY (%s)", want))
+	}
+	for _, name := range slices.Sorted(maps.Keys(fu.indexes)) {
+		if ix := fu.indexes[name]; name != "PRIMARY" && ix.unique {
+			// The upsert would also meet rows through this key, and it
+			// makes the upsert unsafe for statement-based replication.
+			problems = append(problems, fmt.Sprintf("unique key %s (%s) must not be there: the primary key must be the only unique key", name, strings.Join(ix.columns, ", ")))
+			fixes = append(fixes, fmt.Sprintf("DROP INDEX `%s`", strings.ReplaceAll(name, "`", "``")))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return errorf("%w: in %s, %s; mend it with: ALTER TABLE %s %s",
+		ErrBadTable, table, strings.Join(problems, "; "), table, strings.Join(fixes, ", "))
+}
+
+// serves reports whether a column found in the table works as this one.
+func (want schemaColumn) serves(got foundColumn) bool {
+	if got.nullable || got.collation != "" {
+		return false
+	}
+	m := want.typ.FindStringSubmatch(got.typ)
+	if m == nil {
+		return false
+	}
+	if want.min > 0 {
+		n, err := strconv.Atoi(m[1])
+		return err == nil && n >= want.min
+	}
+	return true
+}
+
+// describe says what a column is, in schema.sql's terms.
+func (got foundColumn) describe() string {
+	s := strings.ToUpper(got.typ)
+	if got.collation != "" {
+		s += " COLLATE " + got.collation
+	}
+	if got.nullable {
+		return s + " NULL"
+	}
+	return s + " NOT NULL"
+}
