@@ -433,14 +433,10 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 // with the DSN, and a second Check in the same transaction answers the same.
 func TestLock_Check_writesLeaseRow(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		variable := "transaction_isolation"
-		if e.server.mariadb {
-			variable = "tx_isolation"
-		}
 		table := e.newTable(t)
-		for _, level := range []string{"READ-COMMITTED", "REPEATABLE-READ", "SERIALIZABLE"} {
+		for _, level := range isolationLevels {
 			t.Run(level, func(t *testing.T) {
-				db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'"+level+"'") })
+				db := e.isolated(t, level)
 				c := e.client(t, db, table)
 				ctx := testCtx(t)
 				l := mustAcquire(t, c, level, time.Minute)
@@ -672,15 +668,19 @@ func TestClient_Once_runnerDied(t *testing.T) {
 	})
 }
 
-// readCommitted returns a *sql.DB on the environment's DSN whose sessions
-// run at READ COMMITTED, where a plain read inside a write takes no lock.
-func (e *testEnv) readCommitted(t testing.TB) *sql.DB {
+// isolationLevels are the levels a session may run at, as the server's
+// isolation variable spells them.
+var isolationLevels = []string{"READ-COMMITTED", "REPEATABLE-READ", "SERIALIZABLE"}
+
+// isolated returns a *sql.DB on the environment's DSN whose sessions run at
+// level (one of isolationLevels).
+func (e *testEnv) isolated(t testing.TB, level string) *sql.DB {
 	t.Helper()
 	variable := "transaction_isolation"
 	if e.server.mariadb {
 		variable = "tx_isolation" // transaction_isolation from MariaDB 11.1
 	}
-	return e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'READ-COMMITTED'") })
+	return e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'"+level+"'") })
 }
 
 // waitForStatements waits until n statements that mention table are running
@@ -706,76 +706,84 @@ func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
 	})
 }
 
-// Once writes its record only while the lease row is its own, under READ
-// COMMITTED too, where a plain read of the lease row inside the record's
-// INSERT ... SELECT takes no lock. Here the record's write waits (on a lock
-// of the record's key, held by another session) after the lease lapsed, and
-// another Client comes to take the name over: whatever the order, fn runs
-// once and one call reports it.
+// Once writes its record only while the lease row is its own, at every
+// isolation level: under READ COMMITTED a plain read of the lease row inside
+// the record's INSERT ... SELECT takes no lock. Here the record's write
+// waits (on a lock of the record's key, held by another session) after the
+// lease lapsed, and another Client comes to take the name over: whatever the
+// order, fn runs once and one call reports it.
 func TestClient_Once_recordOnlyWhileLeaseHeld(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a := e.client(t, e.readCommitted(t), table, WithHolder("a"))
-		b := e.client(t, e.readCommitted(t), table, WithHolder("b"),
-			WithRetry(LinearBackoff(10*time.Millisecond)))
-		ctx := testCtx(t)
-
-		// Another session holds the lock of the record's key until rollback.
-		blocker, err := e.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer blocker.Rollback()
-		if _, err := blocker.ExecContext(ctx, "INSERT INTO `"+table+"` VALUES ('job', 'D', 'x', 'blocker', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"); err != nil {
-			t.Fatal(err)
-		}
-
-		var runs atomic.Int32
-		type result struct {
-			who string
-			ran bool
-			err error
-		}
-		results := make(chan result, 2)
-		go func() {
-			ran, err := a.Once(ctx, "job", func(ctx context.Context) error {
-				runs.Add(1)
-				// The lease lapses, as if this process had stalled.
-				_, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'job' AND kind = 'L'")
-				return err
-			})
-			results <- result{"a", ran, err}
-		}()
-		waitForStatements(t, e.db, table, 1) // a's record waits
-		go func() {
-			ran, err := b.Once(ctx, "job", func(context.Context) error {
-				runs.Add(1)
-				return nil
-			})
-			results <- result{"b", ran, err}
-		}()
-		// b waits too: for the lease row, or for the record's key.
-		waitForStatements(t, e.db, table, 2)
-		if err := blocker.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		reported := 0
-		for range 2 {
-			r := <-results
-			if r.ran && r.err == nil {
-				reported++
-			} else if r.ran && !errors.Is(r.err, ErrLockLost) || !r.ran && r.err != nil {
-				t.Errorf("%s: Once returned %v, %v", r.who, r.ran, r.err)
-			}
-		}
-		if reported != 1 || runs.Load() != int32(reported) {
-			t.Fatalf("got %d calls reporting a run and fn run %d times, want 1 and 1", reported, runs.Load())
-		}
-		var owners int
-		if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"` WHERE name = 'job' AND kind = 'D'").Scan(&owners); err != nil || owners != 1 {
-			t.Fatalf("got %d records, %v, want 1", owners, err)
+		for _, level := range isolationLevels {
+			t.Run(level, func(t *testing.T) { onceRecordRace(t, e, level) })
 		}
 	})
+}
+
+// onceRecordRace runs TestClient_Once_recordOnlyWhileLeaseHeld's race with
+// both Clients' sessions at level.
+func onceRecordRace(t *testing.T, e *testEnv, level string) {
+	table := e.newTable(t)
+	a := e.client(t, e.isolated(t, level), table, WithHolder("a"))
+	b := e.client(t, e.isolated(t, level), table, WithHolder("b"),
+		WithRetry(LinearBackoff(10*time.Millisecond)))
+	ctx := testCtx(t)
+
+	// Another session holds the lock of the record's key until rollback.
+	blocker, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback()
+	if _, err := blocker.ExecContext(ctx, "INSERT INTO `"+table+"` VALUES ('job', 'D', 'x', 'blocker', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"); err != nil {
+		t.Fatal(err)
+	}
+
+	var runs atomic.Int32
+	type result struct {
+		who string
+		ran bool
+		err error
+	}
+	results := make(chan result, 2)
+	go func() {
+		ran, err := a.Once(ctx, "job", func(ctx context.Context) error {
+			runs.Add(1)
+			// The lease lapses, as if this process had stalled.
+			_, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'job' AND kind = 'L'")
+			return err
+		})
+		results <- result{"a", ran, err}
+	}()
+	waitForStatements(t, e.db, table, 1) // a's record waits
+	go func() {
+		ran, err := b.Once(ctx, "job", func(context.Context) error {
+			runs.Add(1)
+			return nil
+		})
+		results <- result{"b", ran, err}
+	}()
+	// b waits too: for the lease row, or for the record's key.
+	waitForStatements(t, e.db, table, 2)
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	reported := 0
+	for range 2 {
+		r := <-results
+		if r.ran && r.err == nil {
+			reported++
+		} else if r.ran && !errors.Is(r.err, ErrLockLost) || !r.ran && r.err != nil {
+			t.Errorf("%s: Once returned %v, %v", r.who, r.ran, r.err)
+		}
+	}
+	if reported != 1 || runs.Load() != int32(reported) {
+		t.Fatalf("got %d calls reporting a run and fn run %d times, want 1 and 1", reported, runs.Load())
+	}
+	var owners int
+	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"` WHERE name = 'job' AND kind = 'D'").Scan(&owners); err != nil || owners != 1 {
+		t.Fatalf("got %d records, %v, want 1", owners, err)
+	}
 }
 
 // A record written already (an earlier attempt whose reply was lost) counts
