@@ -162,6 +162,26 @@ func (l *Lock) endLocked(ka *keepAlive, cause error) {
 	ka.cancels = nil
 }
 
+// lose is the renewer's last act when the lease is lost: it ends ka's
+// contexts with cause (unless something ended them first, such as a shorter
+// Refresh), logs the loss with the cause the contexts got, and forgets the
+// Lock as held.
+func (l *Lock) lose(ka *keepAlive, cause error) {
+	l.mu.Lock()
+	l.endLocked(ka, cause)
+	cause = ka.cause
+	l.mu.Unlock()
+	l.logLost(cause)
+	l.c.held.remove(l)
+}
+
+// keepAliveEnded reports whether ka's contexts have ended.
+func (l *Lock) keepAliveEnded(ka *keepAlive) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return ka.cause != nil
+}
+
 // renew is the keep-alive goroutine. Renewals run in a goroutine of their
 // own, which renew waits for, so that the deadline fires on time even while
 // a renewal hangs on a dead connection.
@@ -194,14 +214,13 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			l.mu.Lock()
-			l.endLocked(ka, l.expiringErr(ka.margin, lastErr))
-			cause := ka.cause // a shorter Refresh may have ended them already
-			l.mu.Unlock()
-			l.logLost(cause)
-			l.c.held.remove(l)
+			l.lose(ka, l.expiringErr(ka.margin, lastErr))
 			return
 		case <-ka.moved:
+			if l.keepAliveEnded(ka) {
+				l.lose(ka, nil) // a shorter Refresh ended the contexts
+				return
+			}
 			deadline = l.ValidUntil().Add(-ka.margin)
 			deadT.Reset(time.Until(deadline))
 			// A shorter lease is renewed sooner: halfway to the new
@@ -217,6 +236,14 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 		case err := <-results:
 			inFlight()
 			inFlight = nil
+			if l.keepAliveEnded(ka) {
+				// A shorter Refresh ended the contexts while this renewal was
+				// on its way. Its success must not start the renewals again:
+				// every context has been told the lease is lost, and a lease
+				// renewed for nobody would block the name until Release.
+				l.lose(ka, nil)
+				return
+			}
 			next := interval
 			switch {
 			case err == nil:
@@ -224,17 +251,11 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				deadline = l.ValidUntil().Add(-ka.margin)
 				deadT.Reset(time.Until(deadline))
 			case errors.Is(err, ErrNotHeld):
-				cause := errorf("%w: %w", ErrLockLost, err)
-				l.end(ka, cause)
-				l.logLost(cause)
-				l.c.held.remove(l)
+				l.lose(ka, errorf("%w: %w", ErrLockLost, err))
 				return
 			case renewalCannotPass(err):
 				// No renewal can succeed before the deadline: say so now.
-				cause := errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err)
-				l.end(ka, cause)
-				l.logLost(cause)
-				l.c.held.remove(l)
+				l.lose(ka, errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err))
 				return
 			default:
 				// Not proof of loss: try again soon, until the deadline.
