@@ -29,7 +29,22 @@ import (
 func benchEnv(b *testing.B) *testEnv {
 	b.Helper()
 	requireServers(b)
-	return newEnv(b, testServers[0], variants[0])
+	if len(testServers) > 1 {
+		b.Fatalf("the benchmarks compare their variants on one server: set %s to one DSN (scripts/testdb dsn SERVER)", dsnEnv)
+	}
+	s := testServers[0]
+	if s.Err != nil {
+		b.Fatal(s.Err)
+	}
+	e := newEnv(b, s, variants[0])
+	// What a commit costs depends on these: a binary log synced at each
+	// commit (MySQL's default) adds a second flush to the redo log's.
+	var logBin, syncBinlog, flushAtCommit string
+	if err := e.db.QueryRow("SELECT @@log_bin, @@sync_binlog, @@innodb_flush_log_at_trx_commit").Scan(&logBin, &syncBinlog, &flushAtCommit); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("on %s (%s): log_bin=%s sync_binlog=%s innodb_flush_log_at_trx_commit=%s", s.Label, s.Version, logBin, syncBinlog, flushAtCommit)
+	return e
 }
 
 // benchTTL is the lease the benchmarks take: long enough that nothing
@@ -339,6 +354,21 @@ type handoffRun struct {
 	hold   time.Duration // how long a holder keeps the name
 }
 
+// benchAcquire acquires "hot" for benchTTL and returns the Lock, when it
+// returned and how long it took; nil when ctx ended first.
+func benchAcquire(b *testing.B, ctx context.Context, c *Client) (*Lock, time.Time, time.Duration) {
+	called := time.Now()
+	l, err := c.Acquire(ctx, "hot", benchTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.Error(err)
+		}
+		return nil, time.Time{}, 0
+	}
+	now := time.Now()
+	return l, now, now.Sub(called)
+}
+
 func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
 	table := e.newTable(b)
 	p := startProxy(b, e.serverAddr(b))
@@ -376,17 +406,12 @@ func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
 			defer wg.Done()
 			ci := g % r.clients
 			for {
-				called := time.Now()
-				l, err := cs[ci].Acquire(ctx, "hot", benchTTL)
-				if err != nil {
-					if ctx.Err() == nil {
-						b.Error(err)
-					}
+				l, now, took := benchAcquire(b, ctx, cs[ci])
+				if l == nil {
 					return
 				}
-				now := time.Now()
 				mu.Lock()
-				waited += now.Sub(called)
+				waited += took
 				if acquired > 0 {
 					lat = append(lat, now.Sub(start)-time.Duration(released))
 					if holder != ci {
@@ -477,6 +502,146 @@ func BenchmarkNames(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+		})
+	}
+}
+
+// BenchmarkContention is 4 Clients (processes, each on a *sql.DB of its
+// own, one goroutine each) that loop on one name: Acquire, hold 50ms,
+// Release, for contentionRun. Nothing makes them take turns: what they get
+// is what the lock gives them. It reports:
+//
+//   - cross/acq: the share of acquisitions that went to another Client
+//     than the last holder;
+//   - p50-µs, p99-µs: from the holder calling Release to another Client's
+//     Acquire returning;
+//   - min-share: the smallest share of the acquisitions any Client got (a
+//     fair lock gives 0.25);
+//   - polls/s/waiter: acquire statements beyond one per acquisition, per
+//     second a Client spent waiting in Acquire;
+//   - chan-stmts/acq: statements on the wake-up channel per acquisition
+//     (GET_LOCK, RELEASE_LOCK and the probe after a release; 0 without).
+//
+// Each variant runs once for contentionRun whatever b.N is: run it with
+// -benchtime 1x.
+func BenchmarkContention(b *testing.B) {
+	e := benchEnv(b)
+	for _, v := range []struct {
+		name string
+		opts []Option
+	}{
+		{"default", nil},
+		{"backoff=1ms-16ms", []Option{WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
+		{"wakeups", []Option{WithWakeups(true)}},
+	} {
+		b.Run(v.name, func(b *testing.B) { benchContention(b, e, v.opts) })
+	}
+}
+
+const (
+	contentionRun  = 20 * time.Second
+	contentionHold = 50 * time.Millisecond
+)
+
+func benchContention(b *testing.B, e *testEnv, opts []Option) {
+	const clients = 4
+	table := e.newTable(b)
+	p := startProxy(b, e.serverAddr(b))
+	cs := make([]*Client, clients)
+	for i := range cs {
+		db := e.openDBWith(b, func(c *mysql.Config) { c.Addr = p.Addr() })
+		cs[i] = e.client(b, db, table, opts...)
+		mustAcquire(b, cs[i], "warm", time.Second).Release(context.Background())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), contentionRun)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		holder   = -1
+		released time.Time
+		lat      []time.Duration
+		per      [clients]int
+		total    int
+		crossed  int
+		waited   time.Duration
+	)
+	b.ReportAllocs()
+	p.ResetCounts()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for ci := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				l, now, took := benchAcquire(b, ctx, cs[ci])
+				if l == nil {
+					return
+				}
+				mu.Lock()
+				waited += took
+				if holder >= 0 && holder != ci {
+					crossed++
+					lat = append(lat, now.Sub(released))
+				}
+				holder = ci
+				per[ci]++
+				total++
+				mu.Unlock()
+				time.Sleep(contentionHold)
+				mu.Lock()
+				released = time.Now()
+				mu.Unlock()
+				if err := l.Release(context.Background()); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	cmds := p.Commands()
+	polls := cmds[proxyComStmtExecute] - 2*total
+	least := total
+	for _, n := range per {
+		least = min(least, n)
+	}
+	b.ReportMetric(float64(total), "acquisitions")
+	b.ReportMetric(float64(crossed)/float64(max(total-1, 1)), "cross/acq")
+	b.ReportMetric(float64(least)/float64(max(total, 1)), "min-share")
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(float64(cmds[proxyComQuery])/float64(max(total, 1)), "chan-stmts/acq")
+	if waited > 0 {
+		b.ReportMetric(float64(max(polls, 0))/waited.Seconds(), "polls/s/waiter")
+	}
+}
+
+// BenchmarkAcquireWakeups is one uncontended Acquire and Release, with
+// wake-up channels off and on: on, the release of a lease taken without
+// waiting also asks whether another process waits (wake_probe), one
+// statement that writes nothing, at most once every probeEvery.
+func BenchmarkAcquireWakeups(b *testing.B) {
+	e := benchEnv(b)
+	ctx := context.Background()
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("wakeups=%v", on), func(b *testing.B) {
+			c := e.newClient(b, WithWakeups(on))
+			mustAcquire(b, c, "warm", time.Second).Release(ctx)
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.Acquire(ctx, "bench", benchTTL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

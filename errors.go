@@ -59,6 +59,10 @@ const (
 	// Final, with a hint of their own in serverError.
 	erNoSuchTable = 1146
 	erBadField    = 1054 // unknown column
+
+	// A server that refuses GET_LOCK (MariaDB Galera with wsrep on): the
+	// Client's wake-up channels stay off (wake.go).
+	erNotSupportedYet = 1235
 )
 
 // maxTransientAttempts bounds how often one operation sends its statement

@@ -190,3 +190,35 @@ WHERE l.name = ? AND l.kind = 'L';
 -- Args: name. Affected rows: 1 when Once's completion record was deleted, so
 -- that the next Once runs its function again; 0 when there was none.
 DELETE FROM `sqllock` WHERE name = ? AND kind = 'D';
+
+-- name: wake_wait
+-- Args: the lease name as a hex literal (X'...'), twice, then the timeout in
+-- whole seconds. The wake-up channel of a name (wake.go): a server named lock
+-- beside the lease, held by the process that waited for the lease and took
+-- it, on which processes waiting for the name block instead of polling. It
+-- is advice only: no decision reads it; the lease row decides.
+-- It runs as text on the channel's own connection, never prepared, so the
+-- Go side puts literals in place of the placeholders (values it made: hex
+-- digits and a number) and the table's name, as first_use does, in place of
+-- 'sqllock'. The lock's name hashes the database, the table and the lease
+-- name, so two tables never share a channel and any name fits GET_LOCK's 64
+-- characters. One row: whether the channel was free just before (1: nobody
+-- held it, so this process did not queue behind anyone), and GET_LOCK's
+-- answer (1 granted, 0 timed out). Servers grant GET_LOCK's waiters in the
+-- order they came.
+SELECT IS_FREE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56))),
+       GET_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)), ?);
+
+-- name: wake_release
+-- Args: the lease name as a hex literal. Sent as wake_wait is, on the
+-- channel's connection, after the lease's release: it wakes the first
+-- process waiting in wake_wait. 1 when the channel was held here.
+SELECT RELEASE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));
+
+-- name: wake_probe
+-- Args: the lease name as a hex literal. Sent as wake_wait is, on any
+-- connection, after the release of a Lock whose Acquire did not wait: the
+-- id of the connection that holds the channel, or NULL. Another process
+-- holds it only while it waits for the name, so this Client's next Acquire
+-- of the name queues behind it.
+SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));

@@ -84,6 +84,7 @@ type Client struct {
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters waiters // Acquire calls waiting for a name (waiters.go)
+	wake    wakeups // wake-up channels (wake.go)
 
 	// mu guards the fields below it. It is never held across a call to
 	// the server: a call stuck on a dead connection must not hold up
@@ -181,6 +182,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		c.sql[i] = c.substitute(queries[name])
 	}
 	c.holderArg = c.holder
+	c.wake.init(c.table)
 	return c, nil
 }
 
@@ -251,12 +253,14 @@ func (c *Client) Close() error {
 	c.closeStarted = true
 	close(c.closing)
 	c.mu.Unlock()
+	c.wake.cancel() // waits on wake-up channels end now
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	// The statements stay open until the leases are released.
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
+	c.wake.closeAll(ctx)
 	c.mu.Lock()
 	c.closed = true // a prepare that ends from now on closes its statement
 	c.mu.Unlock()
@@ -394,6 +398,19 @@ func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	return st, nil
 }
 
+// ctxErr is ctx.Err, and DeadlineExceeded once ctx's deadline has passed
+// though ctx has not yet ended: a dial or a read cut by that deadline fails
+// with a timeout of its own a moment before ctx's timer fires.
+func ctxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
@@ -458,6 +475,11 @@ var errAutocommitOff = errors.New("the session has autocommit off (a DSN's autoc
 func (c *Client) serverError(op string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return err
+	}
+	if c.stmtsClosed() {
+		// Close closed the statement under this call: database/sql says
+		// "sql: statement is closed", which is ErrClosed, as exec says.
+		return ErrClosed
 	}
 	if n, ok := serverErrno(err); ok {
 		switch n {
@@ -668,7 +690,7 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 			// again; give the name back rather than block it for ttl.
 			c.cleanup(ctx, name, token, ttl, sent, u)
 		}
-		if cerr := ctx.Err(); cerr != nil {
+		if cerr := ctxErr(ctx); cerr != nil {
 			if errors.Is(err, cerr) {
 				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
 			}
@@ -733,7 +755,8 @@ func (c *Client) cleanup(ctx context.Context, name, token string, ttl time.Durat
 // [Lock.Refresh] that finds its lease lost, makes the first in line try at
 // once, without waiting for its next poll. Callers in other Clients (other
 // processes) learn of a release only when they poll: within the strategy's
-// longest wait.
+// longest wait; with [WithWakeups], the release wakes the process that has
+// waited longest at once, and a waiting process does not poll.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	token, err := acquireToken(name, ttl)
 	if err != nil {
@@ -826,7 +849,14 @@ type Lock struct {
 	releasing *releaseFlight
 	// releaseUnknown: a Release failed in a way that may have deleted the row.
 	releaseUnknown bool
-	ka             *keepAlive // started by the first KeepAlive; keepalive.go
+	// wake: the Lock holds its name's wake-up channel, which its release
+	// lets go of (wake.go). contended: its Acquire waited for the name.
+	// probe: its release asks whether another process waits (wake.go).
+	// Close may release the Lock before its Acquire has set them. They sit
+	// in releaseUnknown's padding, so that a Lock stays in its allocation
+	// size class.
+	wake, contended, probe bool
+	ka                     *keepAlive // started by the first KeepAlive; keepalive.go
 }
 
 // A releaseFlight is one release of a Lock under way; err is set when done
@@ -988,6 +1018,9 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		}
 	}
 	done := time.Now()
+	if l.c.wake.on {
+		l.afterRelease(ctx, err == nil)
+	}
 	if err != nil {
 		if maybeApplied {
 			l.mu.Lock()
@@ -1013,6 +1046,26 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
+
+// afterRelease does what the wake-up channels (wake.go) ask after the
+// release statement of l, which reached the server when ok.
+func (l *Lock) afterRelease(ctx context.Context, ok bool) {
+	l.mu.Lock()
+	contended, wake, probe := l.contended, l.wake, l.probe && ok
+	l.wake, l.probe = false, l.probe && !probe
+	l.mu.Unlock()
+	if contended {
+		l.c.wake.waited(l.name) // this Client's next Acquire queues behind the others
+	}
+	if wake {
+		// Right after the statement, whatever its outcome: the channel
+		// wakes the next process, whose acquire decides.
+		l.c.letGo(ctx, l.name, l)
+	}
+	if probe {
+		l.c.probe(ctx, l.name)
+	}
 }
 
 // newLock returns the Lock for a lease just acquired.

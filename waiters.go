@@ -179,20 +179,29 @@ func (ws *waiters) waiting(name string) int {
 }
 
 // acquireQueued is Acquire for a strategy that may retry: the call joins
-// the name's queue and waits there, trying only while it is the head.
+// the name's queue and waits there, trying only while it is the head. With
+// wake-up channels on (wake.go), the head of a name this Client waited for
+// waits on the channel instead of sleeping between attempts.
 func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
 	var (
 		u    unsettled
 		lock *Lock // set when the call returns one
 	)
-	defer func() {
-		if lock == nil {
-			c.abandon(name, token, &u)
-		}
-	}()
 	ws := &c.waiters
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := ws.join(name, w)
+	useWake := c.wake.on && c.wake.contended(name)
+	waited := false // refused, or queued behind another process
+	defer func() {
+		if lock == nil {
+			c.abandon(name, token, &u)
+			if c.wake.on && ws.waiting(name) == 0 {
+				// Nobody here waits for the name any more: the next
+				// process may have the channel this queue holds.
+				c.letGo(ctx, name, nil)
+			}
+		}
+	}()
 	var lastErr error // the last passable error, while no answer came since
 	for {
 		ws.mu.Lock()
@@ -202,37 +211,68 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 		}
 		head := q.waiters[0] == w
 		wait := time.Until(q.next)
-		if head && wait <= 0 {
-			q.kicked = false // this attempt sees every release so far
-		}
 		ws.mu.Unlock()
+
+		if head && !useWake && c.wake.on {
+			// A release of this Client that had waited for the name
+			// makes the queue wait behind the other processes.
+			useWake = c.wake.contended(name)
+		}
+		if head && useWake {
+			st, queued, err := c.waitWake(ctx, name, ttl)
+			if err != nil {
+				ws.leave(name, q, w)
+				return nil, c.waitEnded(name, err, lastErr)
+			}
+			waited = waited || queued
+			if st == wakeGranted || st == wakeTimedOut {
+				wait = 0 // the channel was the wait
+			}
+		}
+		if head && wait <= 0 {
+			ws.mu.Lock()
+			q.kicked = false // this attempt sees every release so far
+			ws.mu.Unlock()
+		}
 
 		if !head || wait > 0 {
 			if err := c.sleepQueued(ctx, w, head, wait); err != nil {
 				ws.leave(name, q, w)
-				switch {
-				case errors.Is(err, ErrClosed):
-					return nil, err
-				case lastErr != nil:
-					return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, err, lastErr)
-				}
-				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
+				return nil, c.waitEnded(name, err, lastErr)
 			}
 			continue
 		}
 
 		l, err := c.tryAcquire(ctx, name, ttl, token, &u)
 		if err == nil {
+			if c.wake.on {
+				// The channel the queue holds, if any, goes with the
+				// lease: whichever head waited on it.
+				c.wake.handTo(ctx, name, l)
+			}
+			if c.wake.on {
+				if waited {
+					c.wake.waited(name)
+				}
+				l.mu.Lock()
+				l.contended, l.probe = waited, !waited
+				l.mu.Unlock()
+			}
 			ws.acquired(name, q, w, c.retry)
 			lock = l
 			return l, nil
 		}
 		// The context is read once: it may end at any moment, and a caller
 		// whose context ended must see its error whatever the answer was.
-		cerr := ctx.Err()
+		cerr := ctxErr(ctx)
 		switch {
 		case cerr == nil && errors.Is(err, ErrNotAcquired):
 			lastErr = nil
+			waited = true
+			if c.wake.on {
+				useWake = true
+				c.wake.waited(name) // the callers behind this one wait on the channel too
+			}
 		case cerr == nil && passable(err):
 			// A failover, a restart, a full server: it may pass, so it
 			// counts as a refused attempt; the last one says why the call
@@ -255,6 +295,19 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 			return nil, err
 		}
 	}
+}
+
+// waitEnded is the error of an Acquire of name whose wait ended with err
+// (its context's, or ErrClosed); lastErr is the last passable error since
+// the last answer, if any.
+func (c *Client) waitEnded(name string, err, lastErr error) error {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return err
+	case lastErr != nil:
+		return errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, err, lastErr)
+	}
+	return errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
 }
 
 // sleepQueued blocks until w is woken, or, for the head, until wait has

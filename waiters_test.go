@@ -25,7 +25,7 @@ func headAttempts(c *Client, name string) int {
 // 64 goroutines waiting for one name send no more statements per second than
 // one does: only the first in line polls.
 func TestClient_Acquire_sharedPoller(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		mustAcquire(t, e.client(t, e.db, table), "busy", time.Minute)
 		const window = time.Second
@@ -73,7 +73,7 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 // with a strategy that polls every 10 s, each handoff costs exactly the
 // release and the next waiter's one acquire.
 func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		const waiters = 4
 		c, p := e.proxiedClient(t, e.newTable(t), WithRetry(LinearBackoff(10*time.Second)))
 		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second) // half a poll
@@ -130,7 +130,7 @@ func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 // When the first in line leaves (here its context ends), the next caller
 // takes over, and a later Release still wakes it at once.
 func TestClient_Acquire_headLeaves(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t, WithRetry(LinearBackoff(10*time.Second)))
 		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
 		defer cancel()
@@ -170,7 +170,7 @@ func TestClient_Acquire_headLeaves(t *testing.T) {
 // its answer, so LimitRetry ends queued callers as it ends a lone one, and
 // they do not multiply the statements sent.
 func TestClient_Acquire_queuedCallersCountAttempts(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		const callers, limit = 16, 3
 		table := e.newTable(t)
 		mustAcquire(t, e.client(t, e.db, table), "busy", time.Minute)

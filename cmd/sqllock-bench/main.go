@@ -117,6 +117,7 @@ func run(root string, count int) ([]byte, error) {
 	steps = append(steps,
 		step{"handoffs and many names", []string{"-bench", "^Benchmark(Handoff|Names)$"}},
 		step{"cross-process handoffs", []string{"-bench", "^BenchmarkCrossProcess$", "-benchtime", "40x"}},
+		step{"four processes on one name", []string{"-bench", "^BenchmarkContention$", "-benchtime", "1x"}},
 	)
 	var server string
 	for _, s := range steps {
@@ -292,6 +293,16 @@ func (r *results) printTables(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %.1f | %.1f | %.1f | %.1f |\n", strings.TrimPrefix(name, "CrossProcess/"),
 			r.median(name, "p50-µs")/1e3, r.median(name, "p99-µs")/1e3,
 			r.median(name, "polls/s/waiter"), r.median(name, "stmts/handoff"))
+	}
+
+	fmt.Fprintln(w, "\nFour processes on one name, each looping Acquire, hold 50 ms, Release, for 20 s")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| run | to another process | p50 (ms) | p99 (ms) | least share | polls/s per waiting process | channel statements per acquisition |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, name := range r.withPrefix("Contention/") {
+		fmt.Fprintf(w, "| %s | %.0f%% | %.1f | %.1f | %.0f%% | %.1f | %.1f |\n", strings.TrimPrefix(name, "Contention/"),
+			100*r.median(name, "cross/acq"), r.median(name, "p50-µs")/1e3, r.median(name, "p99-µs")/1e3,
+			100*r.median(name, "min-share"), r.median(name, "polls/s/waiter"), r.median(name, "chan-stmts/acq"))
 	}
 
 	fmt.Fprintln(w, "\nMany names: K goroutines, each on a name of its own, one Client")

@@ -1,0 +1,480 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// These tests run against a real server: Clients on *sql.DBs of their own
+// stand for processes, and the counting proxy shows what a waiting one sends.
+
+// wakeTTL is the lease these tests take: long, so that a waiter's GET_LOCK
+// waits its longest (wakeRecheckMax) before it polls.
+const wakeTTL = time.Minute
+
+type acquired struct {
+	l   *Lock
+	err error
+}
+
+// acquireAsync runs c.Acquire of name on a goroutine of its own.
+func acquireAsync(ctx context.Context, c *Client, name string) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, wakeTTL)
+		ch <- acquired{l, err}
+	}()
+	return ch
+}
+
+func mustGet(t *testing.T, ch <-chan acquired) *Lock {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		return r.l
+	case <-time.After(time.Minute):
+		t.Fatal("Acquire still waits after a minute")
+	}
+	return nil
+}
+
+// waiterFirst checks that got, a waiter's Acquire, returns before again,
+// the Acquire of the process that released the name just before, and that
+// again follows once the waiter releases.
+func waiterFirst(t *testing.T, got, again <-chan acquired) {
+	t.Helper()
+	var first *Lock
+	select {
+	case r := <-again:
+		t.Fatalf("the releaser acquired again (%v) before the waiter", r.err)
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("Acquire: %v", r.err)
+		}
+		first = r.l
+	}
+	if err := first.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if second := mustGet(t, again); first.Fence() >= second.Fence() {
+		t.Errorf("fences: waiter %d, releaser %d; want the waiter's first", first.Fence(), second.Fence())
+	}
+}
+
+// channelHolder returns the id of the server connection that holds the
+// wake-up channel of name in table, or 0 when nobody holds it.
+func channelHolder(t *testing.T, db *sql.DB, table, name string) int64 {
+	t.Helper()
+	q := "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))"
+	var id sql.NullInt64
+	if err := db.QueryRow(q, table, name).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id.Int64
+}
+
+// channelWaiters returns how many server sessions are in wake_wait.
+func channelWaiters(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()"
+	if err := db.QueryRow(q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// blockedWaiter starts an Acquire of name by c and returns once it blocks
+// on the channel.
+func blockedWaiter(t *testing.T, e *testEnv, c *Client, name string) <-chan acquired {
+	t.Helper()
+	got := acquireAsync(testCtx(t), c, name)
+	waitFor(t, time.Minute, "the waiter blocks on the channel", func() bool {
+		return headAttempts(c, name) > 0 && channelWaiters(t, e.db) == 1
+	})
+	return got
+}
+
+// channelQueue makes a Client that holds name (with its channel) and starts
+// w's Acquire of it, which waits on the channel: the Client, its Lock, and
+// w's outcome.
+func channelQueue(t *testing.T, e *testEnv, table, name string, w *Client) (*Client, *Lock, <-chan acquired) {
+	t.Helper()
+	h := e.client(t, e.openDB(t), table, WithWakeups(true))
+	held := holdAfterWaiting(t, e, h, table, name)
+	return h, held, blockedWaiter(t, e, w, name)
+}
+
+// holdAfterWaiting returns a Lock on name that c took after waiting for it
+// (behind a lease of another Client), so that it holds the channel.
+func holdAfterWaiting(t *testing.T, e *testEnv, c *Client, table, name string) *Lock {
+	t.Helper()
+	ctx := testCtx(t)
+	first := mustAcquire(t, e.client(t, e.openDB(t), table), name, wakeTTL)
+	got := acquireAsync(ctx, c, name)
+	waitFor(t, time.Minute, "the second Client waits", func() bool { return headAttempts(c, name) > 0 })
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := mustGet(t, got)
+	if !c.wake.holdsWake(name) || !l.wake {
+		t.Fatal("a Lock taken after waiting: got no channel, want it held")
+	}
+	if channelHolder(t, e.db, table, name) == 0 {
+		t.Fatal("the server says nobody holds the channel")
+	}
+	return l
+}
+
+// A process waiting for a name another holds sends no statement while it
+// waits, though its strategy would poll every 10ms, and the release wakes it:
+// it takes the name with the one acquire its grant calls for.
+func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		_, held, got := channelQueue(t, e, table, "n", w)
+		p.ResetCounts()
+		time.Sleep(time.Second)
+		if n := p.Commands()[proxyComStmtExecute]; n != 0 {
+			t.Errorf("statements sent while waiting a second: got %d, want 0", n)
+		}
+		p.ResetCounts()
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		l := mustGet(t, got)
+		if n := p.Commands()[proxyComStmtExecute]; n != 1 {
+			t.Errorf("statements sent from the release to the acquisition: got %d, want 1", n)
+		}
+		if l.Fence() <= held.Fence() {
+			t.Errorf("fence: got %d, want more than %d", l.Fence(), held.Fence())
+		}
+		if channelHolder(t, e.db, table, "n") == 0 {
+			t.Error("the waker: got no channel held, want the new holder's")
+		}
+	})
+}
+
+// Many goroutines of one process waiting for a name send nothing while they
+// wait: one waits on the channel, the others in the process's queue. Then
+// each takes the name in turn.
+func TestWakeups_localQueueSendsNothing(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		const goroutines = 16
+		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		_, held, got := channelQueue(t, e, table, "n", w)
+		errs := make(chan error, goroutines)
+		for range goroutines - 1 {
+			go func() {
+				l, err := w.Acquire(ctx, "n", wakeTTL)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				errs <- err
+			}()
+		}
+		waitFor(t, time.Minute, "every goroutine waits", func() bool { return w.waiters.waiting("n") == goroutines })
+		p.ResetCounts()
+		time.Sleep(time.Second)
+		if n := p.CommandCount(); n != 0 {
+			t.Errorf("commands sent while %d goroutines waited a second: got %d, want 0", goroutines, n)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The first in line (on the channel) takes it first.
+		if err := mustGet(t, got).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range goroutines - 1 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// A process that releases a name and acquires it again at once queues
+// behind a process that was waiting for it.
+func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		h, held, got := channelQueue(t, e, table, "n", w)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waiterFirst(t, got, acquireAsync(ctx, h, "n"))
+	})
+}
+
+// A channel cut while it is held (its connection killed) costs the waiter
+// its wake-up, never the lease: the waiter takes the channel, is refused,
+// polls, and takes the name once it is released; the Release reports no
+// error.
+func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		_, held, got := channelQueue(t, e, table, "n", w)
+		if _, err := e.db.Exec(fmt.Sprintf("KILL %d", channelHolder(t, e.db, table, "n"))); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "the waiter polls", func() bool { return headAttempts(w, "n") > 3 })
+		if !w.wake.holdsWake("n") {
+			t.Error("the polling waiter: got no channel, want it held")
+		}
+		p.ResetCounts()
+		if err := held.Release(ctx); err != nil {
+			t.Fatalf("Release after its channel was killed: %v", err)
+		}
+		l := mustGet(t, got)
+		if l.Fence() <= held.Fence() {
+			t.Errorf("fence: got %d, want more than %d", l.Fence(), held.Fence())
+		}
+	})
+}
+
+// A waiter whose channel connection is killed while it waits in GET_LOCK
+// goes back to the channel and is still woken by the release.
+func TestWakeups_waiterKilledMidWait(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		_, held, got := channelQueue(t, e, table, "n", w)
+		var id int64
+		if err := e.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.db.Exec(fmt.Sprintf("KILL %d", id)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, time.Minute, "the waiter blocks on the channel again", func() bool { return channelWaiters(t, e.db) == 1 })
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mustGet(t, got)
+	})
+}
+
+// Close ends a wait on the channel at once and lets go of every channel,
+// and a waiter's context bounds its wait on the channel.
+func TestWakeups_closeAndCancel(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		h := e.client(t, e.openDB(t), table, WithWakeups(true))
+		holdAfterWaiting(t, e, h, table, "n")
+
+		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		cctx, cancel := context.WithCancel(ctx)
+		got := acquireAsync(cctx, w, "n")
+		waitFor(t, time.Minute, "the waiter blocks on the channel", func() bool { return channelWaiters(t, e.db) == 1 })
+		cancel()
+		if r := <-got; !errors.Is(r.err, ErrNotAcquired) || !errors.Is(r.err, context.Canceled) {
+			t.Errorf("Acquire cancelled on the channel: got %v, want ErrNotAcquired and context.Canceled", r.err)
+		}
+
+		got = acquireAsync(ctx, w, "n")
+		waitFor(t, time.Minute, "the waiter blocks on the channel", func() bool { return channelWaiters(t, e.db) == 1 })
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; !errors.Is(r.err, ErrClosed) {
+			t.Errorf("Acquire on the channel of a closed Client: got %v, want ErrClosed", r.err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if h.wake.holdsWake("n") || w.wake.holdsWake("n") {
+			t.Error("after Close: got a channel held, want none")
+		}
+		waitFor(t, time.Minute, "the server lets go of the channel", func() bool {
+			return channelHolder(t, e.db, table, "n") == 0
+		})
+		info, err := e.client(t, e.db, table).Inspect(ctx, "n")
+		if err != nil || info.Held {
+			t.Errorf("Inspect after Close: got %+v, %v; want not held", info, err)
+		}
+	})
+}
+
+// A pool limited to one connection leaves it to the lease statements: the
+// waiter polls, and the holder's Release does not wait for a connection.
+func TestWakeups_fullPoolPolls(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		db := e.openDB(t)
+		db.SetMaxOpenConns(1)
+		h := e.client(t, db, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", wakeTTL)
+		got := acquireAsync(ctx, h, "n")
+		waitFor(t, time.Minute, "the Client polls", func() bool { return headAttempts(h, "n") > 3 })
+		if h.wake.holdsWake("n") {
+			t.Error("a Client with a one-connection pool: got a channel, want none")
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mustGet(t, got).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A process that took a name without waiting, and releases and acquires it
+// again at once, queues behind the process that polls for it (which holds
+// the channel): its release asks whether anyone waits.
+func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		h := e.client(t, e.openDB(t), table, WithWakeups(true))
+		held, err := h.Acquire(ctx, "n", wakeTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(200*time.Millisecond)))
+		got := acquireAsync(ctx, w, "n")
+		waitFor(t, time.Minute, "the waiter holds the channel and polls", func() bool {
+			return headAttempts(w, "n") > 1 && w.wake.holdsWake("n")
+		})
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waiterFirst(t, got, acquireAsync(ctx, h, "n"))
+	})
+}
+
+// Close racing Acquire and Release of processes that hand a name around on
+// the channel leaves nothing held: no lease, no channel, no waiter.
+func TestWakeups_closeRacesHandoffs(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		var cs []*Client
+		done := make(chan struct{})
+		loops := 0
+		for range 3 {
+			c := e.client(t, e.openDB(t), table, WithWakeups(true))
+			cs = append(cs, c)
+			for range 3 {
+				loops++
+				go func() {
+					defer func() { done <- struct{}{} }()
+					for {
+						l, err := c.Acquire(ctx, "n", wakeTTL)
+						if err != nil {
+							if !errors.Is(err, ErrClosed) {
+								t.Errorf("Acquire: got %v, want ErrClosed in the end", err)
+							}
+							return
+						}
+						time.Sleep(time.Millisecond)
+						if err := l.Release(ctx); err != nil && !errors.Is(err, ErrClosed) {
+							t.Errorf("Release: %v", err)
+						}
+					}
+				}()
+			}
+		}
+		waitFor(t, time.Minute, "the processes hand the name on the channel", func() bool {
+			return channelHolder(t, e.db, table, "n") != 0
+		})
+		time.Sleep(500 * time.Millisecond)
+		for _, c := range cs {
+			go c.Close()
+		}
+		for range loops {
+			<-done
+		}
+		for _, c := range cs {
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+		waitFor(t, time.Minute, "the server lets go of every channel and waiter", func() bool {
+			return channelHolder(t, e.db, table, "n") == 0 && channelWaiters(t, e.db) == 0
+		})
+		info, err := e.client(t, e.db, table).Inspect(ctx, "n")
+		if err != nil || info.Held {
+			t.Errorf("Inspect after Close: got %+v, %v; want not held", info, err)
+		}
+	})
+}
+
+// The exact text a waiting Client sends on its channel, and a server that
+// refuses GET_LOCK (MariaDB Galera): the Client says so once and polls,
+// without asking for the channel again.
+func TestWakeups_serverRefusesGetLock(t *testing.T) {
+	e := newMockEnv(t, WithWakeups(true), WithRetry(LinearBackoff(time.Millisecond)))
+	held, free := okReply(0, 1), okReply(7, 1)
+	tok := &tokenArg{}
+	args := acquireArgs("job", mockHolder, 1_000_000, tok)
+	e.expectExec("acquire", args, held)
+	// The name as a hex literal, twice, and a timeout of a whole second.
+	wait := strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'")
+	wait = strings.Replace(strings.Replace(wait, "?", "X'6a6f62'", 2), "?", "1", 1)
+	e.mock.ExpectQuery(wait).WithoutArgs().WillReturnError(mysqlErr(erNotSupportedYet, "42000", "This version of MariaDB doesn't yet support 'GET_LOCK in cluster (WSREP_ON=ON)'"))
+	e.expectExec("acquire", args, held, held, free)
+	l, err := e.c.Acquire(t.Context(), "job", time.Second)
+	if err != nil || l.Fence() != 7 {
+		t.Fatalf("Acquire: got %v, %v; want fence 7", l, err)
+	}
+	if !e.c.wake.refused.Load() {
+		t.Error("wake-ups after the refusal: got on, want off")
+	}
+	e.done()
+}
+
+// A holder stuck with the channel (it neither releases nor refreshes) does
+// not keep a waiter from the name once its lease lapses: the waiter's
+// GET_LOCK times out and it polls.
+func TestWakeups_stuckHolderLapses(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		h := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Second)
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := h.Acquire(ctx, "n", time.Second) // a one-second lease, never refreshed
+			got <- acquired{l, err}
+		}()
+		waitFor(t, time.Minute, "the holder waits", func() bool { return headAttempts(h, "n") > 0 })
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stuck := mustGet(t, got)
+		if !h.wake.holdsWake("n") {
+			t.Fatal("the stuck holder: got no channel, want it held")
+		}
+		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		l, err := w.Acquire(ctx, "n", time.Second)
+		if err != nil {
+			t.Fatalf("Acquire behind a stuck holder: %v", err)
+		}
+		if l.Fence() <= stuck.Fence() {
+			t.Errorf("fence: got %d, want more than %d", l.Fence(), stuck.Fence())
+		}
+		if !h.wake.holdsWake("n") {
+			t.Error("the stuck holder's channel: got let go of, want still held (the waiter polled past it)")
+		}
+	})
+}
