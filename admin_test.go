@@ -47,7 +47,7 @@ func TestClient_ForceRelease(t *testing.T) {
 // An expired lease that nobody took over is released too, reported as not
 // live.
 func TestClient_ForceRelease_expired(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t, WithHolder("gone"))
 		l := mustAcquire(t, c, "lapsed", 20*time.Millisecond)
 		time.Sleep(50 * time.Millisecond)

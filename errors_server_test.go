@@ -43,7 +43,10 @@ var outcomeNames = map[outcome]string{failedFinal: "final", failedRolledBack: "r
 // Each error the server gives here is classified as the loops need: final
 // ones end them, the others are retried or waited out.
 func TestClassify_realServerErrors(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	if os.Getenv(ownServerEnv) != "" {
+		soleServer(t, "makes the server read-only and full under "+ownServerEnv)
+	}
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		cases := []classifyCase{
 			{"no server listening", func(t *testing.T, e *testEnv) error {
 				db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
@@ -52,7 +55,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 			}, failedRefused},
 			{"read-only transaction", func(t *testing.T, e *testEnv) error {
 				v := "transaction_read_only"
-				if e.server.mariadb {
+				if e.server.MariaDB {
 					v = "tx_read_only" // MariaDB 10.11's name
 				}
 				table := e.newTable(t)
@@ -111,7 +114,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				if err == nil {
 					t.Fatalf("got no error, want one")
 				}
-				t.Logf("%s gave: %v", e.server.label, err)
+				t.Logf("%s gave: %v", e.server.Label, err)
 				if got := classify(err); got != tc.want {
 					t.Errorf("classify(%v): got %s, want %s", err, outcomeNames[got], outcomeNames[tc.want])
 				}
@@ -136,7 +139,7 @@ func wantErrno(t *testing.T, err error, n int) error {
 func statementTimeLimit(t *testing.T, e *testEnv) error {
 	const heavy = "SELECT COUNT(*) FROM information_schema.COLUMNS a, information_schema.COLUMNS b, information_schema.COLUMNS c"
 	q, errno := "SELECT /*+ MAX_EXECUTION_TIME(20) */"+heavy[len("SELECT"):], 3024
-	if e.server.mariadb {
+	if e.server.MariaDB {
 		q, errno = "SET STATEMENT max_statement_time = 0.02 FOR "+heavy, 1969
 	}
 	var n int64
@@ -224,10 +227,10 @@ func setGlobal(t *testing.T, e *testEnv, name, value, undo string) {
 // Elect whose server is down the whole time returns its context's error
 // wrapping the last error it met: the caller learns why it never led.
 func TestElect_serverDown_returnsLastError(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
 		c := e.client(t, db, "sqllock")
-		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(testCtx(t), 2*time.Second)
 		defer cancel()
 		err := c.Elect(ctx, "leader", time.Second, Callbacks{OnStartedLeading: func(context.Context) {}})
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
@@ -243,7 +246,8 @@ func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
 	if os.Getenv(ownServerEnv) == "" {
 		t.Skipf("set %s when the test server is the tests' own, to make it read-only", ownServerEnv)
 	}
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	soleServer(t, "makes the server read-only under "+ownServerEnv)
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		c := e.client(t, limitedUser(t, e, table), table)
 		setGlobal(t, e, "read_only", "ON", "OFF")
@@ -285,8 +289,8 @@ func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
 // has changed since last read". The statement was rolled back, so the
 // acquire is sent again with its token and takes the lease.
 func TestClient_TryAcquire_recordChanged_retried(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
-		if !e.server.mariadb {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.MariaDB {
 			t.Skip("innodb_snapshot_isolation is MariaDB's")
 		}
 		var on int
@@ -348,7 +352,7 @@ func TestClient_TryAcquire_recordChanged_retried(t *testing.T) {
 // made, each attempt fails with an error that may pass, and the call goes
 // on polling until the server answers again.
 func TestClient_Acquire_waitsOutAnOutage(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		f := newFaultEnv(t, e)
 		ctx := testCtx(t)
 		// Prepared on a live connection, which the outage then breaks.

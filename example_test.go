@@ -190,3 +190,32 @@ func ExampleClient_ForceRelease() {
 	}
 	fmt.Printf("released the lease of %s (fence %d, live: %v)\n", was.Holder, was.Fence, was.Held)
 }
+
+// With wake-up channels, processes that wait for a name another process
+// holds block on the server instead of polling, and take it in the order
+// they came, within a round trip of its release.
+func ExampleWithWakeups() {
+	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Each name this Client waits for takes one more connection of the
+	// pool while it waits: leave room for them.
+	db.SetMaxOpenConns(20)
+	locks, err := sqllock.New(db, sqllock.WithWakeups(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	for range 3 {
+		l, err := locks.Acquire(ctx, "queue-drain", 30*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		// ... a turn of work; other processes wait on the channel ...
+		if err := l.Release(ctx); err != nil {
+			log.Print(err)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func TestClient_TryAcquire(t *testing.T) {
 // clientFoundRows changes. This test first shows the trap is real on this
 // server, then that TryAcquire is not caught in it.
 func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		found := e.openDBWith(t, func(c *mysql.Config) { c.ClientFoundRows = true })
 		c := e.client(t, found, table)
@@ -171,7 +171,7 @@ func TestLock_Refresh(t *testing.T) {
 
 // Point 3, second half: an error that is not loss is not reported as loss.
 func TestLock_Refresh_networkErrorIsNotLoss(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		p := startProxy(t, e.serverAddr(t))
 		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = p.Addr() })
@@ -431,7 +431,7 @@ func TestClient_oneRoundTrip(t *testing.T) {
 // Point 8, on a real server: a lock wait timeout (1205) is recognised in the
 // real driver's error and retried with the same token.
 func TestClient_TryAcquire_retriesLockWaitTimeout(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		impatient := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "innodb_lock_wait_timeout", "1") })
 		c := e.client(t, impatient, table)
@@ -506,7 +506,7 @@ func TestClient_Acquire(t *testing.T) {
 // Point 10: bad input is refused before anything is sent; a missing table
 // says how to create it.
 func TestClient_badInput(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := testCtx(t)
 		c, err := New(e.db, WithTable("no_such_table_here"))
 		if err != nil {
@@ -551,7 +551,7 @@ func TestClient_badInput(t *testing.T) {
 // A Client that cannot connect says so, in the words of the step that
 // failed, with "sqllock:" once; the driver's error stays wrapped.
 func TestClient_connectError(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := testCtx(t)
 		for _, tc := range []struct {
 			name  string
@@ -579,7 +579,7 @@ func TestClient_connectError(t *testing.T) {
 
 // A session without autocommit would never commit a lease.
 func TestClient_autocommitOff(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "autocommit", "0") })
 		c := e.client(t, db, table)
@@ -613,7 +613,7 @@ func TestClient_Inspect(t *testing.T) {
 
 // The default holder names the host and process.
 func TestClient_defaultHolder(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		mustAcquire(t, c, "h", time.Second)
 		if got, want := inspect(t, c, "h").Holder, defaultHolder(); got != want || !strings.Contains(got, ":") {
@@ -699,4 +699,36 @@ func criticalSection(ctx context.Context, c *Client, counter string, mu *sync.Mu
 		return err
 	}
 	return l.Release(ctx)
+}
+
+// Each DSN variant reaches the server: a session opened under it runs at the
+// isolation level, time zone and sql_mode the variant names, so a variant
+// never passes by testing the default twice.
+func TestVariants_reachTheServer(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		var isolation, zone, mode string
+		err := e.db.QueryRowContext(ctx, "SELECT @@"+isolationVariable(e.server)+", @@time_zone, @@sql_mode").
+			Scan(&isolation, &zone, &mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := e.variant.isolation
+		if want == "" {
+			want = "REPEATABLE-READ"
+		}
+		if isolation != want {
+			t.Errorf("isolation: got %s, want %s", isolation, want)
+		}
+		for name, wantZone := range map[string]string{"timeZone+13": "+13:00", "allAtOnce": "-11:00"} {
+			if e.variant.name == name && zone != wantZone {
+				t.Errorf("time_zone: got %s, want %s", zone, wantZone)
+			}
+		}
+		for name, wantMode := range map[string]string{"simultaneousAssignment": "SIMULTANEOUS_ASSIGNMENT", "allAtOnce": "ANSI_QUOTES"} {
+			if e.variant.name == name && !strings.Contains(mode, wantMode) {
+				t.Errorf("sql_mode: got %s, want it to contain %s", mode, wantMode)
+			}
+		}
+	})
 }

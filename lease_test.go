@@ -52,7 +52,7 @@ func pollAcquire(t *testing.T, b *Client, name string, ttl time.Duration) (*Lock
 // (a) With renewals blocked, fn's context is cancelled before another
 // Client, polling the server directly, can take the name.
 func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
 		b := e.client(t, e.openDB(t), table, WithHolder("b"))
@@ -106,7 +106,7 @@ func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 // (b) One renewal fails, the network recovers: fn runs on, the lease and its
 // fence unchanged.
 func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
 		// One connection, on which the renewal is prepared: the next renewal
@@ -165,7 +165,7 @@ func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
 
 // (c) Do releases with a context of its own after the caller's ended.
 func TestDo_releasesAfterCallerCancel(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
 		started := make(chan struct{})
@@ -189,7 +189,7 @@ func TestDo_releasesAfterCallerCancel(t *testing.T) {
 
 // TryDo does not wait and does not run fn when the name is held; Do waits.
 func TestTryDo_notAcquired(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		l := mustAcquire(t, a, "job", time.Minute)
@@ -208,7 +208,7 @@ func TestTryDo_notAcquired(t *testing.T) {
 
 // A panic in fn releases the lease and goes on.
 func TestDo_panicReleases(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		func() {
 			defer func() {
@@ -277,7 +277,7 @@ func TestDo_WithMinHold(t *testing.T) {
 
 // Close ends every keep-alive and releases every lease its Client holds.
 func TestClient_Close_releasesHeld(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		x := mustAcquire(t, a, "x", time.Minute)
@@ -496,7 +496,7 @@ func TestLock_Check_writesLeaseRow(t *testing.T) {
 
 // Check refuses a released Lock without asking the server.
 func TestLock_Check_released(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		l := mustAcquire(t, c, "n", time.Minute)
@@ -515,7 +515,7 @@ func TestLock_Check_released(t *testing.T) {
 // The keep-alive renews past the ttl, does not depend on the context it was
 // started with, and its goroutine has exited when Release returns.
 func TestLock_KeepAlive(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		const ttl = 300 * time.Millisecond
 		acqCtx, cancelAcq := context.WithCancel(testCtx(t))
@@ -558,7 +558,7 @@ func TestLock_KeepAlive(t *testing.T) {
 
 // Many Do calls leave no goroutine behind.
 func TestDo_noGoroutineLeak(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		run := func() {
@@ -653,7 +653,7 @@ func TestClient_Once(t *testing.T) {
 
 // A runner that died (its lease left to expire) is taken over.
 func TestClient_Once_runnerDied(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		dead := mustAcquire(t, a, "init", 200*time.Millisecond) // never released
@@ -676,11 +676,7 @@ var isolationLevels = []string{"READ-COMMITTED", "REPEATABLE-READ", "SERIALIZABL
 // level (one of isolationLevels).
 func (e *testEnv) isolated(t testing.TB, level string) *sql.DB {
 	t.Helper()
-	variable := "transaction_isolation"
-	if e.server.mariadb {
-		variable = "tx_isolation" // transaction_isolation from MariaDB 11.1
-	}
-	return e.openDBWith(t, func(c *mysql.Config) { setParam(c, variable, "'"+level+"'") })
+	return e.openDBWith(t, func(c *mysql.Config) { setParam(c, isolationVariable(e.server), "'"+level+"'") })
 }
 
 // waitForStatements waits until n statements that mention table are running
@@ -815,7 +811,7 @@ func TestClient_Once_recordRetried(t *testing.T) {
 // Every statement that writes is safe for statement-based replication: with
 // binlog_format=STATEMENT the server raises no Note 1592 for any of them.
 func TestQueries_statementBinlogSafe(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		conn, err := e.db.Conn(ctx)
@@ -875,7 +871,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 // (e) When the leader's network stops, another candidate leads within about
 // one ttl, and only after the leader was told to stop.
 func TestClient_Elect_handover(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
 		b := e.client(t, e.openDB(t), table, WithHolder("b"))

@@ -44,9 +44,10 @@ func waitCommand(t *testing.T, p *proxy, code byte) {
 	})
 }
 
-// A KeepAlive called while Release or Close is deleting the lease returns a
-// context that has already ended: the name may be another's as soon as the
-// DELETE commits.
+// Once Release or Close is deleting the lease, a keep-alive started before
+// has ended, and a KeepAlive called meanwhile returns a context that has
+// ended: the name may be another's as soon as the DELETE commits, before its
+// reply comes back.
 func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
 	ends := []struct {
 		name    string
@@ -57,34 +58,49 @@ func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
 		{"Close", func(c *Client, _ *Lock) error { return c.Close() }, ErrClosed},
 	}
 	for _, end := range ends {
-		t.Run(end.name, func(t *testing.T) {
-			firstEnv(t, func(t *testing.T, e *testEnv) {
-				a, p := e.proxiedClient(t, e.newTable(t))
-				ctx := testCtx(t)
-				// Prepare the release statement, so that the DELETE is
-				// the first command Release sends.
-				if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				l := mustAcquire(t, a, "k", time.Minute)
+		// With a keep-alive running already, and with none: then KeepAlive
+		// would start the first renewer.
+		for _, running := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keep-alive running %v", end.name, running), func(t *testing.T) {
+				eachServerEnv(t, func(t *testing.T, e *testEnv) {
+					a, p := e.proxiedClient(t, e.newTable(t))
+					ctx := testCtx(t)
+					// Prepare the release statement, so that the DELETE is
+					// the first command Release sends.
+					if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					l := mustAcquire(t, a, "k", time.Minute)
+					var before context.Context
+					if running {
+						before = l.KeepAlive(context.Background())
+					}
 
-				p.ResetCounts()
-				p.Stall(true)
-				ended := make(chan error, 1)
-				go func() { ended <- end.end(a, l) }()
-				waitCommand(t, p, proxyComStmtExecute)
-				kctx := l.KeepAlive(context.Background())
-				live := kctx.Err() == nil
-				p.Stall(false)
-				if err := within(t, end.name, func() error { return <-ended }); err != nil {
-					t.Fatalf("%s: %v", end.name, err)
-				}
-				if live {
-					t.Fatalf("KeepAlive while %s's DELETE was on its way: got a live context", end.name)
-				}
-				wantErrIs(t, context.Cause(kctx), end.wantErr)
+					p.ResetCounts()
+					p.Stall(true)
+					ended := make(chan error, 1)
+					go func() { ended <- end.end(a, l) }()
+					waitCommand(t, p, proxyComStmtExecute)
+					liveBefore := running && before.Err() == nil
+					kctx := l.KeepAlive(context.Background())
+					live := kctx.Err() == nil
+					p.Stall(false)
+					if err := within(t, end.name, func() error { return <-ended }); err != nil {
+						t.Fatalf("%s: %v", end.name, err)
+					}
+					if liveBefore {
+						t.Errorf("the keep-alive started before %s: its context was live while the DELETE was on its way", end.name)
+					}
+					if live {
+						t.Fatalf("KeepAlive while %s's DELETE was on its way: got a live context", end.name)
+					}
+					if running {
+						wantErrIs(t, context.Cause(before), end.wantErr)
+					}
+					wantErrIs(t, context.Cause(kctx), end.wantErr)
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -92,7 +108,7 @@ func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
 // deadline in: its context has ended by the time another Client can take
 // the name.
 func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		l := mustAcquire(t, a, "k", 3*time.Second)
@@ -109,10 +125,35 @@ func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
 }
 
 // A Refresh that shortens the lease, but not below the keep-alive's margin,
+// moves the keep-alive's deadline in: when no renewal gets through after it,
+// the context has ended by the time another Client can take the name.
+func TestLock_KeepAlive_deadlineFollowsShorterRefresh(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table)
+		b := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+		// Margin 600ms: the deadline moves from 5.4s to 1.4s on.
+		l := mustAcquire(t, a, "k", 6*time.Second)
+		kctx := l.KeepAlive(ctx)
+		if err := l.Refresh(ctx, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		p.Stall(true) // no renewal gets through
+		t.Cleanup(func() { p.Stall(false) })
+		pollAcquire(t, b, "k", time.Minute)
+		if kctx.Err() == nil {
+			t.Fatal("another Client took the name while the keep-alive's context was live")
+		}
+		wantErrIs(t, context.Cause(kctx), ErrLockLost)
+	})
+}
+
+// A Refresh that shortens the lease, but not below the keep-alive's margin,
 // makes the keep-alive renew sooner: the lease and its context outlive the
 // shorter lease.
 func TestLock_KeepAlive_renewsShorterLeaseSooner(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		// Margin 600ms; the next renewal was due 2s on, after the 2s lease
@@ -155,7 +196,7 @@ func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
 	}
 	for _, w := range warmups {
 		t.Run(w.name, func(t *testing.T) {
-			firstEnv(t, func(t *testing.T, e *testEnv) {
+			eachServerEnv(t, func(t *testing.T, e *testEnv) {
 				table := e.newTable(t)
 				a, p := e.proxiedClient(t, table)
 				b := e.client(t, e.db, table)
@@ -197,7 +238,7 @@ func TestClient_Close_concurrentCallsShareOnePass(t *testing.T) {
 		return errs
 	}
 	t.Run("every lease released", func(t *testing.T) {
-		firstEnv(t, func(t *testing.T, e *testEnv) {
+		eachServerEnv(t, func(t *testing.T, e *testEnv) {
 			table := e.newTable(t)
 			a, p := e.proxiedClient(t, table)
 			b := e.client(t, e.db, table)
@@ -220,7 +261,7 @@ func TestClient_Close_concurrentCallsShareOnePass(t *testing.T) {
 		})
 	})
 	t.Run("one result", func(t *testing.T) {
-		firstEnv(t, func(t *testing.T, e *testEnv) {
+		eachServerEnv(t, func(t *testing.T, e *testEnv) {
 			a, p := e.proxiedClient(t, e.newTable(t))
 			mustAcquire(t, a, "x", time.Minute)
 			mustAcquire(t, a, "y", time.Minute)
@@ -257,7 +298,7 @@ func stalledClient(t *testing.T, e *testEnv) (*Client, *proxy) {
 // A call that needs a statement another call is preparing on a dead
 // connection waits only as long as its own context allows.
 func TestClient_stuckPrepare_waitsEndWithTheirContext(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := stalledClient(t, e)
 		go func() { _, _ = c.TryAcquire(testCtx(t), "x", time.Minute) }()
 		waitCommand(t, p, proxyComQuery) // the first use's check (first_use)
@@ -283,7 +324,7 @@ func TestClient_stuckPrepare_waitsEndWithTheirContext(t *testing.T) {
 // A call waiting for a prepare whose caller gave up prepares anew under its
 // own context, rather than failing with the other caller's context's error.
 func TestClient_stuckPrepare_waiterOutlivesPreparer(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := stalledClient(t, e)
 		ctx := testCtx(t)
 		first, cancelFirst := context.WithCancel(ctx)
@@ -308,22 +349,30 @@ func TestClient_stuckPrepare_waiterOutlivesPreparer(t *testing.T) {
 	})
 }
 
+// closeWhileAcquireStuck starts a TryAcquire of "x" on c, whose proxy p
+// stalls, and once p has received command code, Close: Close must return,
+// and the acquire too once p lets the command through, with ErrClosed.
+func closeWhileAcquireStuck(t *testing.T, c *Client, p *proxy, code byte) {
+	t.Helper()
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := c.TryAcquire(testCtx(t), "x", time.Minute)
+		acquired <- err
+	}()
+	waitCommand(t, p, code)
+	if err := within(t, "Close", c.Close); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	p.Stall(false)
+	wantErrIs(t, within(t, "TryAcquire", func() error { return <-acquired }), ErrClosed)
+}
+
 // Close returns while a prepare hangs on a dead connection, and the prepare
 // that completes after it leaves no statement open.
 func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := stalledClient(t, e)
-		acquired := make(chan error, 1)
-		go func() {
-			_, err := c.TryAcquire(testCtx(t), "x", time.Minute)
-			acquired <- err
-		}()
-		waitCommand(t, p, proxyComQuery)
-		if err := within(t, "Close", c.Close); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-		p.Stall(false)
-		wantErrIs(t, within(t, "TryAcquire", func() error { return <-acquired }), ErrClosed)
+		closeWhileAcquireStuck(t, c, p, proxyComQuery)
 		for i := range c.stmts {
 			if st := c.stmts[i].Load(); st != nil {
 				t.Errorf("statement %s after Close: got %v, want nil", stmtNames[i], st)
@@ -332,10 +381,33 @@ func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
 	})
 }
 
+// Close is not held up by a call stuck on a dead connection in a statement
+// Close closes either: closing a *sql.Stmt waits for its executions, so
+// Close stops waiting when its few seconds are up. The acquire that commits
+// after Close gives its lease back.
+func TestClient_Close_notHeldUpByStuckCall(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c, p := e.proxiedClient(t, table)
+		witness := e.client(t, e.openDB(t), table)
+		// Prepare the acquire, so that the stuck command is its execution.
+		if err := mustAcquire(t, c, "warm", time.Minute).Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		p.ResetCounts()
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		closeWhileAcquireStuck(t, c, p, proxyComStmtExecute)
+		if got := inspect(t, witness, "x"); got.Held {
+			t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
+		}
+	})
+}
+
 // A Refresh that waits for another Refresh of the same Lock, stuck on a dead
 // connection, ends with its own context.
 func TestLock_Refresh_waitEndsWithItsContext(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := e.proxiedClient(t, e.newTable(t))
 		ctx := testCtx(t)
 		l := mustAcquire(t, c, "r", time.Minute)
@@ -354,11 +426,33 @@ func TestLock_Refresh_waitEndsWithItsContext(t *testing.T) {
 	})
 }
 
+// A query whose statement Close closed under it (Once's check for a
+// completion record, Inspect, List) reports ErrClosed, as a write does, not
+// database/sql's "statement is closed".
+func TestClient_query_statementClosedUnderIt(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		st, err := c.stmt(ctx, qOnceDone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.QueryContext(ctx, "job")
+		if err == nil {
+			t.Fatal("query on a statement Close closed: got no error")
+		}
+		wantErrIs(t, c.serverError("once", err), ErrClosed)
+	})
+}
+
 // Close racing every kind of call, twice at once, leaves no lease behind:
 // each acquire that lost to it gives its lease back, and every lease held
 // is released.
 func TestClient_Close_racingEveryCall(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		for round := range 20 {
 			c := e.client(t, e.db, table)

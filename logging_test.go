@@ -81,7 +81,7 @@ func (h *recorder) waitFor(t *testing.T, level slog.Level, msg, name string) slo
 // Operations that succeed log nothing at Info or above, so a service can
 // leave Info on.
 func TestWithLogger_quietOnSuccess(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c := e.newClient(t, opt)
 		ctx := testCtx(t)
@@ -107,7 +107,7 @@ func TestWithLogger_quietOnSuccess(t *testing.T) {
 
 // A renewal that fails is a warning; giving the lease up is an error.
 func TestWithLogger_keepAliveFailureAndLoss(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c, p := e.proxiedClient(t, e.newTable(t), opt)
 		l := mustAcquire(t, c, "ka", 600*time.Millisecond)
@@ -125,7 +125,7 @@ func TestWithLogger_keepAliveFailureAndLoss(t *testing.T) {
 
 // A lease taken from under its keep-alive is logged as lost.
 func TestWithLogger_lossNotHeld(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c := e.newClient(t, opt)
 		l := mustAcquire(t, c, "evicted", 300*time.Millisecond)
@@ -143,7 +143,7 @@ func TestWithLogger_lossNotHeld(t *testing.T) {
 
 // Elect logs changes of lead at Info, and its failed attempts as warnings.
 func TestWithLogger_Elect(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		recA, optA := newRecorder()
 		recB, optB := newRecorder()
@@ -175,7 +175,7 @@ func TestWithLogger_Elect(t *testing.T) {
 
 // Close says which leases it released.
 func TestWithLogger_Close(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c := e.newClient(t, opt)
 		mustAcquire(t, c, "c1", time.Minute)

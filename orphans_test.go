@@ -16,7 +16,7 @@ import (
 // Client's next acquire of the name claims it, so the name is not blocked
 // for the lease's ttl.
 func TestClient_TryAcquire_cutWhileWaiting_nameNotBlocked(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		k := newKillEnv(t, e)
 		table := k.c.table[1 : len(k.c.table)-1]
 		const before = 0 // the name was never taken
@@ -78,19 +78,18 @@ func TestClient_TryAcquire_unknownOutcome_claimedAcrossRestart(t *testing.T) {
 	if cmd == "" {
 		t.Skipf("set %s to a command that restarts the test server to run this test", restartEnv)
 	}
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	soleServer(t, "restarts the server with "+restartEnv)
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		f := newFaultEnv(t, e)
 		ctx := testCtx(t)
 		loseAcquire(t, f, "job")
 
-		up := serverUptime(t, e.db)
+		before := startBeforeRestart(t, e.db)
 		t.Logf("restarting the server with %s", cmd)
 		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", cmd, err, out)
 		}
-		if after := serverUptime(t, e.db); after >= up {
-			t.Fatalf("server uptime %ds before the restart, %ds after: it did not restart", up, after)
-		}
+		wantRestarted(t, e.db, before)
 		// Still unreachable from the Client: the claim fails and is kept.
 		if _, err := f.c.TryAcquire(ctx, "job", time.Minute); err == nil {
 			t.Fatalf("TryAcquire while unreachable: got nil, want an error")
@@ -116,7 +115,7 @@ func TestClient_TryAcquire_unknownOutcome_claimedAcrossRestart(t *testing.T) {
 // Close deletes the lease an acquire with an unknown outcome may have left,
 // as it releases the leases it holds.
 func TestClient_Close_releasesUnknownAcquire(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		f := newFaultEnv(t, e)
 		loseAcquire(t, f, "job")
 		f.p.Refuse(false)

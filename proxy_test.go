@@ -10,7 +10,6 @@ import (
 	"log"
 	"maps"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -435,24 +434,22 @@ func (s *packetScanner) scan(b []byte) (k int, cut bool) {
 	return len(b), false
 }
 
-// proxyTestConfig returns the driver configuration in SQLLOCK_TEST_DSN, and
-// skips the test when it is not set.
-func proxyTestConfig(t *testing.T) *mysql.Config {
+// eachProxyConfig runs f on each test server, with the driver configuration
+// of its DSN.
+func eachProxyConfig(t *testing.T, f func(t *testing.T, cfg *mysql.Config)) {
 	t.Helper()
-	dsn := os.Getenv("SQLLOCK_TEST_DSN")
-	if dsn == "" {
-		t.Skip("SQLLOCK_TEST_DSN is not set (e.g. SQLLOCK_TEST_DSN='root@tcp(127.0.0.1:3306)/test')")
-	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatalf("SQLLOCK_TEST_DSN: %v", err)
-	}
-	if cfg.Net != "tcp" {
-		t.Skipf("SQLLOCK_TEST_DSN uses %q; the proxy needs tcp", cfg.Net)
-	}
-	// Connection faults make the driver log; the tests check errors instead.
-	cfg.Logger = log.New(io.Discard, "", 0)
-	return cfg
+	eachServer(t, func(t *testing.T, s testServer) {
+		cfg, err := mysql.ParseDSN(s.DSN)
+		if err != nil {
+			t.Fatalf("%s: %v", dsnEnv, err)
+		}
+		if cfg.Net != "tcp" {
+			t.Skipf("%s is reached over %q; the proxy needs tcp", s.Label, cfg.Net)
+		}
+		// Connection faults make the driver log; the tests check errors instead.
+		cfg.Logger = log.New(io.Discard, "", 0)
+		f(t, cfg)
+	})
 }
 
 // openProxyTestDB opens a pool of at most one connection with cfg, closed in
@@ -546,184 +543,189 @@ func TestProxy_scanner(t *testing.T) {
 }
 
 func TestProxy_countsCommands(t *testing.T) {
-	cfg := proxyTestConfig(t)
-	p := startProxy(t, cfg.Addr)
-	db := openProxyTestDB(t, cfg, p.Addr())
-	ctx := context.Background()
+	eachProxyConfig(t, func(t *testing.T, cfg *mysql.Config) {
+		p := startProxy(t, cfg.Addr)
+		db := openProxyTestDB(t, cfg, p.Addr())
+		ctx := context.Background()
 
-	stmt, err := db.PrepareContext(ctx, "DO ?")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stmt.Close()
-	if _, err := stmt.ExecContext(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	// The handshake and auth packets are no commands.
-	if got, want := p.Commands(), map[byte]int{proxyComStmtPrepare: 1, proxyComStmtExecute: 1}; !maps.Equal(got, want) {
-		t.Errorf("cold Exec: commands %v, want %v", got, want)
-	}
+		stmt, err := db.PrepareContext(ctx, "DO ?")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stmt.Close()
+		if _, err := stmt.ExecContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		// The handshake and auth packets are no commands.
+		if got, want := p.Commands(), map[byte]int{proxyComStmtPrepare: 1, proxyComStmtExecute: 1}; !maps.Equal(got, want) {
+			t.Errorf("cold Exec: commands %v, want %v", got, want)
+		}
 
-	p.ResetCounts()
-	if _, err := stmt.ExecContext(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := p.Commands(), map[byte]int{proxyComStmtExecute: 1}; !maps.Equal(got, want) {
-		t.Errorf("warm Exec: commands %v, want %v", got, want)
-	}
-	if n := p.CommandCount(); n != 1 {
-		t.Errorf("warm Exec: CommandCount() = %d, want 1", n)
-	}
+		p.ResetCounts()
+		if _, err := stmt.ExecContext(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := p.Commands(), map[byte]int{proxyComStmtExecute: 1}; !maps.Equal(got, want) {
+			t.Errorf("warm Exec: commands %v, want %v", got, want)
+		}
+		if n := p.CommandCount(); n != 1 {
+			t.Errorf("warm Exec: CommandCount() = %d, want 1", n)
+		}
+	})
 }
 
 func TestProxy_stallHoldsUntilHealed(t *testing.T) {
-	cfg := proxyTestConfig(t)
-	p := startProxy(t, cfg.Addr)
-	db := openProxyTestDB(t, cfg, p.Addr())
-	ctx := context.Background()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	eachProxyConfig(t, func(t *testing.T, cfg *mysql.Config) {
+		p := startProxy(t, cfg.Addr)
+		db := openProxyTestDB(t, cfg, p.Addr())
+		ctx := context.Background()
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
 
-	p.Stall(true)
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	var v int
-	if err := db.QueryRowContext(short, "SELECT 1").Scan(&v); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("query during stall: %v, want %v", err, context.DeadlineExceeded)
-	}
-
-	// A query sent during the stall completes once it ends: its bytes (and
-	// those of the new connection's handshake) were held, not dropped.
-	done := make(chan error, 1)
-	go func() {
+		p.Stall(true)
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
 		var v int
-		err := db.QueryRowContext(ctx, "SELECT 2").Scan(&v)
-		if err == nil && v != 2 {
-			err = fmt.Errorf("got %d, want 2", v)
+		if err := db.QueryRowContext(short, "SELECT 1").Scan(&v); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("query during stall: %v, want %v", err, context.DeadlineExceeded)
 		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("query returned during stall: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	p.Stall(false)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("query after stall: %v", err)
+
+		// A query sent during the stall completes once it ends: its bytes (and
+		// those of the new connection's handshake) were held, not dropped.
+		done := make(chan error, 1)
+		go func() {
+			var v int
+			err := db.QueryRowContext(ctx, "SELECT 2").Scan(&v)
+			if err == nil && v != 2 {
+				err = fmt.Errorf("got %d, want 2", v)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("query returned during stall: %v", err)
+		case <-time.After(300 * time.Millisecond):
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("query still blocked 10s after the stall ended")
-	}
+		p.Stall(false)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("query after stall: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("query still blocked 10s after the stall ended")
+		}
+	})
 }
 
 func TestProxy_cutAfterCommandHidesOutcome(t *testing.T) {
-	cfg := proxyTestConfig(t)
-	direct := openProxyTestDB(t, cfg, "")
-	ctx := context.Background()
-	table := "proxy_cut_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	if _, err := direct.ExecContext(ctx, "CREATE TABLE "+table+" (id INT PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := direct.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
-			t.Errorf("drop %s: %v", table, err)
-		}
-	})
-
-	p := startProxy(t, cfg.Addr)
-	db := openProxyTestDB(t, cfg, p.Addr())
-	stmt, err := db.PrepareContext(ctx, "INSERT INTO "+table+" (id) VALUES (?)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stmt.Close()
-	if _, err := stmt.ExecContext(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-
-	p.CutAfterCommand(proxyComStmtExecute, 1)
-	if _, err := stmt.ExecContext(ctx, 2); err == nil {
-		t.Fatal("Exec through a cut succeeded; want an error")
-	} else {
-		t.Logf("Exec through a cut: %v", err)
-	}
-	// The client may learn of the cut before the server has run the
-	// statement, so wait for the row.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		var n int
-		if err := direct.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE id = 2").Scan(&n); err != nil {
+	eachProxyConfig(t, func(t *testing.T, cfg *mysql.Config) {
+		direct := openProxyTestDB(t, cfg, "")
+		ctx := context.Background()
+		table := "proxy_cut_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		if _, err := direct.ExecContext(ctx, "CREATE TABLE "+table+" (id INT PRIMARY KEY)"); err != nil {
 			t.Fatal(err)
 		}
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server did not apply the cut INSERT")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		t.Cleanup(func() {
+			if _, err := direct.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+				t.Errorf("drop %s: %v", table, err)
+			}
+		})
 
-	// The cut fires once.
-	if _, err := stmt.ExecContext(ctx, 3); err != nil {
-		t.Fatalf("Exec after the cut: %v", err)
-	}
+		p := startProxy(t, cfg.Addr)
+		db := openProxyTestDB(t, cfg, p.Addr())
+		stmt, err := db.PrepareContext(ctx, "INSERT INTO "+table+" (id) VALUES (?)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stmt.Close()
+		if _, err := stmt.ExecContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+
+		p.CutAfterCommand(proxyComStmtExecute, 1)
+		if _, err := stmt.ExecContext(ctx, 2); err == nil {
+			t.Fatal("Exec through a cut succeeded; want an error")
+		} else {
+			t.Logf("Exec through a cut: %v", err)
+		}
+		// The client may learn of the cut before the server has run the
+		// statement, so wait for the row.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var n int
+			if err := direct.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE id = 2").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the server did not apply the cut INSERT")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+
+		// The cut fires once.
+		if _, err := stmt.ExecContext(ctx, 3); err != nil {
+			t.Fatalf("Exec after the cut: %v", err)
+		}
+	})
 }
 
 func TestProxy_cutAllBreaksLiveConnection(t *testing.T) {
-	cfg := proxyTestConfig(t)
-	p := startProxy(t, cfg.Addr)
-	db := openProxyTestDB(t, cfg, p.Addr())
-	ctx := context.Background()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
+	eachProxyConfig(t, func(t *testing.T, cfg *mysql.Config) {
+		p := startProxy(t, cfg.Addr)
+		db := openProxyTestDB(t, cfg, p.Addr())
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
 
-	p.CutAll()
-	if err := conn.PingContext(ctx); err == nil {
-		t.Fatal("Ping on a cut connection succeeded; want an error")
-	}
-	conn.Close()
-	// New connections are served as usual.
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("Ping after CutAll: %v", err)
-	}
+		p.CutAll()
+		if err := conn.PingContext(ctx); err == nil {
+			t.Fatal("Ping on a cut connection succeeded; want an error")
+		}
+		conn.Close()
+		// New connections are served as usual.
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatalf("Ping after CutAll: %v", err)
+		}
+	})
 }
 
 func TestProxy_refuseAndLatency(t *testing.T) {
-	cfg := proxyTestConfig(t)
-	p := startProxy(t, cfg.Addr)
-	db := openProxyTestDB(t, cfg, p.Addr())
-	ctx := context.Background()
+	eachProxyConfig(t, func(t *testing.T, cfg *mysql.Config) {
+		p := startProxy(t, cfg.Addr)
+		db := openProxyTestDB(t, cfg, p.Addr())
+		ctx := context.Background()
 
-	p.Refuse(true)
-	if err := db.PingContext(ctx); err == nil {
-		t.Fatal("Ping while refusing succeeded; want an error")
-	}
-	p.Refuse(false)
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatalf("Ping after refusing: %v", err)
-	}
+		p.Refuse(true)
+		if err := db.PingContext(ctx); err == nil {
+			t.Fatal("Ping while refusing succeeded; want an error")
+		}
+		p.Refuse(false)
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatalf("Ping after refusing: %v", err)
+		}
 
-	const d = 200 * time.Millisecond
-	p.Latency(d)
-	p.ResetCounts()
-	start := time.Now()
-	if err := db.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took < d {
-		t.Errorf("Ping with latency %v took %v", d, took)
-	}
-	if got, want := p.Commands(), map[byte]int{proxyComPing: 1}; !maps.Equal(got, want) {
-		t.Errorf("Ping: commands %v, want %v", got, want)
-	}
+		const d = 200 * time.Millisecond
+		p.Latency(d)
+		p.ResetCounts()
+		start := time.Now()
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took < d {
+			t.Errorf("Ping with latency %v took %v", d, took)
+		}
+		if got, want := p.Commands(), map[byte]int{proxyComPing: 1}; !maps.Equal(got, want) {
+			t.Errorf("Ping: commands %v, want %v", got, want)
+		}
+	})
 }

@@ -16,19 +16,19 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/ory/dockertest/v3"
+
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
-// The real-server tests run against every server in testServers: the one
-// SQLLOCK_TEST_DSN names, or else MySQL 5.7 and 8.0 started with dockertest
-// where a Docker engine answers. With neither they skip, unless CI is set:
-// then a missing server is a failure.
-const dsnEnv = "SQLLOCK_TEST_DSN"
+// The real-server tests run against every server in testServers: those
+// SQLLOCK_TEST_DSN names (see internal/testdsn), or else MySQL 5.7 and 8.0
+// started with dockertest where a Docker engine answers. Each test runs on
+// each server, in a subtest named by the server. A server named in the
+// variable that does not answer fails every test; with no server at all the
+// tests skip, saying how to start some, unless CI is set: then they fail.
+const dsnEnv = testdsn.Env
 
-type testServer struct {
-	label   string // "env", "mysql:5.7", ...
-	dsn     string
-	mariadb bool
-}
+type testServer = testdsn.Server
 
 var (
 	testServers  []testServer
@@ -46,13 +46,8 @@ func TestMain(m *testing.M) {
 }
 
 func findServers() {
-	if dsn := os.Getenv(dsnEnv); dsn != "" {
-		s, err := probeServer("env", dsn)
-		if err != nil {
-			noServerWhy = fmt.Sprintf("%s=%q does not answer: %v", dsnEnv, dsn, err)
-			return
-		}
-		testServers = append(testServers, s)
+	if os.Getenv(dsnEnv) != "" {
+		testServers = testdsn.Servers()
 		return
 	}
 	pool, err := dockertest.NewPool("")
@@ -60,15 +55,15 @@ func findServers() {
 		err = pool.Client.Ping()
 	}
 	if err != nil {
-		noServerWhy = fmt.Sprintf("set %s (for example root@tcp(127.0.0.1:3306)/test) to run the real-server tests; no Docker engine answers either (%v)", dsnEnv, err)
+		noServerWhy = fmt.Sprintf("%s is not set and no Docker engine answers (%v): %s", dsnEnv, err, testdsn.StartHint)
 		return
 	}
 	pool.MaxWait = 3 * time.Minute
 	for _, tag := range []string{"5.7", "8.0"} {
 		s, purge, err := startMySQL(pool, tag)
 		if err != nil {
-			log.Printf("sqllock tests: mysql:%s in Docker: %v", tag, err)
-			noServerWhy = fmt.Sprintf("mysql:%s in Docker did not start: %v", tag, err)
+			// Listed all the same, so that every test fails on it.
+			testServers = append(testServers, testServer{Label: "mysql-" + tag, Err: fmt.Errorf("mysql:%s in Docker did not start: %w", tag, err)})
 			continue
 		}
 		dockerPurges = append(dockerPurges, purge)
@@ -91,9 +86,8 @@ func startMySQL(pool *dockertest.Pool, tag string) (testServer, func(), error) {
 	dsn := fmt.Sprintf("root@tcp(%s)/test", res.GetHostPort("3306/tcp"))
 	var s testServer
 	err = pool.Retry(func() error {
-		var err error
-		s, err = probeServer("mysql:"+tag, dsn)
-		return err
+		s = testdsn.Probe("", dsn)
+		return s.Err
 	})
 	if err != nil {
 		purge()
@@ -102,39 +96,55 @@ func startMySQL(pool *dockertest.Pool, tag string) (testServer, func(), error) {
 	return s, purge, nil
 }
 
-func probeServer(label, dsn string) (testServer, error) {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return testServer{}, err
+// isolationVariable is the session variable that sets s's isolation level:
+// transaction_isolation on MySQL and on MariaDB from 11.1, whose
+// tx_isolation remains as its older name.
+func isolationVariable(s testServer) string {
+	if s.MariaDB {
+		return "tx_isolation"
 	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var version string
-	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-		return testServer{}, err
-	}
-	log.Printf("sqllock tests: %s is %s", label, version)
-	return testServer{label: label, dsn: dsn, mariadb: strings.Contains(version, "MariaDB")}, nil
+	return "transaction_isolation"
 }
 
 // requireServers skips the test when there is no server, or fails it in CI.
 func requireServers(t testing.TB) {
 	t.Helper()
-	if len(testServers) > 0 {
-		return
+	if len(testServers) == 0 {
+		testdsn.NoServer(t, noServerWhy)
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("CI is set but there is no server to test against: %s", noServerWhy)
+}
+
+// eachServer runs f as a subtest named by each server; a server that did not
+// answer fails its subtest.
+func eachServer(t *testing.T, f func(t *testing.T, s testServer)) {
+	t.Helper()
+	requireServers(t)
+	for _, s := range testServers {
+		t.Run(s.Label, func(t *testing.T) {
+			if s.Err != nil {
+				t.Fatal(s.Err)
+			}
+			f(t, s)
+		})
 	}
-	t.Skip(noServerWhy)
+}
+
+// soleServer fails t unless SQLLOCK_TEST_DSN names one server: the test does
+// something (restart it, change its globals) to the one server it is given.
+func soleServer(t *testing.T, what string) {
+	t.Helper()
+	requireServers(t)
+	if len(testServers) != 1 {
+		t.Fatalf("this test %s: set %s to that one server's DSN (scripts/testdb dsn SERVER), not to %d servers", what, dsnEnv, len(testServers))
+	}
 }
 
 // A variant is a way a user's DSN may differ, which no statement may notice.
 type variant struct {
 	name        string
-	mariadbOnly bool
+	mariadbOnly string // why the variant is MariaDB's only, if it is
 	apply       func(*mysql.Config)
+	isolation   string // a session isolation level, set by the server's own variable
 }
 
 var variants = []variant{
@@ -142,7 +152,12 @@ var variants = []variant{
 	{name: "clientFoundRows", apply: func(c *mysql.Config) { c.ClientFoundRows = true }},
 	{name: "interpolateParams", apply: func(c *mysql.Config) { c.InterpolateParams = true }},
 	{name: "timeZone+13", apply: func(c *mysql.Config) { setParam(c, "time_zone", "'+13:00'") }},
-	{name: "simultaneousAssignment", mariadbOnly: true, apply: func(c *mysql.Config) {
+	// The servers' default is REPEATABLE READ; a user's DSN or server may pick
+	// another level, under which plain reads take no locks (READ COMMITTED)
+	// or every read locks (SERIALIZABLE).
+	{name: "readCommitted", apply: func(*mysql.Config) {}, isolation: "READ-COMMITTED"},
+	{name: "serializable", apply: func(*mysql.Config) {}, isolation: "SERIALIZABLE"},
+	{name: "simultaneousAssignment", mariadbOnly: "SIMULTANEOUS_ASSIGNMENT is a MariaDB sql_mode (10.3.5+); MySQL has none", apply: func(c *mysql.Config) {
 		setParam(c, "sql_mode", "CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')")
 	}},
 	// Everything at once, with a lenient sql_mode that truncates long values
@@ -174,34 +189,37 @@ type testEnv struct {
 // eachEnv runs f as a subtest for every server and every variant.
 func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 	t.Helper()
-	requireServers(t)
-	for _, s := range testServers {
+	eachServer(t, func(t *testing.T, s testServer) {
 		for _, v := range variants {
-			if v.mariadbOnly && !s.mariadb {
-				continue
-			}
-			t.Run(s.label+"/"+v.name, func(t *testing.T) {
+			t.Run(v.name, func(t *testing.T) {
+				if v.mariadbOnly != "" && !s.MariaDB {
+					t.Skipf("%s is %s: %s", s.Label, s.Version, v.mariadbOnly)
+				}
 				f(t, newEnv(t, s, v))
 			})
 		}
-	}
+	})
 }
 
-// firstEnv runs f once, on the first server with the default DSN: for tests
-// whose subject does not depend on the DSN.
-func firstEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
+// eachServerEnv runs f on every server with the default DSN: for tests whose
+// subject does not depend on the DSN.
+func eachServerEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 	t.Helper()
-	requireServers(t)
-	f(t, newEnv(t, testServers[0], variants[0]))
+	eachServer(t, func(t *testing.T, s testServer) {
+		f(t, newEnv(t, s, variants[0]))
+	})
 }
 
 func newEnv(t testing.TB, s testServer, v variant) *testEnv {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(s.dsn)
+	cfg, err := mysql.ParseDSN(s.DSN)
 	if err != nil {
-		t.Fatalf("parse %s: %v", s.dsn, err)
+		t.Fatalf("parse %s: %v", s.DSN, err)
 	}
 	v.apply(cfg)
+	if v.isolation != "" {
+		setParam(cfg, isolationVariable(s), "'"+v.isolation+"'")
+	}
 	e := &testEnv{server: s, variant: v, dsn: cfg.FormatDSN()}
 	e.db = e.openDB(t)
 	return e

@@ -329,7 +329,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least"}
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least", "wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
 	}
@@ -344,7 +344,7 @@ func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
-		"lease": 1, "once_reset": 1}
+		"lease": 1, "once_reset": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {
@@ -354,7 +354,7 @@ func TestSplitQueries_statements(t *testing.T) {
 				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
 			}
 			onTable := strings.Contains(stmt, "`sqllock`")
-			if want := name != "first_use"; onTable != want {
+			if want := name != "first_use" && !strings.HasPrefix(name, "wake_"); onTable != want {
 				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
 			}
 		})
@@ -1080,7 +1080,9 @@ func TestClient_Acquire_deadline(t *testing.T) {
 	})
 	e := newMockEnv(t, WithRetry(strategy))
 	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	// Long enough for the three attempts on a loaded machine under -race
+	// (300 ms was not); the hour-long wait is what the deadline must cut.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	l, err := e.c.Acquire(ctx, "job", time.Second)
 	if l != nil {
@@ -1207,6 +1209,8 @@ func TestClient_badInput_noSQL(t *testing.T) {
 		for _, d := range ttls {
 			tests = append(tests, tcase{fmt.Sprintf("%s ttl %v", op.name, d.ttl), op.call, "job", d.ttl, d.want})
 		}
+		// Both wrong: the name is named, as TryAcquire checks it first.
+		tests = append(tests, tcase{op.name + " empty name and ttl 0s", op.call, "", 0, "empty lock name"})
 	}
 	for _, n := range names {
 		tests = append(tests, tcase{fmt.Sprintf("Inspect name of %d bytes", len(n.name)), inspect, n.name, 0, n.want})

@@ -13,7 +13,7 @@ import (
 // TABLE statement that mends them; run, that statement makes the table
 // serve. A table with harmless extras serves as it is.
 func TestClient_badTable(t *testing.T) {
-	firstEnv(t, func(t *testing.T, e *testEnv) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := testCtx(t)
 		tests := []struct {
 			name string

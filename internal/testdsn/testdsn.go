@@ -1,0 +1,170 @@
+// Package testdsn reads the servers the real-server tests of every package
+// run against from SQLLOCK_TEST_DSN, and names each by what it is.
+//
+// SQLLOCK_TEST_DSN holds one go-sql-driver/mysql DSN, or several separated by
+// commas, each but the first led by a label and '=':
+//
+//	root@tcp(127.0.0.1:3307)/test
+//	mariadb-10.11=root@tcp(127.0.0.1:3307)/test,mysql-9.7=root@tcp(127.0.0.1:3308)/test
+//
+// The value is cut only at a comma directly followed by a label and '='
+// (a label is a letter, then letters, digits, '.', '_' or '-'), so a comma
+// inside a DSN, as in sql_mode='A,B', stays where it is. A DSN without a
+// label is named from its server's VERSION(): mariadb-10.11, mysql-9.7.
+//
+// scripts/testdb starts private servers and prints the variable for them.
+package testdsn
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Env is the variable the tests read.
+const Env = "SQLLOCK_TEST_DSN"
+
+// StartHint says how to start servers and set Env.
+const StartHint = `to start private servers and set it, run from the repository's root: scripts/testdb up && eval "$(scripts/testdb env)" (or scripts/test, which also runs every test)`
+
+// Server is one server named in Env.
+type Server struct {
+	Label   string // the label given, or one made from Version: "mariadb-10.11"
+	DSN     string
+	Version string // VERSION(), when the server answered
+	MariaDB bool
+	Err     error // why the server did not answer; every test on it fails with it
+}
+
+var (
+	labelAt   = regexp.MustCompile(`,\s*([A-Za-z][A-Za-z0-9._-]*)=`)
+	labelLead = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9._-]*)=`)
+)
+
+// Split cuts a value of Env into labelled DSNs; a label is "" where none
+// was given.
+func Split(value string) (labels, dsns []string) {
+	cuts := labelAt.FindAllStringIndex(value, -1)
+	start := 0
+	for _, c := range append(cuts, []int{len(value), len(value)}) {
+		part := strings.TrimSpace(value[start:c[0]])
+		start = c[0] + 1
+		if part == "" {
+			continue
+		}
+		label := ""
+		if m := labelLead.FindStringSubmatch(part); m != nil {
+			label, part = m[1], part[len(m[0]):]
+		}
+		labels = append(labels, label)
+		dsns = append(dsns, part)
+	}
+	return labels, dsns
+}
+
+// Label names a server from its VERSION(): product and major.minor.
+func Label(version string) string {
+	product := "mysql"
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		product = "mariadb"
+	}
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return product
+	}
+	minor := strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+	return product + "-" + parts[0] + "." + minor
+}
+
+// Probe connects to dsn and reads its version; a server that does not
+// answer within ten seconds comes back with Err set.
+func Probe(label, dsn string) Server {
+	s := Server{Label: label, DSN: dsn}
+	if s.Label == "" {
+		s.Label = "unlabelled"
+		if cfg, err := mysql.ParseDSN(dsn); err == nil {
+			s.Label = cfg.Addr
+		}
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&s.Version); err != nil {
+		s.Err = fmt.Errorf("%s=%q does not answer: %w", Env, dsn, err)
+		return s
+	}
+	if label == "" {
+		s.Label = Label(s.Version)
+	}
+	s.MariaDB = strings.Contains(s.Version, "MariaDB")
+	return s
+}
+
+var (
+	once    sync.Once
+	servers []Server
+)
+
+// Servers probes every server Env names, once per process.
+func Servers() []Server {
+	once.Do(func() {
+		labels, dsns := Split(os.Getenv(Env))
+		servers = make([]Server, len(dsns))
+		var wg sync.WaitGroup
+		for i := range dsns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				servers[i] = Probe(labels[i], dsns[i])
+			}()
+		}
+		wg.Wait()
+		for _, s := range servers {
+			if s.Err == nil {
+				fmt.Fprintf(os.Stderr, "sqllock tests: %s is %s\n", s.Label, s.Version)
+			}
+		}
+	})
+	return servers
+}
+
+// NoServer skips t, or fails it when CI is set, for want of any server.
+func NoServer(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set but there is no server to test against: %s", why)
+	}
+	t.Skip(why)
+}
+
+// Each runs f as a subtest named by each server Env names. A server that did
+// not answer fails its subtest; with Env unset, t skips (fails in CI) and
+// says how to start servers.
+func Each(t *testing.T, f func(t *testing.T, s Server)) {
+	t.Helper()
+	all := Servers()
+	if len(all) == 0 {
+		NoServer(t, fmt.Sprintf("%s is not set: %s", Env, StartHint))
+	}
+	for _, s := range all {
+		t.Run(s.Label, func(t *testing.T) {
+			if s.Err != nil {
+				t.Fatal(s.Err)
+			}
+			f(t, s)
+		})
+	}
+}
