@@ -16,7 +16,7 @@ type record struct {
 	Name      string `json:"n"`
 	Fence     uint64 `json:"f"`
 	// Start and End are read by a SELECT after the acquire and before the
-	// release.
+	// release; 0 when the section ended in an error before it read them.
 	Start int64 `json:"s"`
 	End   int64 `json:"e"`
 	// Expiry is the lease's expiry as the server held it: the expires_at of
@@ -31,26 +31,47 @@ type record struct {
 	// Accepted and Rejected count the holder's protected writes.
 	Accepted int `json:"a"`
 	Rejected int `json:"r"`
+	// Conflicts counts attempts of writes the server rolled back for a
+	// conflict with another writer (not applied, sent again); Maybe, writes
+	// whose outcome is unknown (the connection broke: applied or not).
+	Conflicts int `json:"c,omitempty"`
+	Maybe     int `json:"m,omitempty"`
+	// Err is the class of the error that ended the section early, if one
+	// did. Such a section is checked all the same, for as long as it was
+	// live.
+	Err string `json:"err,omitempty"`
 	// TakenOver: Release reported ErrNotHeld, so the next holder of the
 	// name took the lease over before it was released.
 	TakenOver bool `json:"to,omitempty"`
 }
 
 // live returns the part of the critical section during which the holder's
-// lease was live by the server's clock, and false when there was none.
+// lease was live by the server's clock, and false when there was none or
+// its start is unknown. A section cut short by an error before it read the
+// clock again counts as live until its lease expired: the holder may have
+// gone on working until then.
 func (r record) live() (from, to int64, ok bool) {
-	to = min(r.End, r.Expiry)
+	if r.Start == 0 {
+		return 0, 0, false
+	}
+	to = r.Expiry
+	if r.End != 0 {
+		to = min(r.End, r.Expiry)
+	}
 	return r.Start, to, to > r.Start
 }
 
 // A childReport ends each child's output: its counters, and the errors it
 // did not expect.
 type childReport struct {
-	Done     bool     `json:"done"`
-	Attempts int      `json:"attempts"`
-	Refused  int      `json:"refused"`
-	Refresh  int      `json:"refreshes"`
-	Errors   []string `json:"errors,omitempty"`
+	Done     bool `json:"done"`
+	Attempts int  `json:"attempts"`
+	Refused  int  `json:"refused"`
+	Refresh  int  `json:"refreshes"`
+	// Classes counts the errors operations returned, by operation and
+	// class ("acquire: Error 1213"); Errors keeps the first few in full.
+	Classes map[string]int `json:"classes,omitempty"`
+	Errors  []string       `json:"errors,omitempty"`
 }
 
 // findings is what check makes of the records.
@@ -60,6 +81,10 @@ type findings struct {
 	Stalled       int
 	Accepted      int
 	StaleRejected int
+	Conflicts     int
+	Maybe         int
+	// Errored counts the sections an error ended early, all checked.
+	Errored int
 	// Violations. Overlaps: two holders of one name whose live critical
 	// sections overlapped. Duplicates: a fence issued twice for one name.
 	// OutOfOrder: of two live critical sections of one name, the later
@@ -86,6 +111,11 @@ func check(records []record) findings {
 		f.Acquisitions++
 		f.Accepted += r.Accepted
 		f.StaleRejected += r.Rejected
+		f.Conflicts += r.Conflicts
+		f.Maybe += r.Maybe
+		if r.Err != "" {
+			f.Errored++
+		}
 		if r.TakenOver {
 			f.Takeovers++
 		}

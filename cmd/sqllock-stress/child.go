@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
 )
 
@@ -18,9 +20,7 @@ import (
 // until stop, and report each critical section as a JSON line.
 type worker struct {
 	cfg   config
-	c     *sqllock.Client
-	clock *sql.Stmt // the server's now, and this holder's lease expiry
-	write *sql.Stmt // the fenced write to the protected resource
+	nodes []*node // one per DSN, in the order given
 	stop  time.Time
 
 	mu     sync.Mutex // guards out and report
@@ -28,38 +28,94 @@ type worker struct {
 	report childReport
 }
 
+// A node is what a worker holds for one DSN: a Client, and the statements
+// that read the server's clock and write the protected resource, prepared
+// on first use (a node may be down when the run starts).
+type node struct {
+	cfg   config
+	db    *sql.DB
+	resDB *sql.DB
+	c     *sqllock.Client
+
+	mu    sync.Mutex
+	clock *sql.Stmt // the server's now, and this holder's lease expiry
+	write *sql.Stmt // the fenced write to the protected resource
+}
+
+func openNode(cfg config, dsn string) (*node, error) {
+	db, resDB, err := openDBs(dsn)
+	if err != nil {
+		return nil, err
+	}
+	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)),
+		sqllock.WithWakeups(cfg.wakeups))
+	if err != nil {
+		db.Close()
+		resDB.Close()
+		return nil, err
+	}
+	return &node{cfg: cfg, db: db, resDB: resDB, c: c}, nil
+}
+
+func (n *node) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, st := range []*sql.Stmt{n.clock, n.write} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	n.c.Close()
+	n.db.Close()
+	n.resDB.Close()
+}
+
+// stmts returns the node's statements, preparing them the first time.
+func (n *node) stmts(ctx context.Context) (clock, write *sql.Stmt, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.clock == nil {
+		// The lease row is read as schema.sql defines it, guarded by the
+		// owner token, so only this holder's own lease answers.
+		st, err := n.db.PrepareContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), "+
+			"(SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM `"+n.cfg.table+"` WHERE name = ? AND kind = 'L' AND owner = ?)")
+		if err != nil {
+			return nil, nil, err
+		}
+		n.clock = st
+	}
+	if n.write == nil {
+		// The resource accepts a write only with a fence at least the
+		// highest it accepted (a holder's later writes carry its fence
+		// again; fences are unique to holders), decided in the statement
+		// itself. writes always changes, so affected rows is 1 exactly
+		// when accepted.
+		st, err := n.resDB.PrepareContext(ctx, "UPDATE `"+resourceTable(n.cfg.table)+"` SET fence = ?, writes = writes + 1 WHERE name = ? AND fence <= ?")
+		if err != nil {
+			return nil, nil, err
+		}
+		n.write = st
+	}
+	return n.clock, n.write, nil
+}
+
 // runChild is the child process: cfg.child is its number.
 func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
-	db, resDB, err := openDBs(cfg.dsn)
-	if err != nil {
-		return err
+	if cfg.cutChannels > 0 {
+		// The parent kills connections on purpose: the driver's log of
+		// each would drown the report.
+		_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	}
-	defer db.Close()
-	defer resDB.Close()
-	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)))
-	if err != nil {
-		return err
+	w := &worker{cfg: cfg, stop: time.UnixMilli(cfg.stopAt), out: json.NewEncoder(stdout),
+		report: childReport{Classes: map[string]int{}}}
+	for _, dsn := range cfg.dsns {
+		n, err := openNode(cfg, dsn)
+		if err != nil {
+			return err
+		}
+		defer n.close()
+		w.nodes = append(w.nodes, n)
 	}
-	defer c.Close()
-	w := &worker{cfg: cfg, c: c, stop: time.UnixMilli(cfg.stopAt), out: json.NewEncoder(stdout)}
-	// The lease row is read as schema.sql defines it, guarded by the owner
-	// token, so only this holder's own lease answers.
-	w.clock, err = db.PrepareContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), "+
-		"(SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM `"+cfg.table+"` WHERE name = ? AND kind = 'L' AND owner = ?)")
-	if err != nil {
-		return err
-	}
-	defer w.clock.Close()
-	// The resource accepts a write only with a fence at least the highest
-	// it accepted (a holder's later writes carry its fence again; fences
-	// are unique to holders), decided in the statement itself. writes
-	// always changes, so affected rows is 1 exactly when accepted.
-	w.write, err = resDB.PrepareContext(ctx, "UPDATE `"+resourceTable(cfg.table)+"` SET fence = ?, writes = writes + 1 WHERE name = ? AND fence <= ?")
-	if err != nil {
-		return err
-	}
-	defer w.write.Close()
-
 	var wg sync.WaitGroup
 	for g := range cfg.goroutines {
 		wg.Add(1)
@@ -81,9 +137,12 @@ func (w *worker) count(f func(r *childReport)) {
 	f(&w.report)
 }
 
-func (w *worker) fail(format string, args ...any) {
+// fail counts an error of operation op by its class, and keeps the first
+// few in full.
+func (w *worker) fail(op string, err error, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	w.count(func(r *childReport) {
+		r.Classes[op+": "+errClass(err)]++
 		if len(r.Errors) < 20 {
 			r.Errors = append(r.Errors, msg)
 		}
@@ -99,63 +158,137 @@ func (w *worker) emit(rec record) {
 }
 
 // contend is one goroutine: try a random name, and on success run a
-// critical section; on refusal pause briefly and try again.
+// critical section; on refusal pause briefly and try again. It starts on
+// the node its process is given (processes are spread over the DSNs) and
+// moves to the next DSN when its node cannot serve: down, read-only, or
+// out of the cluster.
 func (w *worker) contend(ctx context.Context, g int) {
 	ttl := w.cfg.ttl
+	cur := w.cfg.child % len(w.nodes)
+	next := func(err error) {
+		if movesOn(err) {
+			cur = (cur + 1) % len(w.nodes)
+		}
+	}
 	for time.Now().Before(w.stop) {
+		n := w.nodes[cur]
 		name := nameOf(rand.N(w.cfg.names))
 		w.count(func(r *childReport) { r.Attempts++ })
-		l, err := w.c.TryAcquire(ctx, name, ttl)
+		l, err := w.acquire(ctx, n, name)
 		switch {
 		case errors.Is(err, sqllock.ErrNotAcquired):
 			w.count(func(r *childReport) { r.Refused++ })
 			if w.cfg.broken {
-				w.intrude(ctx, g, name)
+				w.intrude(ctx, n, g, name)
 			}
 			time.Sleep(rand.N(ttl/20 + time.Millisecond))
 			continue
 		case err != nil:
-			w.fail("p%d/g%d: TryAcquire(%q): %v", w.cfg.child, g, name, err)
+			w.fail("acquire", err, "p%d/g%d: TryAcquire(%q): %v", w.cfg.child, g, name, err)
+			next(err)
 			time.Sleep(ttl / 10)
 			continue
 		}
-		rec, err := w.section(ctx, g, l)
+		rec, op, err := w.section(ctx, n, g, l)
 		if err != nil {
-			w.fail("p%d/g%d: %q: %v", w.cfg.child, g, name, err)
-			continue
+			// The section is reported and checked all the same: what it
+			// did before the error counts.
+			rec.Err = op + ": " + errClass(err)
+			w.fail(op, err, "p%d/g%d: %q: %s: %v", w.cfg.child, g, name, op, err)
+			next(err)
 		}
 		w.emit(rec)
 	}
 }
 
+// opTimeout bounds each operation of a section, so that a node that stops
+// answering without closing its connections cannot hold a worker past the
+// end of the run for long.
+const opTimeout = 30 * time.Second
+
+// acquire takes name on n with TryAcquire, or with -wakeups with Acquire,
+// which waits on the name's wake-up channel, for a few leases at most.
+func (w *worker) acquire(ctx context.Context, n *node, name string) (*sqllock.Lock, error) {
+	if !w.cfg.wakeups {
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		return n.c.TryAcquire(ctx, name, w.cfg.ttl)
+	}
+	ctx, cancel := context.WithDeadline(ctx, minTime(w.stop, time.Now().Add(5*w.cfg.ttl)))
+	defer cancel()
+	return n.c.Acquire(ctx, name, w.cfg.ttl)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // serverClock returns the server's now and, when the lease on name is
 // still token's, its expiry (µs since 1970).
-func (w *worker) serverClock(ctx context.Context, name, token string) (now int64, expiry sql.NullInt64, err error) {
-	err = w.clock.QueryRowContext(ctx, name, token).Scan(&now, &expiry)
+func (n *node) serverClock(ctx context.Context, name, token string) (now int64, expiry sql.NullInt64, err error) {
+	clock, _, err := n.stmts(ctx)
+	if err != nil {
+		return 0, expiry, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	err = clock.QueryRowContext(ctx, name, token).Scan(&now, &expiry)
 	return now, expiry, err
 }
 
 // protectedWrite writes to the resource with fence and reports whether the
-// resource accepted it.
-func (w *worker) protectedWrite(ctx context.Context, name string, fence uint64) (bool, error) {
-	res, err := w.write.ExecContext(ctx, fence, name, fence)
+// resource accepted it. A write the server rolls back for a conflict is
+// sent again, a few times, as an application would: on a multi-writer
+// cluster the node may not have applied the previous holder's write yet,
+// and certification refuses the later one. conflicts counts those.
+func (n *node) protectedWrite(ctx context.Context, name string, fence uint64) (ok bool, conflicts int, err error) {
+	_, write, err := n.stmts(ctx)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	for {
+		res, err := write.ExecContext(ctx, fence, name, fence)
+		if err != nil {
+			if conflict(err) && conflicts < maxWriteConflicts {
+				conflicts++
+				time.Sleep(time.Millisecond + rand.N(time.Duration(conflicts)*2*time.Millisecond))
+				continue
+			}
+			return false, conflicts, err
+		}
+		c, err := res.RowsAffected()
+		return c == 1, conflicts, err
+	}
 }
+
+// maxWriteConflicts bounds how often protectedWrite sends a write again.
+const maxWriteConflicts = 10
 
 // section is one critical section under l: read the server's clock and the
 // lease's expiry, write, either stall past the lease or refresh it, write
-// again, read the clock, release.
-func (w *worker) section(ctx context.Context, g int, l *sqllock.Lock) (record, error) {
+// again, read the clock, release. On an error it returns what it recorded
+// so far and the operation that failed.
+func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (rec record, op string, err error) {
 	ttl := w.cfg.ttl
-	rec := record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction}
-	now, expiry, err := w.serverClock(ctx, l.Name(), l.Token())
+	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction}
+	defer func() {
+		if err != nil {
+			// A section cut short ends all the same; a release that
+			// cannot reach the server leaves the lease to expire.
+			rctx, cancel := context.WithTimeout(ctx, opTimeout)
+			_ = l.Release(rctx)
+			cancel()
+		}
+	}()
+	now, expiry, err := n.serverClock(ctx, l.Name(), l.Token())
 	received := time.Now()
 	if err != nil {
-		return rec, err
+		return rec, "clock", err
 	}
 	rec.Start = now
 	if expiry.Valid {
@@ -167,61 +300,72 @@ func (w *worker) section(ctx context.Context, g int, l *sqllock.Lock) (record, e
 		rec.Expiry = now + l.ValidUntil().Sub(received).Microseconds()
 	}
 	writes := func() error {
-		ok, err := w.protectedWrite(ctx, l.Name(), l.Fence())
-		if ok {
+		ok, conflicts, err := n.protectedWrite(ctx, l.Name(), l.Fence())
+		rec.Conflicts += conflicts
+		switch {
+		case ok:
 			rec.Accepted++
-		} else {
+		case err == nil:
 			rec.Rejected++
+		case conflict(err):
+			// rolled back: not applied
+		default:
+			rec.Maybe++ // the write may or may not have been applied
 		}
 		return err
 	}
 	if err := writes(); err != nil {
-		return rec, err
+		return rec, "write", err
 	}
 	if rec.Stalled {
 		time.Sleep(ttl + ttl/2) // past the lease, without refreshing
 	} else {
 		time.Sleep(rand.N(ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
-		if err := l.Refresh(ctx, ttl); err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
-			return rec, err
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := l.Refresh(rctx, ttl)
+		cancel()
+		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
+			return rec, "refresh", err
 		}
 	}
 	if err := writes(); err != nil {
-		return rec, err
+		return rec, "write", err
 	}
-	now, expiry, err = w.serverClock(ctx, l.Name(), l.Token())
+	now, expiry, err = n.serverClock(ctx, l.Name(), l.Token())
 	if err != nil {
-		return rec, err
+		return rec, "clock", err
 	}
 	rec.End = now
 	if expiry.Valid {
 		rec.Expiry = max(rec.Expiry, expiry.Int64)
 	}
-	switch err := l.Release(ctx); {
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	switch err := l.Release(rctx); {
 	case errors.Is(err, sqllock.ErrNotHeld):
 		rec.TakenOver = true
 	case err != nil:
-		return rec, err
+		return rec, "release", err
 	}
-	return rec, nil
+	return rec, "", nil
 }
 
 // intrude is the broken holder of -selftest-broken: refused, it works on the
 // name anyway, claiming the fence the name has now and a full lease, as a
 // lock that let two holders in would. The checker must catch it.
-func (w *worker) intrude(ctx context.Context, g int, name string) {
-	info, err := w.c.Inspect(ctx, name)
+func (w *worker) intrude(ctx context.Context, n *node, g int, name string) {
+	info, err := n.c.Inspect(ctx, name)
 	if err != nil || !info.Held {
 		return
 	}
-	now, _, err := w.serverClock(ctx, name, "")
+	now, _, err := n.serverClock(ctx, name, "")
 	if err != nil {
 		return
 	}
 	rec := record{Proc: w.cfg.child, Goroutine: g, Name: name, Fence: info.Fence, Start: now, Expiry: now + w.cfg.ttl.Microseconds()}
 	time.Sleep(w.cfg.ttl / 4)
-	if rec.End, _, err = w.serverClock(ctx, name, ""); err == nil {
+	if rec.End, _, err = n.serverClock(ctx, name, ""); err == nil {
 		w.emit(rec)
 	}
 }

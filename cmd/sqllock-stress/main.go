@@ -11,10 +11,25 @@
 // checks them: two holders of one name whose sections overlapped while both
 // leases were live by the server's clock, a fence issued twice, or fences
 // out of acquisition order are violations. It prints a summary, writes it to
-// the file -record names, and exits 1 on any violation or unexpected error.
+// the file -record names, and exits 1 on any violation, on a resource that
+// does not match the sections, on a child that failed, and on any error an
+// operation returned unless -allow-errors is given or the run is a failover
+// run.
 //
 // It creates two tables of its own (a lock table and its resource table,
 // named after -table with a random suffix) and drops them at the end.
+//
+// On a cluster, give each node's DSN (-dsn repeated, or -dsns with commas):
+// process i starts on DSN i (modulo their number), and each goroutine moves
+// on to the next DSN when its node cannot serve (down, read-only, out of the
+// cluster). A section that an error ends early is reported and checked all
+// the same, and every error is counted by its class. -kill-pid (a pid file)
+// or -kill-cmd makes it a failover run: the node is killed -kill-after into
+// the run, the errors the failover causes are expected, and every name must
+// be acquired again after the kill.
+//
+//	go run ./cmd/sqllock-stress -dsns "$SQLLOCK_TEST_GR_DSNS" -duration 60s \
+//	    -kill-cmd 'scripts/cluster gr kill-primary' -kill-after 20s
 package main
 
 import (
@@ -29,11 +44,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -41,7 +59,7 @@ import (
 )
 
 type config struct {
-	dsn           string
+	dsns          []string
 	procs         int
 	goroutines    int
 	names         int
@@ -51,6 +69,14 @@ type config struct {
 	table         string
 	record        string
 	keep          bool
+	allowErrors   bool
+	// A failover run kills the node of killPid's pid file, or runs
+	// killCmd, killAfter into the run.
+	killPid     string
+	killCmd     string
+	killAfter   time.Duration
+	wakeups     bool          // Acquire with wake-up channels instead of TryAcquire
+	cutChannels time.Duration // kill the wake-up channels' connections this often
 	// Hidden: set by the parent for its children.
 	child  int
 	stopAt int64 // unix ms
@@ -96,7 +122,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("sqllock-stress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.dsn, "dsn", os.Getenv("SQLLOCK_TEST_DSN"), "go-sql-driver/mysql DSN of the server (default $SQLLOCK_TEST_DSN)")
+	fs.Func("dsn", "go-sql-driver/mysql DSN of the server, or of one node of a cluster (repeat for each node; default $SQLLOCK_TEST_DSN)", func(v string) error {
+		cfg.dsns = append(cfg.dsns, v)
+		return nil
+	})
+	fs.Func("dsns", "comma-separated DSNs of a cluster's nodes, as -dsn repeated", func(v string) error {
+		for _, d := range strings.Split(v, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				cfg.dsns = append(cfg.dsns, d)
+			}
+		}
+		return nil
+	})
 	fs.IntVar(&cfg.procs, "procs", 3, "processes")
 	fs.IntVar(&cfg.goroutines, "goroutines", 4, "goroutines per process")
 	fs.IntVar(&cfg.names, "names", 2, "lock names contended for")
@@ -106,6 +143,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.table, "table", "sqllock_stress", "prefix of the tables the run creates and drops")
 	fs.StringVar(&cfg.record, "record", "", "also write the summary to this file")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the tables after the run")
+	fs.BoolVar(&cfg.allowErrors, "allow-errors", false, "pass a run whose operations returned errors (they are still counted and their sections checked)")
+	fs.StringVar(&cfg.killPid, "kill-pid", "", "failover run: SIGKILL the process whose pid this file holds, -kill-after into the run")
+	fs.StringVar(&cfg.killCmd, "kill-cmd", "", "failover run: run this shell command, -kill-after into the run")
+	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
+	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire with sqllock.WithWakeups(true), instead of polling with TryAcquire")
+	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
 	fs.BoolVar(&cfg.broken, "selftest-broken", false, "internal: children work on names they were refused, to show the checker catches it")
@@ -113,14 +156,31 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, err
 	}
 	var bad []string
-	if cfg.dsn == "" {
+	if len(cfg.dsns) == 0 {
+		if d := os.Getenv("SQLLOCK_TEST_DSN"); d != "" {
+			cfg.dsns = []string{d}
+		}
+	}
+	if len(cfg.dsns) == 0 || slices.Contains(cfg.dsns, "") {
 		bad = append(bad, "-dsn is required (or set SQLLOCK_TEST_DSN)")
+	}
+	if cfg.killPid != "" && cfg.killCmd != "" {
+		bad = append(bad, "give -kill-pid or -kill-cmd, not both")
+	}
+	if cfg.killAfter == 0 {
+		cfg.killAfter = cfg.duration / 3
+	}
+	if cfg.killAfter < 0 || cfg.killAfter >= cfg.duration {
+		bad = append(bad, "-kill-after must be within -duration")
 	}
 	if cfg.procs < 1 || cfg.goroutines < 1 || cfg.names < 1 {
 		bad = append(bad, "-procs, -goroutines and -names must be at least 1")
 	}
 	if cfg.ttl < sqllock.MinTTL || cfg.duration <= 0 {
 		bad = append(bad, "-ttl must be at least 1ms and -duration positive")
+	}
+	if cfg.cutChannels < 0 || (cfg.cutChannels > 0 && !cfg.wakeups) {
+		bad = append(bad, "-cut-channels must be positive, and needs -wakeups")
 	}
 	if cfg.stallFraction < 0 || cfg.stallFraction > 1 {
 		bad = append(bad, "-stall-fraction must be in [0, 1]")
@@ -160,22 +220,63 @@ func resourceTable(t string) string { return t + "_res" }
 // summary is the outcome of a run.
 type summary struct {
 	findings
-	childErrors []string
+	childErrors []string // a child that failed or did not report: always a failure
+	classes     map[string]int
+	errs        []string // the first errors operations returned, in full
 	resource    []string // mismatches between the resource table and the records
-	text        string
+	// A failover run: when the node was killed (µs since 1970, this
+	// machine's clock, which the servers on it share), and the names
+	// acquired again after that.
+	killedAt      int64
+	killErr       string
+	afterKill     int
+	names         int
+	errorsAllowed bool
+	cuts          int // wake-up channel connections killed
+	text          string
+}
+
+func (s summary) opErrors() int {
+	n := 0
+	for _, c := range s.classes {
+		n += c
+	}
+	return n
 }
 
 func (s summary) pass() bool {
-	return s.violations() == 0 && len(s.childErrors) == 0 && len(s.resource) == 0
+	return s.violations() == 0 && len(s.childErrors) == 0 && len(s.resource) == 0 &&
+		(s.errorsAllowed || s.opErrors() == 0) &&
+		s.killErr == "" && (s.killedAt == 0 || s.afterKill == s.names)
+}
+
+// writable opens the first DSN whose server takes writes (a cluster's
+// primary), trying each in turn.
+func writable(ctx context.Context, dsns []string) (lockDB, resDB *sql.DB, err error) {
+	for _, dsn := range dsns {
+		lockDB, resDB, err = openDBs(dsn)
+		if err != nil {
+			return nil, nil, err
+		}
+		var ro bool
+		if err = lockDB.QueryRowContext(ctx, "SELECT @@global.read_only").Scan(&ro); err == nil && !ro {
+			return lockDB, resDB, nil
+		}
+		if err == nil {
+			err = errors.New("read-only")
+		}
+		lockDB.Close()
+		resDB.Close()
+	}
+	return nil, nil, fmt.Errorf("no DSN names a server that takes writes (last: %w)", err)
 }
 
 func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, error) {
-	lockDB, resDB, err := openDBs(cfg.dsn)
+	lockDB, resDB, err := writable(ctx, cfg.dsns)
 	if err != nil {
 		return summary{}, err
 	}
-	defer lockDB.Close()
-	defer resDB.Close()
+	defer func() { lockDB.Close(); resDB.Close() }()
 	var version string
 	if err := lockDB.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return summary{}, err
@@ -202,7 +303,8 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	if err != nil {
 		return summary{}, err
 	}
-	cfg.stopAt = time.Now().Add(cfg.duration).UnixMilli()
+	startAt := time.Now()
+	cfg.stopAt = startAt.Add(cfg.duration).UnixMilli()
 	var (
 		mu      sync.Mutex
 		records []record
@@ -255,13 +357,45 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 				errs = append(errs, fmt.Sprintf("child %d ended without its report", i))
 			default:
 				reports = append(reports, *rep)
-				errs = append(errs, rep.Errors...)
 			}
 		}()
 	}
+	cuts := make(chan int, 1)
+	go func() { cuts <- cutChannels(ctx, lockDB, cfg) }()
+	sum := summary{names: cfg.names, errorsAllowed: cfg.allowErrors || cfg.failover()}
+	if cfg.failover() {
+		sum.killedAt, sum.killErr = kill(ctx, cfg, startAt)
+	}
 	wg.Wait()
+	sum.cuts = <-cuts
 
-	sum := summary{findings: check(records), childErrors: errs}
+	sum.findings = check(records)
+	sum.childErrors = errs
+	sum.classes = map[string]int{}
+	for _, r := range reports {
+		for c, n := range r.Classes {
+			sum.classes[c] += n
+		}
+		sum.errs = append(sum.errs, r.Errors...)
+	}
+	if sum.killedAt != 0 {
+		after := map[string]bool{}
+		for _, r := range records {
+			if r.Start > sum.killedAt {
+				after[r.Name] = true
+			}
+		}
+		sum.afterKill = len(after)
+	}
+	// The check reads through the node that takes writes now (after a
+	// failover, the new primary), which has every committed write.
+	if cfg.failover() {
+		lockDB.Close()
+		resDB.Close()
+		if lockDB, resDB, err = writable(ctx, cfg.dsns); err != nil {
+			return summary{}, err
+		}
+	}
 	sum.resource, err = checkResource(ctx, resDB, cfg, records)
 	if err != nil {
 		return summary{}, err
@@ -270,20 +404,59 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	return sum, nil
 }
 
-func childArgs(cfg config, i int) []string {
-	args := []string{
-		"-child=" + strconv.Itoa(i),
-		"-dsn=" + cfg.dsn,
-		"-table=" + cfg.table,
-		"-goroutines=" + strconv.Itoa(cfg.goroutines),
-		"-names=" + strconv.Itoa(cfg.names),
-		"-ttl=" + cfg.ttl.String(),
-		"-duration=" + cfg.duration.String(),
-		"-stall-fraction=" + strconv.FormatFloat(cfg.stallFraction, 'g', -1, 64),
-		"-stop-at=" + strconv.FormatInt(cfg.stopAt, 10),
+func (cfg config) failover() bool { return cfg.killPid != "" || cfg.killCmd != "" }
+
+// kill waits until killAfter into the run and kills the node, returning
+// when (µs since 1970) or what went wrong.
+func kill(ctx context.Context, cfg config, startAt time.Time) (at int64, problem string) {
+	select {
+	case <-time.After(time.Until(startAt.Add(cfg.killAfter))):
+	case <-ctx.Done():
+		return 0, ctx.Err().Error()
 	}
+	at = time.Now().UnixMicro()
+	if cfg.killCmd != "" {
+		if out, err := exec.CommandContext(ctx, "sh", "-c", cfg.killCmd).CombinedOutput(); err != nil {
+			return 0, fmt.Sprintf("-kill-cmd: %v: %s", err, out)
+		}
+		return at, ""
+	}
+	b, err := os.ReadFile(cfg.killPid)
+	if err != nil {
+		return 0, err.Error()
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Sprintf("%s: %v", cfg.killPid, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Sprintf("kill %d: %v", pid, err)
+	}
+	return at, ""
+}
+
+func childArgs(cfg config, i int) []string {
+	args := []string{"-child=" + strconv.Itoa(i)}
+	for _, d := range cfg.dsns {
+		args = append(args, "-dsn="+d)
+	}
+	args = append(args,
+		"-table="+cfg.table,
+		"-goroutines="+strconv.Itoa(cfg.goroutines),
+		"-names="+strconv.Itoa(cfg.names),
+		"-ttl="+cfg.ttl.String(),
+		"-duration="+cfg.duration.String(),
+		"-stall-fraction="+strconv.FormatFloat(cfg.stallFraction, 'g', -1, 64),
+		"-stop-at="+strconv.FormatInt(cfg.stopAt, 10),
+	)
 	if cfg.broken {
 		args = append(args, "-selftest-broken")
+	}
+	if cfg.wakeups {
+		args = append(args, "-wakeups")
+	}
+	if cfg.cutChannels > 0 {
+		args = append(args, "-cut-channels="+cfg.cutChannels.String())
 	}
 	return args
 }
@@ -309,15 +482,76 @@ func createTables(ctx context.Context, db *sql.DB, cfg config) error {
 	return nil
 }
 
+// cutChannels kills, every cfg.cutChannels until the children stop, the
+// server connections that hold or wait for a wake-up channel of the run's
+// names, and returns how many it killed. The processes must go on safely,
+// polling where the channel would have woken them.
+func cutChannels(ctx context.Context, db *sql.DB, cfg config) int {
+	if cfg.cutChannels <= 0 {
+		return 0
+	}
+	// Holders by IS_USED_LOCK of each name's channel (as queries.sql names
+	// it), waiters by the statement they run.
+	holders := "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))"
+	// Only this run's table: other runs and test suites may wait on the
+	// same server, and killing their channels would be this run's fault.
+	waiters := "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' " +
+		"AND LOCATE(CONCAT(, ?, ), INFO) > 0 AND ID <> CONNECTION_ID()"
+	killed := 0
+	t := time.NewTicker(cfg.cutChannels)
+	defer t.Stop()
+	for time.Now().Before(time.UnixMilli(cfg.stopAt)) {
+		select {
+		case <-ctx.Done():
+			return killed
+		case <-t.C:
+		}
+		var ids []int64
+		for i := range cfg.names {
+			var id sql.NullInt64
+			if err := db.QueryRowContext(ctx, holders, cfg.table, nameOf(i)).Scan(&id); err == nil && id.Valid {
+				ids = append(ids, id.Int64)
+			}
+		}
+		if rows, err := db.QueryContext(ctx, waiters, cfg.table); err == nil {
+			for rows.Next() {
+				var id int64
+				if rows.Scan(&id) == nil {
+					ids = append(ids, id)
+				}
+			}
+			rows.Close()
+		}
+		for _, id := range ids {
+			// The connection may have ended meanwhile (1094: unknown thread).
+			if _, err := db.ExecContext(ctx, "KILL "+strconv.FormatInt(id, 10)); err == nil {
+				killed++
+			}
+		}
+	}
+	return killed
+}
+
 // checkResource compares the resource table with the records: every accepted
-// write counted once, and each name's fence the highest that wrote.
+// write counted once, and each name's fence the highest that wrote. A write
+// whose outcome is unknown may have been applied or not: it widens what
+// the table may hold by one write, and its fence may be the last.
 func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record) ([]string, error) {
 	wantWrites := map[string]int64{}
+	maybeWrites := map[string]int64{}
 	wantFence := map[string]uint64{}
+	maybeFence := map[string]map[uint64]bool{}
 	for _, r := range records {
 		wantWrites[r.Name] += int64(r.Accepted)
+		maybeWrites[r.Name] += int64(r.Maybe)
 		if r.Accepted > 0 {
 			wantFence[r.Name] = max(wantFence[r.Name], r.Fence)
+		}
+		if r.Maybe > 0 {
+			if maybeFence[r.Name] == nil {
+				maybeFence[r.Name] = map[uint64]bool{}
+			}
+			maybeFence[r.Name][r.Fence] = true
 		}
 	}
 	var bad []string
@@ -328,8 +562,11 @@ func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record
 		if err := db.QueryRowContext(ctx, "SELECT fence, writes FROM `"+resourceTable(cfg.table)+"` WHERE name = ?", name).Scan(&fence, &writes); err != nil {
 			return nil, err
 		}
-		if writes != wantWrites[name] || fence != wantFence[name] {
-			bad = append(bad, fmt.Sprintf("%q: resource has fence %d after %d writes, records say %d after %d", name, fence, writes, wantFence[name], wantWrites[name]))
+		okWrites := writes >= wantWrites[name] && writes <= wantWrites[name]+maybeWrites[name]
+		okFence := fence == wantFence[name] || (fence > wantFence[name] && maybeFence[name][fence])
+		if !okWrites || !okFence {
+			bad = append(bad, fmt.Sprintf("%q: resource has fence %d after %d writes, records say %d after %d (and %d writes of unknown outcome)",
+				name, fence, writes, wantFence[name], wantWrites[name], maybeWrites[name]))
 		}
 	}
 	return bad, nil
@@ -344,25 +581,67 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	}
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("sqllock-stress: %d processes x %d goroutines on %d names for %v, ttl %v, stall fraction %g\n",
+	p("sqllock-stress: %d processes x %d goroutines on %d names for %v, ttl %v, stall fraction %g, %d DSN(s)\n",
+		cfg.procs, cfg.goroutines, cfg.names, cfg.duration, cfg.ttl, cfg.stallFraction, len(cfg.dsns))
+	p("command: go run ./cmd/sqllock-stress")
+	for _, d := range cfg.dsns {
+		p(" -dsn '%s'", redact(d))
+	}
+	p(" -procs %d -goroutines %d -names %d -duration %v -ttl %v -stall-fraction %g",
 		cfg.procs, cfg.goroutines, cfg.names, cfg.duration, cfg.ttl, cfg.stallFraction)
-	p("command: go run ./cmd/sqllock-stress -dsn '%s' -procs %d -goroutines %d -names %d -duration %v -ttl %v -stall-fraction %g\n",
-		redact(cfg.dsn), cfg.procs, cfg.goroutines, cfg.names, cfg.duration, cfg.ttl, cfg.stallFraction)
+	switch {
+	case cfg.killPid != "":
+		p(" -kill-pid %s -kill-after %v", cfg.killPid, cfg.killAfter)
+	case cfg.killCmd != "":
+		p(" -kill-cmd '%s' -kill-after %v", cfg.killCmd, cfg.killAfter)
+	}
+	if cfg.wakeups {
+		p(" -wakeups")
+	}
+	if cfg.cutChannels > 0 {
+		p(" -cut-channels %v", cfg.cutChannels)
+	}
+	if cfg.allowErrors {
+		p(" -allow-errors")
+	}
+	p("\n")
 	p("server: %s\n", version)
 	p("attempts:                 %d (refused: %d)\n", attempts, refused)
 	p("acquisitions:             %d\n", s.Acquisitions)
 	p("takeovers:                %d (the holder's Release found its lease taken over)\n", s.Takeovers)
 	p("holders stalled past ttl: %d (faults injected)\n", s.Stalled)
 	p("refreshes:                %d\n", refreshes)
-	p("protected writes:         %d accepted, %d stale writes rejected by fencing\n", s.Accepted, s.StaleRejected)
+	if cfg.wakeups {
+		p("wake-up channels killed:  %d (faults injected)\n", s.cuts)
+	}
+	p("protected writes:         %d accepted, %d stale writes rejected by fencing, %d attempts rolled back by a conflict (sent again), %d of unknown outcome\n",
+		s.Accepted, s.StaleRejected, s.Conflicts, s.Maybe)
+	p("sections ended by errors: %d (checked like the others)\n", s.Errored)
 	p("ordered pairs checked:    %d\n", s.OrderedPairs)
+	if cfg.failover() {
+		if s.killErr != "" {
+			p("failover:                 the kill failed: %s\n", s.killErr)
+		} else {
+			p("failover:                 node killed %v into the run; names acquired after it: %d of %d\n", cfg.killAfter, s.afterKill, s.names)
+		}
+	}
 	p("violations:               %d\n", s.violations())
 	p("  overlapping live leases: %d\n", len(s.Overlaps))
 	p("  duplicate fences:        %d\n", len(s.Duplicates))
 	p("  fences out of order:     %d\n", len(s.OutOfOrder))
+	allowed := ""
+	if s.errorsAllowed {
+		allowed = " (allowed in this run)"
+	}
+	p("operation errors:         %d%s\n", s.opErrors(), allowed)
+	classes := slices.Sorted(maps.Keys(s.classes))
+	slices.SortStableFunc(classes, func(a, b string) int { return s.classes[b] - s.classes[a] })
+	for _, c := range classes {
+		p("  %-40s %d\n", c+":", s.classes[c])
+	}
 	p("unexpected errors:        %d\n", len(s.childErrors))
 	p("resource mismatches:      %d\n", len(s.resource))
-	for _, list := range [][]string{s.Overlaps, s.Duplicates, s.OutOfOrder, s.childErrors, s.resource} {
+	for _, list := range [][]string{s.Overlaps, s.Duplicates, s.OutOfOrder, s.childErrors, s.resource, s.errs} {
 		for i, v := range list {
 			if i == 10 {
 				p("  ... and %d more\n", len(list)-i)
