@@ -19,6 +19,7 @@ import (
 	"github.com/go-co-op/gocron/v2"
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 // The test binary is also the scheduler process: with childEnv set to
@@ -49,7 +50,7 @@ func runScheduler(mode string) error {
 	if err != nil {
 		return err
 	}
-	db, err := sql.Open("mysql", os.Getenv("SQLLOCK_TEST_DSN"))
+	db, err := sql.Open("mysql", os.Getenv(testdsn.Env))
 	if err != nil {
 		return err
 	}
@@ -105,16 +106,16 @@ func runScheduler(mode string) error {
 
 // schedulers runs n scheduler processes in mode for about d and returns the
 // runs of each tick, and the ticks every scheduler was up for.
-func schedulers(t *testing.T, mode string, n int, d time.Duration) (runs map[int64]int, from, to int64) {
+func schedulers(t *testing.T, dsn string, mode string, n int, d time.Duration) (runs map[int64]int, from, to int64) {
 	t.Helper()
-	_, table := newClient(t)
+	_, table := newClient(t, dsn)
 
 	stopAt := time.Now().Add(d)
 	outs := make([]strings.Builder, n)
 	cmds := make([]*exec.Cmd, n)
 	for i := range cmds {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"="+mode, tableEnv+"="+table,
+		cmd.Env = append(os.Environ(), testdsn.Env+"="+dsn, childEnv+"="+mode, tableEnv+"="+table,
 			stopAtEnv+"="+strconv.FormatInt(stopAt.UnixMilli(), 10))
 		cmd.Stdout, cmd.Stderr = &outs[i], os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -174,73 +175,72 @@ func checkOncePerTick(t *testing.T, runs map[int64]int, from, to int64) {
 // the same whole seconds: with the Locker each tick runs once, though the
 // job returns at once and gocron unlocks right after it.
 func TestLocker_oncePerTick(t *testing.T) {
-	runs, from, to := schedulers(t, "locker", 3, 10*time.Second)
-	checkOncePerTick(t, runs, from, to)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		runs, from, to := schedulers(t, s.DSN, "locker", 3, 10*time.Second)
+		checkOncePerTick(t, runs, from, to)
+	})
 }
 
 // With the Elector only the leader's scheduler runs jobs: each tick once.
 func TestElector_oncePerTick(t *testing.T) {
-	runs, from, to := schedulers(t, "elector", 3, 10*time.Second)
-	checkOncePerTick(t, runs, from, to)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		runs, from, to := schedulers(t, s.DSN, "elector", 3, 10*time.Second)
+		checkOncePerTick(t, runs, from, to)
+	})
 }
 
 // A run's lease is kept alive while the job runs, and kept after it for the
 // minimum hold; meanwhile another Locker cannot take it.
 func TestLocker_holdsWhileRunningAndAfter(t *testing.T) {
-	c, _ := newClient(t)
-	a, err := NewLocker(c, WithTTL(time.Second), WithMinHold(2*time.Second), WithJobMinHold("short", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := NewLocker(c, WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	lk, err := a.Lock(ctx, "job")
-	if err != nil {
-		t.Fatalf("Lock: %v", err)
-	}
-	time.Sleep(1500 * time.Millisecond) // past the ttl: only renewals keep it
-	if _, err := b.Lock(ctx, "job"); !errors.Is(err, sqllock.ErrNotAcquired) {
-		t.Fatalf("second Lock while the job runs: got %v, want ErrNotAcquired", err)
-	}
-	if err := lk.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	if info, err := c.Inspect(ctx, DefaultPrefix+"job"); err != nil || !info.Held {
-		t.Fatalf("after Unlock within the minimum hold: got %+v, %v, want held", info, err)
-	}
-	time.Sleep(700 * time.Millisecond) // the minimum hold has passed
-	lk, err = b.Lock(ctx, "job")
-	if err != nil {
-		t.Fatalf("Lock after the minimum hold: %v", err)
-	}
-	_ = lk.Unlock(ctx)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, _ := newClient(t, s.DSN)
+		a, err := NewLocker(c, WithTTL(time.Second), WithMinHold(2*time.Second), WithJobMinHold("short", 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewLocker(c, WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		lk, err := a.Lock(ctx, "job")
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		time.Sleep(1500 * time.Millisecond) // past the ttl: only renewals keep it
+		if _, err := b.Lock(ctx, "job"); !errors.Is(err, sqllock.ErrNotAcquired) {
+			t.Fatalf("second Lock while the job runs: got %v, want ErrNotAcquired", err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		if info, err := c.Inspect(ctx, DefaultPrefix+"job"); err != nil || !info.Held {
+			t.Fatalf("after Unlock within the minimum hold: got %+v, %v, want held", info, err)
+		}
+		time.Sleep(700 * time.Millisecond) // the minimum hold has passed
+		lk, err = b.Lock(ctx, "job")
+		if err != nil {
+			t.Fatalf("Lock after the minimum hold: %v", err)
+		}
+		_ = lk.Unlock(ctx)
 
-	// A job with a minimum hold of its own.
-	lk, err = a.Lock(ctx, "short")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = lk.Unlock(ctx)
-	if lk, err = b.Lock(ctx, "short"); err != nil {
-		t.Fatalf("Lock right after a run with no minimum hold: %v", err)
-	}
-	_ = lk.Unlock(ctx)
+		// A job with a minimum hold of its own.
+		lk, err = a.Lock(ctx, "short")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lk.Unlock(ctx)
+		if lk, err = b.Lock(ctx, "short"); err != nil {
+			t.Fatalf("Lock right after a run with no minimum hold: %v", err)
+		}
+		_ = lk.Unlock(ctx)
+	})
 }
 
 // newClient returns a Client on a fresh table of its own, dropped when the
 // test ends, and the table's name.
-func newClient(t *testing.T) (*sqllock.Client, string) {
+func newClient(t *testing.T, dsn string) (*sqllock.Client, string) {
 	t.Helper()
-	dsn := os.Getenv("SQLLOCK_TEST_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI is set but SQLLOCK_TEST_DSN is not")
-		}
-		t.Skip("set SQLLOCK_TEST_DSN (for example root@tcp(127.0.0.1:3306)/test) to run the tests")
-	}
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -268,40 +268,42 @@ func newClient(t *testing.T) (*sqllock.Client, string) {
 // IsLeader follows the lead: one of two Electors leads, and when it closes
 // the other takes over.
 func TestElector_handover(t *testing.T) {
-	c, table := newClient(t)
-	other, err := sqllock.New(openDB(t), sqllock.WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	ctx := context.Background()
-	a, err := NewElector(ctx, c, "lead", WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	waitUntil(t, "a to lead", func() bool { return a.IsLeader(ctx) == nil })
-	b, err := NewElector(ctx, other, "lead", WithTTL(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	time.Sleep(300 * time.Millisecond)
-	if err := b.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("b while a leads: got %v, want ErrNotLeader", err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if err := a.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("a after Close: got %v, want ErrNotLeader", err)
-	}
-	waitUntil(t, "b to take over", func() bool { return b.IsLeader(ctx) == nil })
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, table := newClient(t, s.DSN)
+		other, err := sqllock.New(openDB(t, s.DSN), sqllock.WithTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		ctx := context.Background()
+		a, err := NewElector(ctx, c, "lead", WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		waitUntil(t, "a to lead", func() bool { return a.IsLeader(ctx) == nil })
+		b, err := NewElector(ctx, other, "lead", WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		time.Sleep(300 * time.Millisecond)
+		if err := b.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("b while a leads: got %v, want ErrNotLeader", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := a.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("a after Close: got %v, want ErrNotLeader", err)
+		}
+		waitUntil(t, "b to take over", func() bool { return b.IsLeader(ctx) == nil })
+	})
 }
 
-func openDB(t *testing.T) *sql.DB {
+func openDB(t *testing.T, dsn string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("mysql", os.Getenv("SQLLOCK_TEST_DSN"))
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,21 +324,23 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 // A lease taken from a running job is reported by Unlock.
 func TestLocker_Unlock_reportsLoss(t *testing.T) {
-	c, _ := newClient(t)
-	locker, err := NewLocker(c, WithTTL(time.Second), WithMinHold(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	lk, err := locker.Lock(ctx, "evicted")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ForceRelease(ctx, DefaultPrefix+"evicted"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(700 * time.Millisecond) // a renewal finds it gone
-	if err := lk.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) {
-		t.Fatalf("Unlock: got %v, want ErrLockLost", err)
-	}
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, _ := newClient(t, s.DSN)
+		locker, err := NewLocker(c, WithTTL(time.Second), WithMinHold(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		lk, err := locker.Lock(ctx, "evicted")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ForceRelease(ctx, DefaultPrefix+"evicted"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond) // a renewal finds it gone
+		if err := lk.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) {
+			t.Fatalf("Unlock: got %v, want ErrLockLost", err)
+		}
+	})
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 // The test binary stands in for the command: with asCommandEnv set it runs
@@ -36,18 +37,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func testDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("SQLLOCK_TEST_DSN")
-	if dsn == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("CI is set but SQLLOCK_TEST_DSN is not")
-		}
-		t.Skip("set SQLLOCK_TEST_DSN (for example root@tcp(127.0.0.1:3306)/test) to run the command's tests")
-	}
-	return dsn
-}
-
 // env is one test's server, table and scratch folder.
 type env struct {
 	t     *testing.T
@@ -57,11 +46,10 @@ type env struct {
 	db    *sql.DB
 }
 
-// newEnv makes a fresh lock table with the create-table command; it is
-// dropped when the test ends.
-func newEnv(t *testing.T) *env {
+// newEnv makes a fresh lock table on the server at dsn with the create-table
+// command; it is dropped when the test ends.
+func newEnv(t *testing.T, dsn string) *env {
 	t.Helper()
-	dsn := testDSN(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	e := &env{t: t, dsn: dsn, table: "cmd_" + hex.EncodeToString(b[:]), dir: t.TempDir()}
@@ -174,187 +162,197 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // --min-hold the short job runs once, and the others exit 75 saying who
 // holds the name.
 func TestRun_cronHostsFireTogether(t *testing.T) {
-	e := newEnv(t)
-	job := []string{"run", "--min-hold", "10s", "nightly", "--", "sh", "-c", "echo ran >> " + e.path("runs")}
-	_, waitA := e.start(job...)
-	_, waitB := e.start(job...)
-	a, b := waitA(), waitB()
-	time.Sleep(time.Second)
-	c := e.run(job...)
-	statuses := []int{a.status, b.status, c.status}
-	ok, conflicts := 0, 0
-	for _, r := range []result{a, b, c} {
-		switch r.status {
-		case 0:
-			ok++
-		case exitConflict:
-			conflicts++
-			if !strings.Contains(r.stderr, "nightly is held by") {
-				t.Errorf("conflict message: got %q, want it to name the holder", r.stderr)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		job := []string{"run", "--min-hold", "10s", "nightly", "--", "sh", "-c", "echo ran >> " + e.path("runs")}
+		_, waitA := e.start(job...)
+		_, waitB := e.start(job...)
+		a, b := waitA(), waitB()
+		time.Sleep(time.Second)
+		c := e.run(job...)
+		statuses := []int{a.status, b.status, c.status}
+		ok, conflicts := 0, 0
+		for _, r := range []result{a, b, c} {
+			switch r.status {
+			case 0:
+				ok++
+			case exitConflict:
+				conflicts++
+				if !strings.Contains(r.stderr, "nightly is held by") {
+					t.Errorf("conflict message: got %q, want it to name the holder", r.stderr)
+				}
 			}
 		}
-	}
-	if ok != 1 || conflicts != 2 {
-		t.Fatalf("statuses: got %v, want one 0 and two %d", statuses, exitConflict)
-	}
-	if got := e.lines("runs"); len(got) != 1 {
-		t.Fatalf("the job ran %d times, want once", len(got))
-	}
+		if ok != 1 || conflicts != 2 {
+			t.Fatalf("statuses: got %v, want one 0 and two %d", statuses, exitConflict)
+		}
+		if got := e.lines("runs"); len(got) != 1 {
+			t.Fatalf("the job ran %d times, want once", len(got))
+		}
+	})
 }
 
 // --wait waits for the holder to finish, up to its limit.
 func TestRun_wait(t *testing.T) {
-	e := newEnv(t)
-	_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
-	waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
+		waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
 
-	short := e.run("run", "--wait", "200ms", "job", "--", "sh", "-c", "echo short >> "+e.path("order"))
-	if short.status != exitConflict || !strings.Contains(short.stderr, "after waiting") {
-		t.Errorf("--wait 200ms: got status %d, %q, want %d after waiting", short.status, short.stderr, exitConflict)
-	}
-	b := e.run("run", "-v", "--wait", "30s", "job", "--", "sh", "-c", "echo b >> "+e.path("order"))
-	if a := waitA(); a.status != 0 || b.status != 0 {
-		t.Fatalf("statuses: got %d and %d, want 0 and 0", a.status, b.status)
-	}
-	if got := strings.Join(e.lines("order"), " "); got != "a b" {
-		t.Fatalf("order of runs: got %q, want \"a b\"", got)
-	}
-	if !strings.Contains(b.stderr, "acquired job after waiting") || !strings.Contains(b.stderr, "released job") {
-		t.Errorf("-v: got %q, want the acquire and the release", b.stderr)
-	}
+		short := e.run("run", "--wait", "200ms", "job", "--", "sh", "-c", "echo short >> "+e.path("order"))
+		if short.status != exitConflict || !strings.Contains(short.stderr, "after waiting") {
+			t.Errorf("--wait 200ms: got status %d, %q, want %d after waiting", short.status, short.stderr, exitConflict)
+		}
+		b := e.run("run", "-v", "--wait", "30s", "job", "--", "sh", "-c", "echo b >> "+e.path("order"))
+		if a := waitA(); a.status != 0 || b.status != 0 {
+			t.Fatalf("statuses: got %d and %d, want 0 and 0", a.status, b.status)
+		}
+		if got := strings.Join(e.lines("order"), " "); got != "a b" {
+			t.Fatalf("order of runs: got %q, want \"a b\"", got)
+		}
+		if !strings.Contains(b.stderr, "acquired job after waiting") || !strings.Contains(b.stderr, "released job") {
+			t.Errorf("-v: got %q, want the acquire and the release", b.stderr)
+		}
+	})
 }
 
 // The command's own status comes back, 128+N for a signal; sqllock's own
 // failures have statuses of their own.
 func TestRun_exitStatus(t *testing.T) {
-	e := newEnv(t)
-	notExec := e.path("not-executable")
-	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name string
-		args []string
-		want int
-	}{
-		{"exit 0", []string{"run", "s", "--", "true"}, 0},
-		{"exit 3", []string{"run", "s", "--", "sh", "-c", "exit 3"}, 3},
-		{"killed by SIGTERM", []string{"run", "s", "--", "sh", "-c", "kill -TERM $$"}, 128 + 15},
-		{"killed by SIGKILL", []string{"run", "s", "--", "sh", "-c", "kill -KILL $$"}, 128 + 9},
-		{"no -- before the command", []string{"run", "s", "sh", "-c", "exit 4"}, 4},
-		{"not found", []string{"run", "s", "--", "no-such-command-here"}, exitNotFound},
-		{"not executable", []string{"run", "s", "--", notExec}, exitNoExec},
-		{"unknown flag", []string{"run", "--no-such-flag", "s", "--", "true"}, exitUsage},
-		{"no command", []string{"run", "s"}, exitUsage},
-		{"kill grace beyond the ttl", []string{"run", "--ttl", "2s", "--kill-grace", "1s", "s", "--", "true"}, exitUsage},
-		{"conflict exit code out of range", []string{"run", "--conflict-exit-code", "300", "s", "--", "true"}, exitUsage},
-		{"bad table", []string{"run", "--table", "no-such-table!", "s", "--", "true"}, exitUsage},
-		{"missing table", []string{"run", "--table", "no_such_table_" + e.table, "s", "--", "true"}, exitOwn},
-		{"unknown command", []string{"frobnicate"}, exitUsage},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if r := e.run(tt.args...); r.status != tt.want {
-				t.Fatalf("status: got %d, want %d (stderr %q)", r.status, tt.want, r.stderr)
-			}
-		})
-	}
-	t.Run("help", func(t *testing.T) {
-		for _, cmd := range []string{"run", "list"} {
-			r := e.run(cmd, "-h")
-			if r.status != 0 || !strings.Contains(r.stderr, "-dsn") || strings.Contains(r.stderr, e.dsn) {
-				t.Errorf("%s -h: got %d, %q, want 0 and the flags without the DSN in use", cmd, r.status, r.stderr)
-			}
-		}
-	})
-	t.Run("no server", func(t *testing.T) {
-		cmd := exec.Command(os.Args[0], "run", "s", "--", "true")
-		cmd.Env = append(os.Environ(), asCommandEnv+"=1", "SQLLOCK_DSN=")
-		err := cmd.Run()
-		if got := cmd.ProcessState.ExitCode(); got != exitUsage {
-			t.Fatalf("status: got %d (%v), want %d", got, err, exitUsage)
-		}
-	})
-	t.Run("conflict exit code", func(t *testing.T) {
-		l, err := e.client().TryAcquire(context.Background(), "held", time.Minute)
-		if err != nil {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		notExec := e.path("not-executable")
+		if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		defer l.Release(context.Background())
-		if r := e.run("run", "--conflict-exit-code", "0", "held", "--", "false"); r.status != 0 {
-			t.Fatalf("status: got %d, want 0", r.status)
+		tests := []struct {
+			name string
+			args []string
+			want int
+		}{
+			{"exit 0", []string{"run", "s", "--", "true"}, 0},
+			{"exit 3", []string{"run", "s", "--", "sh", "-c", "exit 3"}, 3},
+			{"killed by SIGTERM", []string{"run", "s", "--", "sh", "-c", "kill -TERM $$"}, 128 + 15},
+			{"killed by SIGKILL", []string{"run", "s", "--", "sh", "-c", "kill -KILL $$"}, 128 + 9},
+			{"no -- before the command", []string{"run", "s", "sh", "-c", "exit 4"}, 4},
+			{"not found", []string{"run", "s", "--", "no-such-command-here"}, exitNotFound},
+			{"not executable", []string{"run", "s", "--", notExec}, exitNoExec},
+			{"unknown flag", []string{"run", "--no-such-flag", "s", "--", "true"}, exitUsage},
+			{"no command", []string{"run", "s"}, exitUsage},
+			{"kill grace beyond the ttl", []string{"run", "--ttl", "2s", "--kill-grace", "1s", "s", "--", "true"}, exitUsage},
+			{"conflict exit code out of range", []string{"run", "--conflict-exit-code", "300", "s", "--", "true"}, exitUsage},
+			{"bad table", []string{"run", "--table", "no-such-table!", "s", "--", "true"}, exitUsage},
+			{"missing table", []string{"run", "--table", "no_such_table_" + e.table, "s", "--", "true"}, exitOwn},
+			{"unknown command", []string{"frobnicate"}, exitUsage},
 		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if r := e.run(tt.args...); r.status != tt.want {
+					t.Fatalf("status: got %d, want %d (stderr %q)", r.status, tt.want, r.stderr)
+				}
+			})
+		}
+		t.Run("help", func(t *testing.T) {
+			for _, cmd := range []string{"run", "list"} {
+				r := e.run(cmd, "-h")
+				if r.status != 0 || !strings.Contains(r.stderr, "-dsn") || strings.Contains(r.stderr, e.dsn) {
+					t.Errorf("%s -h: got %d, %q, want 0 and the flags without the DSN in use", cmd, r.status, r.stderr)
+				}
+			}
+		})
+		t.Run("no server", func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "run", "s", "--", "true")
+			cmd.Env = append(os.Environ(), asCommandEnv+"=1", "SQLLOCK_DSN=")
+			err := cmd.Run()
+			if got := cmd.ProcessState.ExitCode(); got != exitUsage {
+				t.Fatalf("status: got %d (%v), want %d", got, err, exitUsage)
+			}
+		})
+		t.Run("conflict exit code", func(t *testing.T) {
+			l, err := e.client().TryAcquire(context.Background(), "held", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(context.Background())
+			if r := e.run("run", "--conflict-exit-code", "0", "held", "--", "false"); r.status != 0 {
+				t.Fatalf("status: got %d, want 0", r.status)
+			}
+		})
 	})
 }
 
 // The command gets the lease in its environment.
 func TestRun_environment(t *testing.T) {
-	e := newEnv(t)
-	r := e.run("run", "envjob", "--", "sh", "-c", `printf '%s %s %s\n' "$SQLLOCK_NAME" "$SQLLOCK_FENCE" "$SQLLOCK_HOLDER"`)
-	if r.status != 0 {
-		t.Fatalf("status %d", r.status)
-	}
-	got := strings.Fields(r.stdout)
-	info := e.inspect("envjob")
-	if len(got) != 3 || got[0] != "envjob" || got[1] != strconv.FormatUint(info.Fence, 10) || !strings.Contains(got[2], ":") {
-		t.Fatalf("got %q, want name envjob, fence %d and a host:pid holder", got, info.Fence)
-	}
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		r := e.run("run", "envjob", "--", "sh", "-c", `printf '%s %s %s\n' "$SQLLOCK_NAME" "$SQLLOCK_FENCE" "$SQLLOCK_HOLDER"`)
+		if r.status != 0 {
+			t.Fatalf("status %d", r.status)
+		}
+		got := strings.Fields(r.stdout)
+		info := e.inspect("envjob")
+		if len(got) != 3 || got[0] != "envjob" || got[1] != strconv.FormatUint(info.Fence, 10) || !strings.Contains(got[2], ":") {
+			t.Fatalf("got %q, want name envjob, fence %d and a host:pid holder", got, info.Fence)
+		}
+	})
 }
 
 // SIGTERM, SIGINT and SIGHUP reach the command, and the lease is released
 // once it has exited; a signal while waiting stops sqllock without running
 // the command.
 func TestRun_signals(t *testing.T) {
-	e := newEnv(t)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
-		t.Run(sig.String(), func(t *testing.T) {
-			pidFile := e.path("pid-" + strconv.Itoa(int(sig)))
-			script := `trap 'echo got >> ` + e.path("got") + `; exit 7' ` + strings.TrimPrefix(unixName(sig), "SIG") +
-				`; echo $$ > ` + pidFile + `; while :; do sleep 0.05; done`
-			cmd, wait := e.start("run", "sig", "--", "sh", "-c", script)
-			waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-			time.Sleep(100 * time.Millisecond) // past the trap
-			if err := cmd.Process.Signal(sig); err != nil {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+			t.Run(sig.String(), func(t *testing.T) {
+				pidFile := e.path("pid-" + strconv.Itoa(int(sig)))
+				script := `trap 'echo got >> ` + e.path("got") + `; exit 7' ` + strings.TrimPrefix(unixName(sig), "SIG") +
+					`; echo $$ > ` + pidFile + `; while :; do sleep 0.05; done`
+				cmd, wait := e.start("run", "sig", "--", "sh", "-c", script)
+				waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+				time.Sleep(100 * time.Millisecond) // past the trap
+				if err := cmd.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+				if r := wait(); r.status != 7 {
+					t.Fatalf("status: got %d, want the command's 7", r.status)
+				}
+				if info := e.inspect("sig"); info.Held {
+					t.Fatalf("after exit: got %+v, want the lease released", info)
+				}
+			})
+		}
+		t.Run("while waiting", func(t *testing.T) {
+			l, err := e.client().TryAcquire(context.Background(), "busy", time.Minute)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if r := wait(); r.status != 7 {
-				t.Fatalf("status: got %d, want the command's 7", r.status)
+			defer l.Release(context.Background())
+			cmd := e.command("run", "-v", "--wait", "1m", "busy", "--", "sh", "-c", "echo ran >> "+e.path("busy"))
+			stderr, err := os.Create(e.path("stderr"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			if info := e.inspect("sig"); info.Held {
-				t.Fatalf("after exit: got %+v, want the lease released", info)
+			defer stderr.Close()
+			cmd.Stderr = stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, 10*time.Second, "sqllock to wait", func() bool {
+				b, _ := os.ReadFile(e.path("stderr"))
+				return strings.Contains(string(b), "waiting up to")
+			})
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if got := cmd.ProcessState.ExitCode(); got != 128+int(syscall.SIGINT) {
+				t.Fatalf("status: got %d, want %d", got, 128+int(syscall.SIGINT))
+			}
+			if got := e.lines("busy"); len(got) != 0 {
+				t.Fatalf("the command ran: %q", got)
 			}
 		})
-	}
-	t.Run("while waiting", func(t *testing.T) {
-		l, err := e.client().TryAcquire(context.Background(), "busy", time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Release(context.Background())
-		cmd := e.command("run", "-v", "--wait", "1m", "busy", "--", "sh", "-c", "echo ran >> "+e.path("busy"))
-		stderr, err := os.Create(e.path("stderr"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stderr.Close()
-		cmd.Stderr = stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 10*time.Second, "sqllock to wait", func() bool {
-			b, _ := os.ReadFile(e.path("stderr"))
-			return strings.Contains(string(b), "waiting up to")
-		})
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		_ = cmd.Wait()
-		if got := cmd.ProcessState.ExitCode(); got != 128+int(syscall.SIGINT) {
-			t.Fatalf("status: got %d, want %d", got, 128+int(syscall.SIGINT))
-		}
-		if got := e.lines("busy"); len(got) != 0 {
-			t.Fatalf("the command ran: %q", got)
-		}
 	})
 }
 
@@ -402,188 +400,196 @@ func unixName(sig syscall.Signal) string {
 // acquire succeeds, the command's process group is gone and its heartbeat
 // has stopped. sqllock then exits 124 and says why.
 func TestRun_leaseLostKillsCommand(t *testing.T) {
-	e := newEnv(t)
-	cfg, err := mysql.ParseDSN(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := startStallProxy(t, cfg.Addr)
-	cfg.Addr = p.addr()
-	pidFile, beats := e.path("pid"), e.path("beats")
-	// SIGTERM is ignored by the shell and, inherited, by its sleep.
-	script := `trap '' TERM; echo $$ > ` + pidFile + `; while :; do echo beat >> ` + beats + `; sleep 0.02; done`
-	cmd := e.command("run", "-v", "--ttl", "3s", "--kill-grace", "500ms", "lost", "--", "sh", "-c", script)
-	cmd.Env = append(cmd.Env, "SQLLOCK_DSN="+cfg.FormatDSN())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	waitFor(t, 10*time.Second, "the command to start", func() bool {
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return pid > 0
-	})
-	time.Sleep(1500 * time.Millisecond) // a renewal or two
-	p.stall()
-
-	other := e.client(sqllock.WithHolder("other-host"))
-	var l *sqllock.Lock
-	waitFor(t, 20*time.Second, "another client to take the name", func() bool {
-		l, err = other.TryAcquire(context.Background(), "lost", time.Minute)
-		if err != nil && !errors.Is(err, sqllock.ErrNotAcquired) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		cfg, err := mysql.ParseDSN(e.dsn)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return err == nil
-	})
-	// The moment another holder has the name, nothing of the command runs.
-	if live := liveInGroup(t, pid); len(live) > 0 {
-		t.Errorf("process group %d when another client took the name: got live processes %v, want none", pid, live)
-	}
-	n := len(e.lines("beats"))
-	time.Sleep(300 * time.Millisecond)
-	if m := len(e.lines("beats")); m != n {
-		t.Errorf("heartbeats after the takeover: got %d more, want none", m-n)
-	}
-	if t.Failed() {
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // sqllock did not: do not hang
-	}
-	p.resume()
-	_ = cmd.Wait()
-	t.Logf("stderr: %s", stderr.String())
-	if got := cmd.ProcessState.ExitCode(); got != exitLost {
-		t.Errorf("status: got %d, want %d", got, exitLost)
-	}
-	for _, want := range []string{"SIGTERM", "SIGKILL", "was lost while"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr lacks %q", want)
+		p := startStallProxy(t, cfg.Addr)
+		cfg.Addr = p.addr()
+		pidFile, beats := e.path("pid"), e.path("beats")
+		// SIGTERM is ignored by the shell and, inherited, by its sleep.
+		script := `trap '' TERM; echo $$ > ` + pidFile + `; while :; do echo beat >> ` + beats + `; sleep 0.02; done`
+		cmd := e.command("run", "-v", "--ttl", "3s", "--kill-grace", "500ms", "lost", "--", "sh", "-c", script)
+		cmd.Env = append(cmd.Env, "SQLLOCK_DSN="+cfg.FormatDSN())
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if err := l.Release(context.Background()); err != nil {
-		t.Errorf("the other client's release: %v", err)
-	}
+		var pid int
+		waitFor(t, 10*time.Second, "the command to start", func() bool {
+			b, _ := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return pid > 0
+		})
+		time.Sleep(1500 * time.Millisecond) // a renewal or two
+		p.stall()
+
+		other := e.client(sqllock.WithHolder("other-host"))
+		var l *sqllock.Lock
+		waitFor(t, 20*time.Second, "another client to take the name", func() bool {
+			l, err = other.TryAcquire(context.Background(), "lost", time.Minute)
+			if err != nil && !errors.Is(err, sqllock.ErrNotAcquired) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
+		// The moment another holder has the name, nothing of the command runs.
+		if live := liveInGroup(t, pid); len(live) > 0 {
+			t.Errorf("process group %d when another client took the name: got live processes %v, want none", pid, live)
+		}
+		n := len(e.lines("beats"))
+		time.Sleep(300 * time.Millisecond)
+		if m := len(e.lines("beats")); m != n {
+			t.Errorf("heartbeats after the takeover: got %d more, want none", m-n)
+		}
+		if t.Failed() {
+			_ = syscall.Kill(-pid, syscall.SIGKILL) // sqllock did not: do not hang
+		}
+		p.resume()
+		_ = cmd.Wait()
+		t.Logf("stderr: %s", stderr.String())
+		if got := cmd.ProcessState.ExitCode(); got != exitLost {
+			t.Errorf("status: got %d, want %d", got, exitLost)
+		}
+		for _, want := range []string{"SIGTERM", "SIGKILL", "was lost while"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("stderr lacks %q", want)
+			}
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Errorf("the other client's release: %v", err)
+		}
+	})
 }
 
 // An operator's release --force takes the lease from a running command: its
 // next renewal finds the lease gone, and sqllock stops it and exits 124.
 func TestRun_forceReleaseStopsCommand(t *testing.T) {
-	e := newEnv(t)
-	pidFile := e.path("pid")
-	_, wait := e.start("run", "--ttl", "10s", "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
-	waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	if r := e.run("release", "--force", "evicted"); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
-		t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
-	}
-	r := wait()
-	if r.status != exitLost || !strings.Contains(r.stderr, "not held") {
-		t.Fatalf("got status %d, %q, want %d and the lease not held", r.status, r.stderr, exitLost)
-	}
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		pidFile := e.path("pid")
+		_, wait := e.start("run", "--ttl", "10s", "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
+		waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+		if r := e.run("release", "--force", "evicted"); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
+			t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+		}
+		r := wait()
+		if r.status != exitLost || !strings.Contains(r.stderr, "not held") {
+			t.Fatalf("got status %d, %q, want %d and the lease not held", r.status, r.stderr, exitLost)
+		}
+	})
 }
 
 // A command does not outlive a sqllock that was killed (the OOM killer,
 // kill -9): nothing would renew its lease.
 func TestRun_commandDiesWithSqllock(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs Linux's parent-death signal and /proc")
-	}
-	e := newEnv(t)
-	pidFile := e.path("pid")
-	cmd, wait := e.start("run", "orphan", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
-	var pid int
-	waitFor(t, 10*time.Second, "the command to start", func() bool {
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return pid > 0
-	})
-	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	wait()
-	waitFor(t, 5*time.Second, "the command to die with sqllock", func() bool {
-		return !slices.Contains(liveInGroup(t, pid), pid)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		if _, err := os.Stat("/proc/self/stat"); err != nil {
+			t.Skip("needs Linux's parent-death signal and /proc")
+		}
+		e := newEnv(t, s.DSN)
+		pidFile := e.path("pid")
+		cmd, wait := e.start("run", "orphan", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
+		var pid int
+		waitFor(t, 10*time.Second, "the command to start", func() bool {
+			b, _ := os.ReadFile(pidFile)
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+			return pid > 0
+		})
+		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		wait()
+		waitFor(t, 5*time.Second, "the command to die with sqllock", func() bool {
+			return !slices.Contains(liveInGroup(t, pid), pid)
+		})
 	})
 }
 
 // The operator commands read and change the table, in JSON for scripts and
 // in text for people.
 func TestOperatorCommands(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	c := e.client(sqllock.WithHolder("ops-host:1"))
-	l, err := c.TryAcquire(ctx, "report", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := lease{Name: "report", Holder: "ops-host:1", Fence: l.Fence(), Held: true}
-	leaseOK := func(what string, got lease) {
-		t.Helper()
-		if got.TTL <= 30 || got.TTL > 60 {
-			t.Errorf("%s: got ttl %v s, want under a minute", what, got.TTL)
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		ctx := context.Background()
+		c := e.client(sqllock.WithHolder("ops-host:1"))
+		l, err := c.TryAcquire(ctx, "report", time.Minute)
+		if err != nil {
+			t.Fatal(err)
 		}
-		got.TTL = 0
-		if got != want {
-			t.Errorf("%s: got %+v, want %+v", what, got, want)
+		want := lease{Name: "report", Holder: "ops-host:1", Fence: l.Fence(), Held: true}
+		leaseOK := func(what string, got lease) {
+			t.Helper()
+			if got.TTL <= 30 || got.TTL > 60 {
+				t.Errorf("%s: got ttl %v s, want under a minute", what, got.TTL)
+			}
+			got.TTL = 0
+			if got != want {
+				t.Errorf("%s: got %+v, want %+v", what, got, want)
+			}
 		}
-	}
 
-	var list []lease
-	e.runJSON(&list, "list", "--json")
-	if len(list) != 1 {
-		t.Fatalf("list --json: got %d leases, want 1", len(list))
-	}
-	leaseOK("list --json", list[0])
-	if r := e.run("list"); !strings.Contains(r.stdout, "report") || !strings.Contains(r.stdout, "ops-host:1") {
-		t.Errorf("list: got %q, want the lease", r.stdout)
-	}
+		var list []lease
+		e.runJSON(&list, "list", "--json")
+		if len(list) != 1 {
+			t.Fatalf("list --json: got %d leases, want 1", len(list))
+		}
+		leaseOK("list --json", list[0])
+		if r := e.run("list"); !strings.Contains(r.stdout, "report") || !strings.Contains(r.stdout, "ops-host:1") {
+			t.Errorf("list: got %q, want the lease", r.stdout)
+		}
 
-	var got lease
-	e.runJSON(&got, "inspect", "report", "--json")
-	leaseOK("inspect --json", got)
-	if r := e.run("inspect", "report"); !strings.Contains(r.stdout, "held by ops-host:1") {
-		t.Errorf("inspect: got %q, want the holder", r.stdout)
-	}
+		var got lease
+		e.runJSON(&got, "inspect", "report", "--json")
+		leaseOK("inspect --json", got)
+		if r := e.run("inspect", "report"); !strings.Contains(r.stdout, "held by ops-host:1") {
+			t.Errorf("inspect: got %q, want the holder", r.stdout)
+		}
 
-	if r := e.run("release", "report"); r.status != exitUsage {
-		t.Errorf("release without --force: got status %d, want %d", r.status, exitUsage)
-	}
-	var rel struct {
-		Released bool   `json:"released"`
-		Was      *lease `json:"was"`
-	}
-	e.runJSON(&rel, "release", "--force", "--json", "report")
-	if !rel.Released || rel.Was == nil {
-		t.Fatalf("release --force --json: got %+v, want released", rel)
-	}
-	leaseOK("release --force --json", *rel.Was)
-	if err := l.Refresh(ctx, time.Minute); !errors.Is(err, sqllock.ErrNotHeld) {
-		t.Errorf("the evicted holder's refresh: got %v, want ErrNotHeld", err)
-	}
-	e.runJSON(&got, "inspect", "--json", "report")
-	if got.Held || got.Fence != l.Fence() {
-		t.Errorf("inspect after release: got %+v, want free with fence %d", got, l.Fence())
-	}
-	if r := e.run("release", "--force", "report"); r.status != 0 || !strings.Contains(r.stdout, "no lease") {
-		t.Errorf("release of a free name: got %d, %q, want 0 and no lease", r.status, r.stdout)
-	}
+		if r := e.run("release", "report"); r.status != exitUsage {
+			t.Errorf("release without --force: got status %d, want %d", r.status, exitUsage)
+		}
+		var rel struct {
+			Released bool   `json:"released"`
+			Was      *lease `json:"was"`
+		}
+		e.runJSON(&rel, "release", "--force", "--json", "report")
+		if !rel.Released || rel.Was == nil {
+			t.Fatalf("release --force --json: got %+v, want released", rel)
+		}
+		leaseOK("release --force --json", *rel.Was)
+		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, sqllock.ErrNotHeld) {
+			t.Errorf("the evicted holder's refresh: got %v, want ErrNotHeld", err)
+		}
+		e.runJSON(&got, "inspect", "--json", "report")
+		if got.Held || got.Fence != l.Fence() {
+			t.Errorf("inspect after release: got %+v, want free with fence %d", got, l.Fence())
+		}
+		if r := e.run("release", "--force", "report"); r.status != 0 || !strings.Contains(r.stdout, "no lease") {
+			t.Errorf("release of a free name: got %d, %q, want 0 and no lease", r.status, r.stdout)
+		}
 
-	if _, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var reset struct {
-		Reset bool `json:"reset"`
-	}
-	e.runJSON(&reset, "once-reset", "--json", "seed")
-	if !reset.Reset {
-		t.Errorf("once-reset --json: got %+v, want reset", reset)
-	}
-	if ran, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil || !ran {
-		t.Errorf("Once after once-reset: got %v, %v, want it to run", ran, err)
-	}
-	if r := e.run("once-reset", "never"); r.status != 0 || !strings.Contains(r.stdout, "no completion record") {
-		t.Errorf("once-reset of a name without record: got %d, %q", r.status, r.stdout)
-	}
+		if _, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		var reset struct {
+			Reset bool `json:"reset"`
+		}
+		e.runJSON(&reset, "once-reset", "--json", "seed")
+		if !reset.Reset {
+			t.Errorf("once-reset --json: got %+v, want reset", reset)
+		}
+		if ran, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil || !ran {
+			t.Errorf("Once after once-reset: got %v, %v, want it to run", ran, err)
+		}
+		if r := e.run("once-reset", "never"); r.status != 0 || !strings.Contains(r.stdout, "no completion record") {
+			t.Errorf("once-reset of a name without record: got %d, %q", r.status, r.stdout)
+		}
+	})
 }
 
 func (e *env) runJSON(v any, args ...string) {
