@@ -20,10 +20,11 @@
 // The statements are in queries.sql and the table in schema.sql, both
 // embedded; [Client.CreateTable] runs schema.sql, which can also be run by
 // hand. A Client holds the table against schema.sql before its first
-// statement, and refuses one that differs ([ErrBadTable]) or a server its
-// statements are not correct on ([ErrUnsupportedServer]). The library takes a *sql.DB and imports no driver; it is tested with
-// github.com/go-sql-driver/mysql against MariaDB 10.11 and, where Docker
-// runs, MySQL 5.7 and 8.0.
+// statement, and refuses one that differs ([ErrBadTable]); on TiDB it sends
+// TiDB's forms of its statements (queries.sql). The library takes a *sql.DB
+// and imports no driver; it is tested with github.com/go-sql-driver/mysql
+// against MariaDB 10.11 and 11.8, MySQL 9.7, TiDB 8.4, Galera and Group
+// Replication, and, where Docker runs, MySQL 5.7 and 8.0.
 //
 // # What a lease promises
 //

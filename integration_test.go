@@ -88,26 +88,38 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 		held := mustAcquire(t, c, "n", 10*time.Second)
 
 		// The acquire statement sent raw, by another owner, against the live
-		// lease: it changes nothing, yet with clientFoundRows it reports two
-		// affected rows (two rows found), the same as inserting both rows.
+		// lease: it changes nothing, yet with clientFoundRows it reports as
+		// many affected rows as it found (two, one on TiDB), the same as
+		// inserting a new name's rows.
 		us := (10 * time.Second).Microseconds()
 		q := c.sql[qAcquire]
-		res, err := found.ExecContext(ctx, q, "n", "other", "x", us, "n", "other", "x", "other", us)
+		args := func(name string) []any {
+			a := []any{name, "other", "x", us, name, "other", "x", "other", us}
+			if e.server.TiDB {
+				return a[:tidbAcquireArgs]
+			}
+			return a
+		}
+		rows := int64(2)
+		if e.server.TiDB {
+			rows = 1
+		}
+		res, err := found.ExecContext(ctx, q, args("n")...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := res.RowsAffected(); n != 2 {
-			t.Fatalf("got %d affected rows for unchanged rows with clientFoundRows, want 2 (the trap this test is about)", n)
+		if n, _ := res.RowsAffected(); n != rows {
+			t.Fatalf("got %d affected rows for unchanged rows with clientFoundRows, want %d (the trap this test is about)", n, rows)
 		}
 		if id, _ := res.LastInsertId(); id != 0 {
 			t.Fatalf("got insert id %d for a refused acquire, want 0", id)
 		}
-		res, err = found.ExecContext(ctx, q, "fresh", "other", "x", us, "fresh", "other", "x", "other", us)
+		res, err = found.ExecContext(ctx, q, args("fresh")...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, _ := res.RowsAffected(); n != 2 {
-			t.Fatalf("got %d affected rows for inserting both rows, want 2", n)
+		if n, _ := res.RowsAffected(); n != rows {
+			t.Fatalf("got %d affected rows for inserting a new name, want %d", n, rows)
 		}
 		_, err = c.TryAcquire(ctx, "n", time.Second)
 		wantErrIs(t, err, ErrNotAcquired)
@@ -290,7 +302,7 @@ func TestLock_Fence_takeoverPassesFutureFence(t *testing.T) {
 		ctx := testCtx(t)
 		mustAcquire(t, c, "g", 10*time.Second)
 		const future = uint64(1) << 60
-		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'", future); err != nil {
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = '"+e.fenceKind()+"', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'", future); err != nil {
 			t.Fatal(err)
 		}
 		l := mustAcquire(t, c, "g", 10*time.Second)
@@ -300,18 +312,56 @@ func TestLock_Fence_takeoverPassesFutureFence(t *testing.T) {
 	})
 }
 
+// On TiDB fences end at 2^63-2, where its LAST_INSERT_ID(expr) ends less
+// one for the refresh: a lease with that fence is acquired, refreshed and
+// released, and the acquire after it fails and holds nothing, under every
+// DSN, including a lenient sql_mode that would report a smaller fence.
+func TestLock_Fence_TiDBLimit(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.TiDB {
+			t.Skipf("%s is %s: the limit is TiDB's; elsewhere fences go to 2^64-1 (TestLock_Fence_beyondInt64)", e.server.Label, e.server.Version)
+		}
+		a, b := e.twoClients(t)
+		table := a.table[1 : len(a.table)-1]
+		ctx := testCtx(t)
+		mustAcquire(t, a, "edge", time.Minute)
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = ?, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'edge'", uint64(maxTiDBFence-1)); err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, b, "edge", time.Minute)
+		if l.Fence() != maxTiDBFence {
+			t.Fatalf("got fence %d, want %d", l.Fence(), uint64(maxTiDBFence))
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if _, err := a.TryAcquire(ctx, "edge", time.Minute); err == nil || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("acquire past TiDB's largest fence: got %v, want an error", err)
+		}
+		if got := inspect(t, b, "edge"); got.Held {
+			t.Fatalf("after the failed acquire: got %+v, want the name free", got)
+		}
+	})
+}
+
 // Fences are unsigned 64-bit end to end: a fence at or past 2^63, which the
 // driver's insert id carries as a negative int64, is reported as it is, and an
 // acquire that cannot go past the largest fence fails and holds nothing.
 func TestLock_Fence_beyondInt64(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.server.TiDB {
+			t.Skip("TiDB's LAST_INSERT_ID(expr) takes a signed value: its fences end at 2^63-2 (TestLock_Fence_TiDBLimit)")
+		}
 		a, b := e.twoClients(t)
 		table := a.table[1 : len(a.table)-1]
 		ctx := testCtx(t)
 		setFence := func(name string, fence uint64) {
 			t.Helper()
 			mustAcquire(t, a, name, time.Minute)
-			if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?", fence, name); err != nil {
+			if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = '"+e.fenceKind()+"', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?", fence, name); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -728,6 +778,15 @@ func TestVariants_reachTheServer(t *testing.T) {
 		for name, wantMode := range map[string]string{"simultaneousAssignment": "SIMULTANEOUS_ASSIGNMENT", "allAtOnce": "ANSI_QUOTES"} {
 			if e.variant.name == name && !strings.Contains(mode, wantMode) {
 				t.Errorf("sql_mode: got %s, want it to contain %s", mode, wantMode)
+			}
+		}
+		if e.server.TiDB {
+			var txnMode string
+			if err := e.db.QueryRowContext(ctx, "SELECT @@tidb_txn_mode").Scan(&txnMode); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]string{true: "optimistic", false: "pessimistic"}[e.variant.name == "optimistic"]; txnMode != want {
+				t.Errorf("tidb_txn_mode: got %s, want %s", txnMode, want)
 			}
 		}
 	})

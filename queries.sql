@@ -109,8 +109,8 @@ FROM information_schema.STATISTICS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
 
 -- name: release_at_least
--- Args: min hold µs, name, token. Insert id: 1 when the lease was ours, 0
--- when not (as in refresh). Release for Do's WithMinHold: instead of deleting
+-- Args: min hold µs, name, token. Insert id: 1 when the lease was ours (not
+-- 0 on TiDB, whose form sets the fence plus one), 0 when not (as in refresh). Release for Do's WithMinHold: instead of deleting
 -- the lease, it sets the expiry to acquired_at plus the minimum hold. Later
 -- than now, that keeps the name taken until then; in the past, it leaves an
 -- expired lease, which blocks nobody, in the same round trip. Like release it
@@ -157,7 +157,8 @@ ORDER BY l.name;
 SELECT 1 FROM `sqllock` WHERE name = ? AND kind = 'D';
 
 -- name: once_record
--- Args: name, token. Insert id: 1 when the completion record was written,
+-- Args: name, token. Insert id: the lease row's fence plus one when the
+-- completion record was written (1: a lease row's fence is 0, except on TiDB),
 -- 0 when the lease is not ours, and then nothing is written. The record is
 -- copied from our lease row, so no record is written for a runner whose
 -- lease someone took over: that someone runs fn again. FOR UPDATE makes the
@@ -222,3 +223,124 @@ SELECT RELEASE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 -- holds it only while it waits for the name, so this Client's next Acquire
 -- of the name queues behind it.
 SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));
+
+-- TiDB. Its LAST_INSERT_ID() returns the value from before the statement, so
+-- no mark set on one row reaches another, and a LAST_INSERT_ID(expr) whose
+-- argument is fixed for the statement takes effect even in a branch not
+-- taken; one whose argument reads a column is evaluated per row, as on MySQL
+-- (MYSQL-FACTS.md). On TiDB a name therefore has one row, its lease row
+-- ('L'), which carries the fence and is never deleted: release empties the
+-- owner instead. Every statement reads and writes that row only, and reads
+-- an insert id set from a column. The statements below take the place of
+-- those of the same name without the prefix when a Client's first use finds
+-- TiDB (tablecheck.go); the others serve TiDB as they are. A table is used
+-- by one kind of server: rows the two-row statements left ('F') are not
+-- read here.
+--
+-- TiDB runs an autocommit statement optimistically and, on a write conflict
+-- at commit, runs it again itself, up to tidb_retry_limit times (10 by
+-- default), answering with the insert id of the first run: an acquire that
+-- took a free name, lost the race at commit and found the name taken when
+-- run again would be told it had the lease. Every statement here that writes
+-- sets tidb_retry_limit to 0 for itself (SET_VAR), so a conflict comes back
+-- as error 9007, which the Client sends again like any rolled-back
+-- statement, and the answer is that of the run that committed.
+
+-- name: tidb_acquire
+-- Args: name, token, holder, ttl µs. Insert id: the fence when acquired, 0
+-- when another owner's live lease stands.
+-- A new name's row is inserted with the server's clock in microseconds as
+-- its first fence. Otherwise the row is there (a release keeps it), and the
+-- fence is written under the row's lock, so fences follow the order in which
+-- acquisitions commit: one more than the last when the lease is free
+-- (released, owner '', or expired) and not ours, the same when it is ours (a
+-- retry after an unknown outcome), and 0 given to LAST_INSERT_ID when
+-- another owner's lease is live, which GREATEST keeps from the column. The
+-- argument reads columns, so TiDB evaluates it for this row. Assignments run
+-- left to right and each sees the ones before: all but the last read only
+-- columns not yet assigned, and expires_at, last, reads the new owner, which
+-- is ours exactly when the lease was taken or was ours. VALUES() is the row
+-- the INSERT would have written, so the arguments are given once.
+INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES (?, 'L', ?, ?, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  fence = GREATEST(fence, LAST_INSERT_ID(
+            IF(owner = VALUES(owner), fence,
+               IF(owner = '' OR expires_at <= UTC_TIMESTAMP(6), fence + 1, 0)))),
+  acquired_at = IF(owner <> VALUES(owner) AND (owner = '' OR expires_at <= UTC_TIMESTAMP(6)),
+                   UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(owner = VALUES(owner) OR owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(holder), holder),
+  owner = IF(owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at);
+
+-- name: tidb_refresh
+-- Args: ttl µs, name, token. As refresh, with the fence kept: the insert id
+-- is the fence plus one, never 0, and the column is written back unchanged.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) - 1
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- name: tidb_release
+-- Args: name, token. Affected rows: 1 when the lease was ours (the owner
+-- changes, so the row counts with and without clientFoundRows), 0 when not.
+-- The row and its fence stay; an empty owner marks the name free.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET owner = '', holder = '', expires_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: tidb_release_at_least
+-- Args: min hold µs, name, token. As release_at_least, with the fence kept
+-- as in tidb_refresh.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) - 1
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: tidb_inspect
+-- Args: name. As inspect: no row when the name was never taken, the lease
+-- columns NULL when it was released.
+SELECT IF(owner = '', NULL, holder), fence,
+       IF(owner = '', NULL, expires_at > UTC_TIMESTAMP(6)),
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+FROM `sqllock`
+WHERE name = ? AND kind = 'L';
+
+-- name: tidb_list
+-- No args. As list.
+SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM `sqllock`
+WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6)
+ORDER BY name;
+
+-- name: tidb_lease
+-- Args: name. As lease: nothing when the name is free.
+SELECT owner, holder, fence, expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM `sqllock`
+WHERE name = ? AND kind = 'L' AND owner <> '';
+
+-- name: tidb_once_record
+-- Args: name, token. Insert id: the lease row's fence plus one when the
+-- completion record is there, 0 when the lease is not ours, and then nothing
+-- is written. TiDB runs an autocommit statement optimistically, taking no
+-- lock before commit, and FOR UPDATE inside INSERT ... SELECT does not make
+-- it check the lease row then: a record could commit after a takeover, and
+-- the new holder would run fn again. So the statement writes the lease row
+-- too, flipping the lowest bit of acquired_at's microseconds as check does
+-- (the one ON DUPLICATE KEY UPDATE assignment, which leaves a record that is
+-- there already as it is). A takeover committed after the statement read the
+-- lease row then fails its commit with a write conflict (9007), and the
+-- statement sent again finds the lease not ours. A record already there was
+-- written by an earlier attempt of ours, whose reply was lost: a record
+-- another holder wrote first would have stopped fn from running.
+INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+SELECT l.name, k.kind_, l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM `sqllock` AS l JOIN (SELECT 'D' AS kind_ UNION ALL SELECT 'L') AS k
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
+ON DUPLICATE KEY UPDATE
+  acquired_at = IF(`sqllock`.kind = 'L',
+                   `sqllock`.acquired_at + INTERVAL IF(MICROSECOND(`sqllock`.acquired_at) % 2 = 0, 1, -1) MICROSECOND,
+                   `sqllock`.acquired_at);

@@ -143,6 +143,8 @@ func soleServer(t *testing.T, what string) {
 type variant struct {
 	name        string
 	mariadbOnly string // why the variant is MariaDB's only, if it is
+	tidbOnly    string // why the variant is TiDB's only, if it is
+	notTiDB     string // why TiDB cannot take the variant, if it cannot
 	apply       func(*mysql.Config)
 	isolation   string // a session isolation level, set by the server's own variable
 }
@@ -156,7 +158,14 @@ var variants = []variant{
 	// another level, under which plain reads take no locks (READ COMMITTED)
 	// or every read locks (SERIALIZABLE).
 	{name: "readCommitted", apply: func(*mysql.Config) {}, isolation: "READ-COMMITTED"},
-	{name: "serializable", apply: func(*mysql.Config) {}, isolation: "SERIALIZABLE"},
+	{name: "serializable", apply: func(*mysql.Config) {}, isolation: "SERIALIZABLE",
+		notTiDB: "TiDB refuses SERIALIZABLE (error 8048) unless told to skip the check, and then runs REPEATABLE READ"},
+	// TiDB's explicit transactions are pessimistic by default; optimistic
+	// ones find write conflicts at commit (9007). Autocommit statements run
+	// optimistically in both modes.
+	{name: "optimistic", tidbOnly: "tidb_txn_mode is TiDB's", apply: func(c *mysql.Config) {
+		setParam(c, "tidb_txn_mode", "'optimistic'")
+	}},
 	{name: "simultaneousAssignment", mariadbOnly: "SIMULTANEOUS_ASSIGNMENT is a MariaDB sql_mode (10.3.5+); MySQL has none", apply: func(c *mysql.Config) {
 		setParam(c, "sql_mode", "CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')")
 	}},
@@ -186,6 +195,15 @@ type testEnv struct {
 	db      *sql.DB
 }
 
+// fenceKind is the kind of the row that holds a name's fence: 'F' (a row of
+// its own), or on TiDB, where a name has one row, 'L' (queries.sql).
+func (e *testEnv) fenceKind() string {
+	if e.server.TiDB {
+		return "L"
+	}
+	return "F"
+}
+
 // eachEnv runs f as a subtest for every server and every variant.
 func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 	t.Helper()
@@ -194,6 +212,12 @@ func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 			t.Run(v.name, func(t *testing.T) {
 				if v.mariadbOnly != "" && !s.MariaDB {
 					t.Skipf("%s is %s: %s", s.Label, s.Version, v.mariadbOnly)
+				}
+				if v.tidbOnly != "" && !s.TiDB {
+					t.Skipf("%s is %s: %s", s.Label, s.Version, v.tidbOnly)
+				}
+				if v.notTiDB != "" && s.TiDB {
+					t.Skipf("%s is %s: %s", s.Label, s.Version, v.notTiDB)
 				}
 				f(t, newEnv(t, s, v))
 			})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -67,6 +68,23 @@ var stmtNames = [numStmts]string{
 	qOnceReset:      "once_reset",
 }
 
+// tidbPrefix names, in queries.sql, the statements that take the place of
+// others on TiDB (tablecheck.go): a name has one row there.
+const tidbPrefix = "tidb_"
+
+// tidbStmts are the statements with a TiDB form; the rest serve TiDB as
+// they are.
+var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord}
+
+// maxTiDBFence is where fences end on TiDB: its LAST_INSERT_ID(expr) takes
+// a signed 64-bit value, and a refresh sets the fence plus one. Fences start
+// at the clock in microseconds (about 2^51) and grow by one per acquire.
+const maxTiDBFence = math.MaxInt64 - 1
+
+// tidbAcquireArgs is how many of the acquire's arguments TiDB's form takes:
+// the first four, which both forms begin with (queries.sql).
+const tidbAcquireArgs = 4
+
 // A Client acquires leases on names in one table of one database. It is safe
 // for concurrent use. Its statements are prepared on first use and kept
 // until [Client.Close]; the *sql.DB stays the caller's.
@@ -80,7 +98,8 @@ type Client struct {
 	retry     RetryStrategy
 	log       *slog.Logger // logging.go
 
-	sql   [numStmts]string // statement text with the table name in place
+	sql   [numStmts]string // statement text with the table name in place; TiDB's from the first use on (under mu until then)
+	tidb  atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters waiters // Acquire calls waiting for a name (waiters.go)
@@ -384,9 +403,12 @@ func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		c.checked = found
 		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	text := c.sql[i] // a first-use check of another call may be choosing the forms
+	c.mu.Unlock()
 	var st *sql.Stmt
 	err := retryTransient(ctx, func() (err error) {
-		st, err = c.db.PrepareContext(ctx, c.sql[i])
+		st, err = c.db.PrepareContext(ctx, text)
 		return err
 	})
 	if err != nil {
@@ -513,6 +535,9 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 	st, err := c.stmt(ctx, i)
 	if err != nil {
 		return nil, false, err
+	}
+	if i == qAcquire && c.tidb.Load() {
+		args = args[:tidbAcquireArgs]
 	}
 	err = retry(ctx, until, func() error {
 		var err error
@@ -714,6 +739,12 @@ func (c *Client) tryAcquire(ctx context.Context, name string, ttl time.Duration,
 		// The lease is ours, under a token nobody will use: give it back.
 		c.cleanup(ctx, name, token, ttl, sent, u)
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
+	case fence > maxTiDBFence && c.tidb.Load():
+		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
+		// acquire fails (1690), or under a lenient sql_mode reports the
+		// largest signed value, which may be below the fence it wrote.
+		c.cleanup(ctx, name, token, ttl, sent, u)
+		return nil, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if !c.held.add(l) {

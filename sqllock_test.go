@@ -329,7 +329,9 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least", "wake_probe", "wake_release", "wake_wait"}
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least",
+		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
+		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
 	}
@@ -338,13 +340,20 @@ func TestSplitQueries_names(t *testing.T) {
 			t.Errorf("queries[%q]: got missing, want present", name)
 		}
 	}
+	for _, i := range tidbStmts {
+		if _, ok := queries[tidbPrefix+stmtNames[i]]; !ok {
+			t.Errorf("queries[%q]: got missing, want TiDB's form of %s", tidbPrefix+stmtNames[i], stmtNames[i])
+		}
+	}
 }
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
-		"lease": 1, "once_reset": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1}
+		"lease": 1, "once_reset": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
+		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
+		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {

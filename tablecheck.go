@@ -19,10 +19,6 @@ var (
 	// each difference and the ALTER TABLE statement that mends them. It
 	// comes from a Client's first use, before any lease is taken.
 	ErrBadTable = errors.New("sqllock: table does not match schema.sql")
-	// ErrUnsupportedServer means the server is one sqllock's statements are
-	// not correct on (TiDB). It comes from a Client's first use, before any
-	// lease is taken.
-	ErrUnsupportedServer = errors.New("sqllock: unsupported server")
 )
 
 // A schemaColumn is a column of schema.sql as information_schema shows it.
@@ -96,7 +92,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 		return false, errAutocommitOff
 	}
 	if strings.Contains(fu.version, "TiDB") {
-		return false, errorf("%w: TiDB (%s): its LAST_INSERT_ID() does not see a value set earlier in the same statement, which the acquire relies on, so two clients could both be told they hold one name; no lease was taken", ErrUnsupportedServer, fu.version)
+		c.useTiDB()
 	}
 	if !fu.found {
 		return false, nil
@@ -105,6 +101,23 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// useTiDB puts TiDB's forms of the statements in place, before any is
+// prepared: its LAST_INSERT_ID() does not see a value set earlier in the
+// same statement, which the two-row acquire relies on (queries.sql). The
+// wake-up channels stay off there: TiDB's GET_LOCK, built on its own
+// transactions, neither granted waiters in the order they came nor freed a
+// killed connection's lock at once in the tests (wake_test.go), so waiting
+// processes poll.
+func (c *Client) useTiDB() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, i := range tidbStmts {
+		c.sql[i] = c.substitute(queries[tidbPrefix+stmtNames[i]])
+	}
+	c.wake.refused.Store(true)
+	c.tidb.Store(true)
 }
 
 // firstUseSQL returns the first_use query about table, a name tableNameRE

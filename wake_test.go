@@ -139,6 +139,7 @@ func holdAfterWaiting(t *testing.T, e *testEnv, c *Client, table, name string) *
 // it takes the name with the one acquire its grant calls for.
 func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
@@ -170,6 +171,7 @@ func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
 // each takes the name in turn.
 func TestWakeups_localQueueSendsNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		const goroutines = 16
@@ -210,6 +212,7 @@ func TestWakeups_localQueueSendsNothing(t *testing.T) {
 // behind a process that was waiting for it.
 func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		w := e.client(t, e.openDB(t), table, WithWakeups(true))
@@ -227,6 +230,7 @@ func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
 // error.
 func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
@@ -253,6 +257,7 @@ func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 // goes back to the channel and is still woken by the release.
 func TestWakeups_waiterKilledMidWait(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		w := e.client(t, e.openDB(t), table, WithWakeups(true))
@@ -276,6 +281,7 @@ func TestWakeups_waiterKilledMidWait(t *testing.T) {
 // and a waiter's context bounds its wait on the channel.
 func TestWakeups_closeAndCancel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		h := e.client(t, e.openDB(t), table, WithWakeups(true))
@@ -318,6 +324,7 @@ func TestWakeups_closeAndCancel(t *testing.T) {
 // waiter polls, and the holder's Release does not wait for a connection.
 func TestWakeups_fullPoolPolls(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		db := e.openDB(t)
@@ -343,6 +350,7 @@ func TestWakeups_fullPoolPolls(t *testing.T) {
 // the channel): its release asks whether anyone waits.
 func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		h := e.client(t, e.openDB(t), table, WithWakeups(true))
@@ -366,6 +374,7 @@ func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 // the channel leaves nothing held: no lease, no channel, no waiter.
 func TestWakeups_closeRacesHandoffs(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		var cs []*Client
@@ -448,6 +457,7 @@ func TestWakeups_serverRefusesGetLock(t *testing.T) {
 // GET_LOCK times out and it polls.
 func TestWakeups_stuckHolderLapses(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		h := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
@@ -475,6 +485,55 @@ func TestWakeups_stuckHolderLapses(t *testing.T) {
 		}
 		if !h.wake.holdsWake("n") {
 			t.Error("the stuck holder's channel: got let go of, want still held (the waiter polled past it)")
+		}
+	})
+}
+
+// skipChannelsOnTiDB skips a test of the wake-up channels on TiDB, where a
+// Client keeps them off (TestWakeups_offOnTiDB).
+func skipChannelsOnTiDB(t *testing.T, e *testEnv) {
+	t.Helper()
+	if e.server.TiDB {
+		t.Skipf("%s is %s: the wake-up channels stay off on TiDB, whose GET_LOCK neither granted waiters in order nor freed a killed connection's lock at once (TestWakeups_offOnTiDB)", e.server.Label, e.server.Version)
+	}
+}
+
+// On TiDB a Client asked for wake-up channels takes none: a waiting process
+// polls, holds no named lock, and takes the name once it is released.
+func TestWakeups_offOnTiDB(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.TiDB {
+			t.Skipf("%s is %s: the channels are on here (the other TestWakeups_ tests)", e.server.Label, e.server.Version)
+		}
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		a := e.client(t, e.openDB(t), table, WithHolder("a"), WithWakeups(true))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"), WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		held := mustAcquire(t, a, "n", time.Minute)
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := b.Acquire(ctx, "n", time.Minute)
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+			}
+			got <- l
+		}()
+		time.Sleep(300 * time.Millisecond) // b polls
+		if locks := channelWaiters(t, e.db); locks != 0 {
+			t.Errorf("sessions waiting in GET_LOCK: got %d, want 0", locks)
+		}
+		if h := channelHolder(t, e.db, table, "n"); h != 0 {
+			t.Errorf("the name's channel: got held by connection %d, want free", h)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil || l.Fence() <= held.Fence() {
+			t.Fatalf("after the release: got %v, want b holding a fence above %d", l, held.Fence())
+		}
+		if h := channelHolder(t, e.db, table, "n"); h != 0 {
+			t.Errorf("after the hand-over: the name's channel held by connection %d, want free", h)
 		}
 	})
 }

@@ -41,6 +41,7 @@ type Server struct {
 	DSN     string
 	Version string // VERSION(), when the server answered
 	MariaDB bool
+	TiDB    bool
 	Err     error // why the server did not answer; every test on it fails with it
 }
 
@@ -73,8 +74,15 @@ func Split(value string) (labels, dsns []string) {
 // Label names a server from its VERSION(): product and major.minor.
 func Label(version string) string {
 	product := "mysql"
-	if strings.Contains(strings.ToLower(version), "mariadb") {
+	switch v := strings.ToLower(version); {
+	case strings.Contains(v, "mariadb"):
 		product = "mariadb"
+	case strings.Contains(v, "tidb"):
+		// "8.0.11-TiDB-v8.4.0": the MySQL it speaks for, then its own.
+		if i := strings.Index(v, "-tidb-v"); i >= 0 {
+			version = v[i+len("-tidb-v"):]
+		}
+		product = "tidb"
 	}
 	parts := strings.SplitN(version, ".", 3)
 	if len(parts) < 2 {
@@ -110,6 +118,7 @@ func Probe(label, dsn string) Server {
 		s.Label = Label(s.Version)
 	}
 	s.MariaDB = strings.Contains(s.Version, "MariaDB")
+	s.TiDB = strings.Contains(s.Version, "TiDB")
 	return s
 }
 

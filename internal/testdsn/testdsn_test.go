@@ -35,6 +35,7 @@ func TestLabel(t *testing.T) {
 		"9.7.4-2":                      "mysql-9.7",
 		"8.0.36":                       "mysql-8.0",
 		"5.7.44-log":                   "mysql-5.7",
+		"8.0.11-TiDB-v8.4.0":           "tidb-8.4",
 	} {
 		if got := Label(version); got != want {
 			t.Errorf("Label(%q): got %q, want %q", version, got, want)
