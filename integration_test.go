@@ -672,6 +672,47 @@ func TestClient_defaultHolder(t *testing.T) {
 	})
 }
 
+// Clients racing for a name nobody has taken yet, which each tries to
+// insert: exactly one gets it, and the others are told it is held, not an
+// error (TiDB's autocommit statements are optimistic: two inserts of one new
+// key may both run, and one must then fail at commit and be sent again).
+func TestClient_TryAcquire_newNameRace(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		const clients, rounds = 8, 25
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		cs := make([]*Client, clients)
+		for i := range cs {
+			cs[i] = e.client(t, e.openDB(t), table, WithHolder(fmt.Sprint("c", i)))
+		}
+		for r := range rounds {
+			name := fmt.Sprint("new-", r)
+			start := make(chan struct{})
+			results := make(chan error, clients)
+			for _, c := range cs {
+				go func() {
+					<-start
+					_, err := c.TryAcquire(ctx, name, time.Minute)
+					results <- err
+				}()
+			}
+			close(start)
+			won := 0
+			for range clients {
+				switch err := <-results; {
+				case err == nil:
+					won++
+				case !errors.Is(err, ErrNotAcquired):
+					t.Fatalf("round %d: TryAcquire: got %v, want nil or ErrNotAcquired", r, err)
+				}
+			}
+			if won != 1 {
+				t.Fatalf("round %d: %d clients acquired %q, want 1", r, won, name)
+			}
+		}
+	})
+}
+
 // Mutual exclusion under contention: several Clients on separate *sql.DBs,
 // standing in for processes, do a non-atomic read-modify-write of a counter
 // under the lock. A lost update, or a fence out of order, fails the test.

@@ -370,6 +370,22 @@ func TestSplitQueries_statements(t *testing.T) {
 	}
 }
 
+// Every TiDB statement that writes turns TiDB's own re-run of a conflicting
+// autocommit statement off for itself, so that its answer is that of the run
+// that committed (queries.sql); the reads need no hint.
+func TestQueries_TiDBWritesNotRerun(t *testing.T) {
+	const hint = "/*+ SET_VAR(tidb_retry_limit=0) */"
+	for _, i := range tidbStmts {
+		name := tidbPrefix + stmtNames[i]
+		stmt := queries[name]
+		verb, _, _ := strings.Cut(stmt, " ")
+		writes := verb == "INSERT" || verb == "UPDATE" || verb == "DELETE"
+		if got := strings.HasPrefix(stmt, verb+" "+hint+" "); got != writes {
+			t.Errorf("%s: starts with %s %s: got %v, want %v", name, verb, hint, got, writes)
+		}
+	}
+}
+
 func TestSplitQueries_errors(t *testing.T) {
 	tests := []struct {
 		name, text, want string
