@@ -113,6 +113,11 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 func (c *Client) useTiDB() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.tidb.Load() {
+		// Another call's check got here first. Writing c.sql again would
+		// race with the calls that read it, without c.mu, since that check.
+		return
+	}
 	for _, i := range tidbStmts {
 		c.sql[i] = c.substitute(queries[tidbPrefix+stmtNames[i]])
 	}
