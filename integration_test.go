@@ -93,16 +93,12 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 		// inserting a new name's rows.
 		us := (10 * time.Second).Microseconds()
 		q := c.sql[qAcquire]
-		args := func(name string) []any {
-			a := []any{name, "other", "x", us, name, "other", "x", "other", us}
-			if e.server.TiDB {
-				return a[:tidbAcquireArgs]
-			}
-			return a
-		}
-		rows := int64(2)
+		nargs, rows := 9, int64(2)
 		if e.server.TiDB {
-			rows = 1
+			nargs, rows = tidbAcquireArgs, 1
+		}
+		args := func(name string) []any {
+			return []any{name, "other", "x", us, name, "other", "x", "other", us}[:nargs]
 		}
 		res, err := found.ExecContext(ctx, q, args("n")...)
 		if err != nil {
