@@ -645,3 +645,53 @@ func BenchmarkAcquireWakeups(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFirstUse is what a Client's first lease costs beside every later
+// one: the first-use check of the table and the proof of the statements
+// (proof.go), then the acquire and release, each prepared on first use.
+//
+//   - firstUse: New, TryAcquire, Release and Close on a table that exists;
+//   - firstUseUnproven: the same with the proof skipped, so that the
+//     difference is the proof's cost alone;
+//   - warm: TryAcquire and Release on a Client that has made both.
+func BenchmarkFirstUse(b *testing.B) {
+	e := benchEnv(b)
+	ctx := context.Background()
+	table := e.newTable(b)
+	first := func(b *testing.B, skipProof bool) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c, err := New(e.db, WithTable(table))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.proven = skipProof
+			l, err := c.TryAcquire(ctx, "bench", benchTTL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("firstUse", func(b *testing.B) { first(b, false) })
+	b.Run("firstUseUnproven", func(b *testing.B) { first(b, true) })
+	b.Run("warm", func(b *testing.B) {
+		c := e.client(b, e.db, table)
+		mustAcquire(b, c, "warm", time.Second).Release(ctx)
+		b.ReportAllocs()
+		for b.Loop() {
+			l, err := c.TryAcquire(ctx, "bench", benchTTL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -21,7 +21,10 @@
 // embedded; [Client.CreateTable] runs schema.sql, which can also be run by
 // hand. A Client holds the table against schema.sql before its first
 // statement, and refuses one that differs ([ErrBadTable]); on TiDB it sends
-// TiDB's forms of its statements (queries.sql). The library takes a *sql.DB
+// TiDB's forms of its statements (queries.sql). Before its first write it
+// proves, under a name of its own, that the server hands back each
+// statement's own answer as MySQL does, and refuses a server or a layer in
+// between that does not, such as Vitess ([ErrUnsupportedServer]). The library takes a *sql.DB
 // and imports no driver; it is tested with github.com/go-sql-driver/mysql
 // against MariaDB 10.11 and 11.8, MySQL 9.7, TiDB 8.4, Galera and Group
 // Replication, and, where Docker runs, MySQL 5.7 and 8.0.

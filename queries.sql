@@ -88,7 +88,7 @@ WHERE f.name = ? AND f.kind = 'F';
 -- Client, before its first statement, and read by tablecheck.go: one row
 -- about the session and the server (autocommit: with it off, a DSN's
 -- autocommit=0 or the server's default, no statement here would ever
--- commit; the version: TiDB is refused), then the table's engine, columns
+-- commit; the version: TiDB takes its own forms, Vitess is refused), then the table's engine, columns
 -- and indexes as information_schema describes them, to hold against
 -- schema.sql. Each part reads one view filtered by constant schema and
 -- table names, which servers answer from the table's definition alone; no
@@ -107,6 +107,12 @@ UNION ALL
 SELECT 'index', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART
 FROM information_schema.STATISTICS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
+
+-- name: proof_clear
+-- Args: a proof name. Deletes every row of the name, the fence too, which
+-- no other statement does: a Client's first use proves the statements
+-- under a name of its own (proof.go) and leaves nothing of it behind.
+DELETE FROM `sqllock` WHERE name = ?;
 
 -- name: release_at_least
 -- Args: min hold µs, name, token. Insert id: 1 when the lease was ours (not

@@ -110,6 +110,8 @@ type Client struct {
 	// others, which wait only as long as their own contexts allow.
 	mu           sync.Mutex
 	checked      bool                     // the first-use check passed; tablecheck.go
+	proven       bool                     // the proof of the statements passed; proof.go
+	version      string                   // the server's, as the first-use check read it
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
@@ -238,6 +240,9 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	checked := c.checked
 	c.mu.Unlock()
 	if checked {
+		if err := c.proveOnce(ctx); err != nil {
+			return c.serverError(op, err)
+		}
 		return nil
 	}
 	found, err := c.checkFirstUse(ctx)
@@ -247,6 +252,12 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	c.mu.Lock()
 	c.checked = c.checked || found
 	c.mu.Unlock()
+	if !found {
+		return nil // dropped again at once; the next statement checks anew
+	}
+	if err := c.proveOnce(ctx); err != nil {
+		return c.serverError(op, err)
+	}
 	return nil
 }
 
@@ -402,6 +413,12 @@ func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		c.mu.Lock()
 		c.checked = found
 		c.mu.Unlock()
+		checked = found
+	}
+	if checked && writes(i) {
+		if err := c.proveOnce(ctx); err != nil {
+			return nil, err
+		}
 	}
 	c.mu.Lock()
 	text := c.sql[i] // a first-use check of another call may be choosing the forms

@@ -47,6 +47,8 @@ type mockEnv struct {
 	c        *Client
 	table    string // unquoted
 	checked  bool   // the autocommit check has been expected
+	proven   bool   // the proof of the statements has been expected (proof.go)
+	tidb     bool   // the first-use check answered TiDB
 	prepared map[string]*sqlmock.ExpectedPrepare
 }
 
@@ -109,11 +111,40 @@ func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 	return rows
 }
 
+// expectProof expects the proof a Client makes before its first statement
+// that writes (proof.go), answered as MySQL answers it, with fence 7.
+func (e *mockEnv) expectProof() {
+	const fence = 7
+	sql := func(name string) string {
+		if e.tidb && slices.Contains(tidbStmts, slices.Index(stmtNames[:], name)) {
+			name = tidbPrefix + name
+		}
+		return e.sql(name)
+	}
+	acquireArgs := 9
+	if e.tidb {
+		acquireArgs = tidbAcquireArgs
+	}
+	anyArgs := func(n int) []driver.Value { return slices.Repeat([]driver.Value{sqlmock.AnyArg()}, n) }
+	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 2))
+	e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
+		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us"}).AddRow(mockHolder, fence, 1, 60_000_000))
+	e.mock.ExpectExec(sql("refresh")).WithArgs(anyArgs(3)...).WillReturnResult(sqlmock.NewResult(0, 0))
+	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(0, 0))
+	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 1))
+	e.mock.ExpectExec(sql("release")).WithArgs(anyArgs(2)...).WillReturnResult(sqlmock.NewResult(0, 1))
+	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
+	e.proven = true
+}
+
 // expectPrepare expects statement name to be prepared, after the autocommit
-// check if the Client has not made it yet.
+// check and the proof if the Client has not made them yet.
 func (e *mockEnv) expectPrepare(name string) *sqlmock.ExpectedPrepare {
 	if !e.checked {
 		e.expectAutocommit(1)
+	}
+	if !e.proven && writes(slices.Index(stmtNames[:], name)) {
+		e.expectProof()
 	}
 	p := e.mock.ExpectPrepare(e.sql(name))
 	e.prepared[name] = p
@@ -124,6 +155,9 @@ func (e *mockEnv) expectPrepare(name string) *sqlmock.ExpectedPrepare {
 func (e *mockEnv) expectPrepareError(name string, err error) {
 	if !e.checked {
 		e.expectAutocommit(1)
+	}
+	if !e.proven && writes(slices.Index(stmtNames[:], name)) {
+		e.expectProof()
 	}
 	e.mock.ExpectPrepare(e.sql(name)).WillReturnError(err)
 }
@@ -329,7 +363,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -351,7 +385,7 @@ func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
-		"lease": 1, "once_reset": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
+		"lease": 1, "once_reset": 1, "proof_clear": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1}
 	for name, stmt := range queries {
@@ -532,6 +566,7 @@ func TestClient_CreateTable(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
 		e.mock.ExpectExec(withTable(schema, e.table)).WithoutArgs().WillReturnResult(sqlmock.NewResult(0, 0))
 		e.expectAutocommit(1) // the first-use check, made once
+		e.expectProof()       // and the proof, before any lease is taken
 		if err := e.c.CreateTable(t.Context()); err != nil {
 			t.Errorf("CreateTable: got %v, want nil", err)
 		}

@@ -91,6 +91,12 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
+	c.mu.Lock()
+	c.version = fu.version
+	c.mu.Unlock()
+	if err := refuseByVersion(fu.version); err != nil {
+		return false, err
+	}
 	if strings.Contains(fu.version, "TiDB") {
 		c.useTiDB()
 	}

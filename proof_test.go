@@ -1,0 +1,366 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/go-sql-driver/mysql"
+)
+
+// ---------------------------------------------------------------------------
+// A layer that rewrites insert ids, on a real server
+
+// insertIDMode is how a rewritingConnector hands back the insert id of a
+// statement, as a proxy or sharding layer in front of MySQL might.
+type insertIDMode int
+
+const (
+	// reread: after a statement that calls LAST_INSERT_ID(expr), read the
+	// session's LAST_INSERT_ID() with a second query and hand that back, as
+	// vttablet does since Vitess 22 (vitess PR #17408).
+	reread insertIDMode = iota
+	// previous: hand back the insert id of the statement before on the same
+	// connection, as a reply read on a pooled connection another statement
+	// used last may be.
+	previous
+)
+
+// rewritingConnector connects to a real server and rewrites the insert id of
+// every statement executed through a prepared statement (the only way the
+// Client sends writes with the default DSN).
+type rewritingConnector struct {
+	driver.Connector
+	mode insertIDMode
+}
+
+func (rc *rewritingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := rc.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rewritingConn{Conn: c, mode: rc.mode}, nil
+}
+
+type rewritingConn struct {
+	driver.Conn
+	mode insertIDMode
+	mu   sync.Mutex
+	last int64 // the insert id the last statement reported
+}
+
+func (c *rewritingConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &rewritingStmt{Stmt: st, conn: c, query: query}, nil
+}
+
+func (c *rewritingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *rewritingConn) ResetSession(ctx context.Context) error {
+	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *rewritingConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+
+func (c *rewritingConn) CheckNamedValue(nv *driver.NamedValue) error {
+	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
+}
+
+type rewritingStmt struct {
+	driver.Stmt
+	conn  *rewritingConn
+	query string
+}
+
+func (s *rewritingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *rewritingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	res, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+	if err != nil {
+		return nil, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, err
+	}
+	s.conn.mu.Lock()
+	defer s.conn.mu.Unlock()
+	out := id
+	switch s.conn.mode {
+	case reread:
+		if strings.Contains(s.query, "LAST_INSERT_ID(") {
+			if out, err = s.conn.lastInsertID(ctx); err != nil {
+				return nil, err
+			}
+		}
+	case previous:
+		out = s.conn.last
+	}
+	s.conn.last = id
+	return rewrittenResult{id: out, rows: n}, nil
+}
+
+// lastInsertID reads the session's LAST_INSERT_ID() on the connection.
+func (c *rewritingConn) lastInsertID(ctx context.Context) (int64, error) {
+	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, "SELECT LAST_INSERT_ID()", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, 1)
+	if err := rows.Next(dest); err != nil {
+		return 0, err
+	}
+	switch v := dest[0].(type) {
+	case int64:
+		return v, nil
+	case uint64:
+		return int64(v), nil
+	case []byte:
+		u, err := strconv.ParseUint(string(v), 10, 64)
+		return int64(u), err
+	}
+	return 0, fmt.Errorf("LAST_INSERT_ID() gave %T, not a number", dest[0])
+}
+
+type rewrittenResult struct{ id, rows int64 }
+
+func (r rewrittenResult) LastInsertId() (int64, error) { return r.id, nil }
+func (r rewrittenResult) RowsAffected() (int64, error) { return r.rows, nil }
+
+// rewritingDB opens the environment's server through a layer that rewrites
+// insert ids as mode says.
+func (e *testEnv) rewritingDB(t *testing.T, mode insertIDMode) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = log.New(io.Discard, "", 0)
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(&rewritingConnector{Connector: connector, mode: mode})
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// proofRows counts the rows proofs left in table.
+func (e *testEnv) proofRows(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := e.db.QueryRow("SELECT COUNT(*) FROM `" + table + "` WHERE name LIKE CONCAT(0x00, '%')").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A Client's first write proves the statements on the server, under every
+// DSN, and leaves no row behind; the proof is made once.
+func TestClient_firstUse_provesStatements(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		if n := e.proofRows(t, table); n != 0 {
+			t.Fatalf("after CreateTable: %d proof rows, want 0", n)
+		}
+		c := e.client(t, e.db, table)
+		l := mustAcquire(t, c, "job", time.Minute)
+		if !c.proven {
+			t.Error("proven: got false after a lease was taken, want true")
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.proofRows(t, table); n != 0 {
+			t.Errorf("after the first acquire: %d proof rows, want 0", n)
+		}
+	})
+}
+
+// A layer that hands back an insert id other than the statement's own (as
+// Vitess does) is refused at the first use, before any lease is taken; the
+// same server straight is not. Without the proof, the same layer gives a
+// refused acquire a fence: two owners.
+func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		modes := []struct {
+			name string
+			mode insertIDMode
+		}{{"reread", reread}, {"previous", previous}}
+		for _, m := range modes {
+			t.Run(m.name, func(t *testing.T) {
+				table := e.newTable(t)
+				ctx := testCtx(t)
+				db := e.rewritingDB(t, m.mode)
+				c := e.client(t, db, table)
+				_, err := c.TryAcquire(ctx, "job", time.Minute)
+				wantErrIs(t, err, ErrUnsupportedServer)
+				if err := c.CreateTable(ctx); !errors.Is(err, ErrUnsupportedServer) {
+					t.Errorf("CreateTable: got %v, want ErrUnsupportedServer", err)
+				}
+				if n := e.proofRows(t, table); n != 0 {
+					t.Errorf("%d proof rows left, want 0", n)
+				}
+				straight := e.client(t, e.db, table)
+				l := mustAcquire(t, straight, "job", time.Minute)
+
+				// What the proof keeps out: the same layer, unproven.
+				unproven := e.client(t, db, table)
+				unproven.proven, unproven.checked = true, true
+				switch m.mode {
+				case previous:
+					got, err := unproven.TryAcquire(ctx, "job", time.Minute)
+					if err != nil {
+						t.Fatalf("unproven through previous: got %v, want a second owner (the layer no longer shows the flaw)", err)
+					}
+					t.Logf("unproven through previous: a second owner of a held name, fence %d (the first has %d)", got.Fence(), l.Fence())
+				case reread:
+					// A refresh that matches no row sets no insert id: the
+					// layer hands back what the acquire left in the session.
+					db.SetMaxOpenConns(1)
+					lost := mustAcquire(t, unproven, "lost", time.Minute)
+					if _, err := e.db.Exec("DELETE FROM `" + table + "` WHERE name = 'lost' AND kind = 'L'"); err != nil {
+						t.Fatal(err)
+					}
+					if err := lost.Refresh(ctx, time.Minute); err != nil {
+						t.Fatalf("unproven through reread: Refresh of a lost lease got %v, want nil (the layer no longer shows the flaw)", err)
+					}
+					t.Log("unproven through reread: a refresh of a lease that was gone reported it extended")
+				}
+			})
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Through the mock: each wrong answer of the proof is refused
+
+func TestClient_firstUse_refusesVitess(t *testing.T) {
+	e := newMockEnv(t)
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
+		WillReturnRows(firstUseRows(1, "8.4.6-Vitess", e.table))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	wantErrIs(t, err, ErrUnsupportedServer)
+	assertErrContains(t, err, "Vitess (8.4.6-Vitess)")
+	assertErrContains(t, err, "LAST_INSERT_ID")
+	e.assertNothingPrepared()
+	e.done()
+}
+
+func TestClient_firstUse_proofAnswers(t *testing.T) {
+	const fence = 7
+	type answer struct {
+		id, rows int64
+	}
+	ok := []answer{{fence, 2}, {fence, 0} /* inspect: fence stored */, {0, 0}, {0, 0}, {fence, 1}, {0, 1}}
+	tests := []struct {
+		name string
+		step int // which answer is wrong
+		bad  answer
+		want string
+	}{
+		{"acquire reports the mark", 0, answer{1, 2}, "reported 1, and the table holds fence 7"},
+		{"acquire reports another fence", 1, answer{8, 0}, "reported 7, and the table holds fence 8"},
+		{"refresh reports a stale id", 2, answer{fence, 0}, "left by an earlier statement"},
+		{"refused acquire reports a fence", 3, answer{fence + 1, 0}, "instead of 0 (refused)"},
+		{"repeated acquire reports another fence", 4, answer{fence + 1, 1}, "instead of its fence 7"},
+		{"release deletes nothing", 5, answer{0, 0}, "deleted 0 rows instead of 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectAutocommit(1)
+			answers := append([]answer(nil), ok...)
+			answers[tt.step] = tt.bad
+			any9 := make([]driver.Value, 9)
+			for i := range any9 {
+				any9[i] = sqlmock.AnyArg()
+			}
+			steps := []func(a answer){
+				func(a answer) {
+					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
+				},
+				func(a answer) {
+					e.mock.ExpectQuery(e.sql("inspect")).WithArgs(sqlmock.AnyArg()).
+						WillReturnRows(sqlmock.NewRows([]string{"h", "f", "l", "u"}).AddRow(mockHolder, a.id, 1, 1))
+				},
+				func(a answer) {
+					e.mock.ExpectExec(e.sql("refresh")).WithArgs(any9[:3]...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
+				},
+				func(a answer) {
+					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
+				},
+				func(a answer) {
+					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
+				},
+				func(a answer) {
+					e.mock.ExpectExec(e.sql("release")).WithArgs(any9[:2]...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
+				},
+			}
+			for i := 0; i <= max(tt.step, 1); i++ { // the fence is checked after the inspect
+				steps[i](answers[i])
+			}
+			// Whatever the proof left under its own name goes.
+			e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			wantErrIs(t, err, ErrUnsupportedServer)
+			assertErrContains(t, err, tt.want)
+			assertErrContains(t, err, "10.11.19-MariaDB")
+			e.done()
+			if e.c.proven {
+				t.Error("proven: got true after a failed proof, want false")
+			}
+		})
+	}
+}
+
+// A read-only server refuses the proof's first write: the acquire fails with
+// the server's refusal, which callers that wait out a failover pass over;
+// reads go on, and the next write makes the proof again.
+func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(1)
+	any9 := make([]driver.Value, 9)
+	for i := range any9 {
+		any9[i] = sqlmock.AnyArg()
+	}
+	readOnly := errors.New("Error 1290 (HY000): The MySQL server is running with the --read-only option so it cannot execute this statement")
+	e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnError(readOnly)
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	if err == nil || !passable(err) {
+		t.Fatalf("TryAcquire on a read-only server: got %v, want a refusal that may pass", err)
+	}
+	assertErrContains(t, err, "read-only")
+
+	e.expectInspect("job", sqlmock.NewRows([]string{"h", "f", "l", "u"}))
+	if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
+		t.Errorf("Inspect: got %v, want nil", err)
+	}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(101, 2))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Errorf("TryAcquire once writable: got %v, want nil", err)
+	}
+	e.done()
+}
