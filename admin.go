@@ -8,6 +8,82 @@ import (
 	"time"
 )
 
+// Info describes the lease on one name as the server sees it.
+type Info struct {
+	Name string
+	// Holder is the description of the Client whose lease is on the name
+	// (see [WithHolder]), live or expired; empty once it was released.
+	Holder string
+	// Fence is the last fencing token issued for the name, kept across
+	// releases; 0 when the name was never taken.
+	Fence uint64
+	// Held reports whether a lease on the name is live now.
+	Held bool
+	// TTL is how long the live lease has left by the server's clock; 0 when
+	// Held is false.
+	TTL time.Duration
+}
+
+// Inspect reads the lease on name in one statement. A name nobody holds
+// comes back with Held false and no error.
+func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
+	if err := checkName(name); err != nil {
+		return Info{}, err
+	}
+	st, err := c.stmt(ctx, qInspect)
+	if err != nil {
+		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
+	}
+	info := Info{Name: name}
+	var (
+		holder sql.NullString
+		held   sql.NullBool
+		us     sql.NullInt64
+	)
+	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return info, nil
+	case err != nil:
+		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
+	}
+	info.Holder = holder.String
+	info.Held = held.Bool
+	if info.Held {
+		info.TTL = time.Duration(us.Int64) * time.Microsecond
+	}
+	return info, nil
+}
+
+// List returns every live lease in the Client's table, whoever holds it, in
+// name order, as one statement reads them. It reads the whole table, so it
+// is for people and dashboards, not for a hot path.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	st, err := c.stmt(ctx, qList)
+	if err != nil {
+		return nil, c.serverError("list", err)
+	}
+	rows, err := st.QueryContext(ctx)
+	if err != nil {
+		return nil, c.serverError("list", err)
+	}
+	defer rows.Close()
+	var infos []Info
+	for rows.Next() {
+		info := Info{Held: true}
+		var us int64
+		if err := rows.Scan(&info.Name, &info.Holder, &info.Fence, &us); err != nil {
+			return nil, c.serverError("list", err)
+		}
+		info.TTL = time.Duration(us) * time.Microsecond
+		infos = append(infos, info)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.serverError("list", err)
+	}
+	return infos, nil
+}
+
 // forceReleaseAttempts bounds how often ForceRelease reads the lease again
 // when its holder changed between the read and the delete.
 const forceReleaseAttempts = 5

@@ -114,18 +114,13 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 	poll := min(max(ttl/4, minBackoff), maxCampaignPoll)
 	// One token serves every attempt, as in Acquire: an attempt whose
 	// outcome stayed unknown is then taken up by the next.
-	token, err := acquireToken(name, ttl)
+	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
 		return nil, err
 	}
-	var u unsettled
-	defer func() {
-		if l == nil {
-			c.abandon(name, token, &u)
-		}
-	}()
+	defer func() { a.end(l) }()
 	for {
-		l, err = c.tryAcquire(ctx, name, ttl, token, &u)
+		l, err = a.attempt(ctx)
 		switch {
 		case err == nil:
 			return l, nil

@@ -94,3 +94,46 @@ func quoteTable(name string) (string, error) {
 	}
 	return "`" + name + "`", nil
 }
+
+// Statements of queries.sql, by index into Client.stmts.
+const (
+	qAcquire = iota
+	qRefresh
+	qRelease
+	qInspect
+	qReleaseAtLeast // do.go
+	qCheck          // lock.go
+	qList           // admin.go
+	qOnceDone       // once.go
+	qOnceRecord     // once.go
+	qLease          // admin.go
+	qOnceReset      // admin.go
+	numStmts
+)
+
+var stmtNames = [numStmts]string{
+	qAcquire: "acquire",
+	qRefresh: "refresh",
+	qRelease: "release",
+	qInspect: "inspect",
+
+	qReleaseAtLeast: "release_at_least",
+	qCheck:          "check",
+	qList:           "list",
+	qOnceDone:       "once_done",
+	qOnceRecord:     "once_record",
+	qLease:          "lease",
+	qOnceReset:      "once_reset",
+}
+
+// tidbPrefix names, in queries.sql, the statements that take the place of
+// others on TiDB (tablecheck.go): a name has one row there.
+const tidbPrefix = "tidb_"
+
+// tidbStmts are the statements with a TiDB form; the rest serve TiDB as
+// they are.
+var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord}
+
+// tidbAcquireArgs is how many of the acquire's arguments TiDB's form takes:
+// the first four, which both forms begin with (queries.sql).
+const tidbAcquireArgs = 4

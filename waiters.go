@@ -182,19 +182,17 @@ func (ws *waiters) waiting(name string) int {
 // the name's queue and waits there, trying only while it is the head. With
 // wake-up channels on (wake.go), the head of a name this Client waited for
 // waits on the channel instead of sleeping between attempts.
-func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Duration, token string) (*Lock, error) {
-	var (
-		u    unsettled
-		lock *Lock // set when the call returns one
-	)
+func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, error) {
+	name, ttl := a.name, a.ttl
+	var lock *Lock // set when the call returns one
 	ws := &c.waiters
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := ws.join(name, w)
 	useWake := c.wake.on && c.wake.contended(name)
 	waited := false // refused, or queued behind another process
 	defer func() {
+		a.end(lock)
 		if lock == nil {
-			c.abandon(name, token, &u)
 			if c.wake.on && ws.waiting(name) == 0 {
 				// Nobody here waits for the name any more: the next
 				// process may have the channel this queue holds.
@@ -243,7 +241,7 @@ func (c *Client) acquireQueued(ctx context.Context, name string, ttl time.Durati
 			continue
 		}
 
-		l, err := c.tryAcquire(ctx, name, ttl, token, &u)
+		l, err := a.attempt(ctx)
 		if err == nil {
 			if c.wake.on {
 				// The channel the queue holds, if any, goes with the

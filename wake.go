@@ -466,3 +466,23 @@ func (ws *wakeups) holdsWake(name string) bool {
 	ch := ws.chans[name]
 	return ch != nil && ch.conn != nil
 }
+
+// afterRelease does what the wake-up channels (wake.go) ask after the
+// release statement of l, which reached the server when ok.
+func (l *Lock) afterRelease(ctx context.Context, ok bool) {
+	l.mu.Lock()
+	contended, wake, probe := l.contended, l.wake, l.probe && ok
+	l.wake, l.probe = false, l.probe && !probe
+	l.mu.Unlock()
+	if contended {
+		l.c.wake.waited(l.name) // this Client's next Acquire queues behind the others
+	}
+	if wake {
+		// Right after the statement, whatever its outcome: the channel
+		// wakes the next process, whose acquire decides.
+		l.c.letGo(ctx, l.name, l)
+	}
+	if probe {
+		l.c.probe(ctx, l.name)
+	}
+}

@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -120,70 +119,4 @@ func (c *Client) releaseHeld(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// List returns every live lease in the Client's table, whoever holds it, in
-// name order, as one statement reads them. It reads the whole table, so it
-// is for people and dashboards, not for a hot path.
-func (c *Client) List(ctx context.Context) ([]Info, error) {
-	st, err := c.stmt(ctx, qList)
-	if err != nil {
-		return nil, c.serverError("list", err)
-	}
-	rows, err := st.QueryContext(ctx)
-	if err != nil {
-		return nil, c.serverError("list", err)
-	}
-	defer rows.Close()
-	var infos []Info
-	for rows.Next() {
-		info := Info{Held: true}
-		var us int64
-		if err := rows.Scan(&info.Name, &info.Holder, &info.Fence, &us); err != nil {
-			return nil, c.serverError("list", err)
-		}
-		info.TTL = time.Duration(us) * time.Microsecond
-		infos = append(infos, info)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, c.serverError("list", err)
-	}
-	return infos, nil
-}
-
-// Check verifies, inside the caller's transaction tx, that the lease is
-// still this Lock's and live by the server's clock, in one statement that
-// writes the lease row and so keeps it locked until tx ends. Every acquire,
-// renewal and release writes that row, so no other owner can take the name
-// over, and commit, before tx commits or rolls back: writes made in tx after
-// a successful Check are fenced by the lease without a fencing column. On a
-// multi-writer cluster (Galera, Group Replication multi-primary), where
-// another node does not see the lock, the written row makes tx's commit fail
-// certification if a takeover committed first. Keep such transactions short
-// next to the ttl: this Lock's own renewals wait for tx as well.
-//
-// It returns an error wrapping [ErrNotHeld] when the lease is not ours or
-// has expired (and the Lock released or not); tx stays the caller's, to roll
-// back. tx may come from any *sql.DB on the database that holds the table.
-func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
-	l.mu.Lock()
-	released := l.released
-	l.mu.Unlock()
-	if released {
-		return l.releasedErr()
-	}
-	// By its text, not the Client's prepared statement: tx may come from
-	// another *sql.DB, and tx.StmtContext refuses a statement of another.
-	res, err := tx.ExecContext(ctx, l.c.sql[qCheck], l.name, l.token)
-	if err != nil {
-		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return errorf("check %q: %w", l.name, err)
-	}
-	if n != 1 {
-		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
-	}
-	return nil
 }

@@ -1,0 +1,303 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A Lock is a lease on one name, taken by [Client.TryAcquire] or
+// [Client.Acquire]. Its methods are safe for concurrent use.
+type Lock struct {
+	c     *Client
+	name  string
+	token string
+	fence uint64
+	ttl   time.Duration // of the acquire; what the keep-alive renews for
+
+	nameArg, tokenArg any // name and token boxed once, as statement arguments
+
+	// refreshing holds a token while a Refresh runs: one at a time, so that
+	// validUntil follows the server, and a Refresh waiting for another
+	// gives up when its context ends.
+	refreshing chan struct{}
+
+	mu sync.Mutex
+	// validUntil is when the lease could expire at the earliest, on this
+	// process's monotonic clock: the send time of the last statement that
+	// set the expiry, plus its ttl. The server computed the expiry from a
+	// later instant, so the lease is ours at least until then.
+	validUntil time.Time
+	released   bool
+	// endCause is set when the first release starts (by Release, Do's end
+	// or Close), before its statement is sent: from then on no keep-alive
+	// runs, and a KeepAlive's context ends with it at once.
+	endCause error
+	// releasing is the release under way, which other release calls wait
+	// for and share the result of.
+	releasing *releaseFlight
+	// releaseUnknown: a Release failed in a way that may have deleted the row.
+	releaseUnknown bool
+	// wake: the Lock holds its name's wake-up channel, which its release
+	// lets go of (wake.go). contended: its Acquire waited for the name.
+	// probe: its release asks whether another process waits (wake.go).
+	// Close may release the Lock before its Acquire has set them. They sit
+	// in releaseUnknown's padding, so that a Lock stays in its allocation
+	// size class.
+	wake, contended, probe bool
+	ka                     *keepAlive // started by the first KeepAlive; keepalive.go
+}
+
+// A releaseFlight is one release of a Lock under way; err is set when done
+// is closed.
+type releaseFlight struct {
+	done chan struct{}
+	err  error
+}
+
+// newLock returns the Lock for a lease just acquired.
+func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
+	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
+		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
+}
+
+// Name returns the name the lease is on.
+func (l *Lock) Name() string { return l.name }
+
+// Token returns the random owner token that identifies this lease.
+func (l *Lock) Token() string { return l.token }
+
+// Fence returns the lease's fencing token. Fences of one name grow strictly
+// with every new holder, across takeovers of expired leases and across
+// release and re-acquire, so a store that remembers the highest fence it
+// has seen can refuse a write from a holder that lost its lease. A Refresh
+// keeps the fence.
+func (l *Lock) Fence() uint64 { return l.fence }
+
+// ValidUntil returns the instant, on this process's monotonic clock, before
+// which the lease cannot have expired: the send time of the acquire or the
+// last successful Refresh, plus its ttl. It assumes the client's and the
+// server's clocks run at the same rate, not that they agree.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Refresh extends the lease to ttl from the server's now, in one statement,
+// if it is still ours and has not expired. It returns an error wrapping
+// [ErrNotHeld] when the lease is gone; any other error (network, server,
+// context) means the outcome is unknown, not that the lease is lost, and
+// Refresh may be called again. Refreshes of one Lock run one at a time; one
+// waiting for another gives up when ctx ends. A keep-alive follows the lease
+// a Refresh leaves: see [Lock.KeepAlive].
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return l.releasedErr()
+	}
+	select {
+	case l.refreshing <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("sqllock: refresh %q: %w", l.name, ctx.Err())
+	}
+	defer func() { <-l.refreshing }()
+	sent := time.Now()
+	name, token := l.keyArgs()
+	res, _, err := l.c.execUntil(ctx, l.ValidUntil(), qRefresh, ttl.Microseconds(), name, token)
+	if err != nil {
+		// The refresh may have been applied; if it shortened the lease,
+		// the shorter bound is the one to trust.
+		l.mu.Lock()
+		l.setValidUntil(minTime(l.validUntil, sent.Add(ttl)))
+		l.mu.Unlock()
+		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
+	}
+	if id == 0 {
+		// The lease lapsed: the name may be free for a caller waiting in
+		// this Client.
+		l.c.waiters.kick(l.name)
+		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+	}
+	l.mu.Lock()
+	l.setValidUntil(sent.Add(ttl))
+	l.mu.Unlock()
+	return nil
+}
+
+// Release deletes the lease, in one statement guarded by the token, so it
+// never removes another owner's lease. It returns an error wrapping
+// [ErrNotHeld] when the row is no longer ours: the lease expired and someone
+// took the name over (so the work done under it may have overlapped theirs),
+// or the Lock was already released. A lease that expired but that nobody
+// took is released without error: nobody else held the name in between.
+// After any other error the outcome is unknown and Release may be called
+// again. First it stops the Lock's keep-alive, if one runs, ending its
+// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit. A
+// Release called while another release of the Lock runs (another Release,
+// or [Client.Close]) sends nothing: it waits for that one, as long as ctx
+// allows, and returns its result.
+func (l *Lock) Release(ctx context.Context) error {
+	return l.release(ctx, 0, nil)
+}
+
+// release ends the Lock's keep-alive, if it runs, with cause (nil: the Lock
+// was released), then ends the lease: it deletes the row, or with minHold > 0
+// keeps it until acquired_at + minHold (do.go). It reports the outcome as
+// Release does. A call made while another runs waits for it, as long as ctx
+// allows, and returns its result.
+func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return l.releasedErr()
+	}
+	if f := l.releasing; f != nil {
+		l.mu.Unlock()
+		select {
+		case <-f.done:
+			return f.err
+		case <-ctx.Done():
+			return fmt.Errorf("sqllock: release %q: %w", l.name, ctx.Err())
+		}
+	}
+	f := &releaseFlight{done: make(chan struct{})}
+	l.releasing = f
+	if l.endCause == nil {
+		if cause == nil {
+			cause = l.releasedErr()
+		}
+		l.endCause = cause
+	}
+	ka := l.ka
+	l.mu.Unlock()
+
+	// Before the statement: a renewal racing the delete would report loss,
+	// and a keep-alive's context must not outlive the lease.
+	l.stopKeepAlive(ka)
+	err := l.sendRelease(ctx, minHold)
+	l.mu.Lock()
+	l.releasing = nil
+	l.mu.Unlock()
+	f.err = err
+	close(f.done)
+	return err
+}
+
+// sendRelease sends the statement that ends the lease and reports the outcome as
+// Release does.
+func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
+	var (
+		ours         bool
+		maybeApplied bool
+		err          error
+	)
+	if minHold > 0 {
+		ours, maybeApplied, err = l.releaseAtLeast(ctx, minHold)
+	} else {
+		var res sql.Result
+		name, token := l.keyArgs()
+		if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
+			var n int64
+			n, err = res.RowsAffected()
+			ours = n == 1
+		}
+	}
+	done := time.Now()
+	if l.c.wake.on {
+		l.afterRelease(ctx, err == nil)
+	}
+	if err != nil {
+		if maybeApplied {
+			l.mu.Lock()
+			l.releaseUnknown = true
+			l.mu.Unlock()
+		}
+		return l.c.serverError(fmt.Sprintf("release %q", l.name), err)
+	}
+	defer l.c.held.remove(l)
+	// Whatever the answer, the lease is no longer ours: a caller waiting
+	// for the name in this Client should try now.
+	l.c.waiters.kick(l.name)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	if ours {
+		return nil
+	}
+	// No row was ours. If an earlier attempt may have deleted it and this
+	// reply came while the lease was certainly still live, nobody can have
+	// taken it over: that earlier attempt did delete it.
+	if (maybeApplied || l.releaseUnknown) && done.Before(l.validUntil) {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+}
+
+// keyArgs returns the name and token as statement arguments, boxed once
+// when the Lock was made.
+func (l *Lock) keyArgs() (name, token any) { return l.nameArg, l.tokenArg }
+
+// releasedErr is the error of a call on a released Lock.
+func (l *Lock) releasedErr() error {
+	err := fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+	if l.c.isClosed() {
+		return errorf("%w: %w", ErrClosed, err)
+	}
+	return err
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// Check verifies, inside the caller's transaction tx, that the lease is
+// still this Lock's and live by the server's clock, in one statement that
+// writes the lease row and so keeps it locked until tx ends. Every acquire,
+// renewal and release writes that row, so no other owner can take the name
+// over, and commit, before tx commits or rolls back: writes made in tx after
+// a successful Check are fenced by the lease without a fencing column. On a
+// multi-writer cluster (Galera, Group Replication multi-primary), where
+// another node does not see the lock, the written row makes tx's commit fail
+// certification if a takeover committed first. Keep such transactions short
+// next to the ttl: this Lock's own renewals wait for tx as well.
+//
+// It returns an error wrapping [ErrNotHeld] when the lease is not ours or
+// has expired (and the Lock released or not); tx stays the caller's, to roll
+// back. tx may come from any *sql.DB on the database that holds the table.
+func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if released {
+		return l.releasedErr()
+	}
+	// By its text, not the Client's prepared statement: tx may come from
+	// another *sql.DB, and tx.StmtContext refuses a statement of another.
+	res, err := tx.ExecContext(ctx, l.c.sql[qCheck], l.name, l.token)
+	if err != nil {
+		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return errorf("check %q: %w", l.name, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+	}
+	return nil
+}
