@@ -29,3 +29,16 @@ func TestREADME_firstExampleIsQuickstart(t *testing.T) {
 		t.Errorf("README.md's first go block differs from examples/quickstart/main.go:\n%s", first)
 	}
 }
+
+// maxREADMELines keeps README.md a front door: the detail lives under docs/.
+const maxREADMELines = 250
+
+func TestREADME_length(t *testing.T) {
+	text, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(text), "\n"); got > maxREADMELines {
+		t.Errorf("README.md has %d lines, want at most %d: move the detail to a page under docs/", got, maxREADMELines)
+	}
+}

@@ -21,7 +21,7 @@ type RetryStrategy interface {
 // backoff has grown, about 5 times a second, and learns of a release in
 // another process within DefaultRetryMax plus a round trip; a release in
 // the same Client wakes it at once. Faster schedules cut that latency for
-// more load: see the README's Performance section for measured figures.
+// more load: see docs/performance.md for measured figures.
 const (
 	DefaultRetryMin = 8 * time.Millisecond
 	DefaultRetryMax = 256 * time.Millisecond

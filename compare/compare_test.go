@@ -133,7 +133,7 @@ func TestRun_short(t *testing.T) {
 		}
 	}
 
-	// The files, and the README table from them.
+	// The files, and the docs/performance.md table from them.
 	if err := r.write(cfg.Out); err != nil {
 		t.Fatal(err)
 	}

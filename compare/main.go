@@ -1,6 +1,6 @@
 // Command compare runs sqllock beside the locks users would pick instead,
 // interleaved in one run against real servers, and writes a results file,
-// a chart and the README's table:
+// a chart and the table in docs/performance.md:
 //
 //	cd compare && go run .                 # about 4 minutes with one MySQL server
 //	go run . -short                        # a smoke test: under a minute
@@ -162,7 +162,7 @@ func main() {
 		log.Fatal(err)
 	}
 	r.text(os.Stdout)
-	fmt.Println("\nFor the README:")
+	fmt.Println("\nFor docs/performance.md:")
 	fmt.Println()
 	r.markdown(os.Stdout)
 	fmt.Printf("\nwrote %s\n", strings.Join(r.files(cfg.Out), ", "))

@@ -196,7 +196,7 @@ func (r *results) has(f func(lockResult) bool) bool {
 	return false
 }
 
-// markdown prints the README's tables.
+// markdown prints the tables of docs/performance.md.
 func (r *results) markdown(w io.Writer) {
 	c := r.Config
 	fmt.Fprintf(w, "Written by `cd compare && %s` on %s (%d CPUs, %s), %s.\n\n",

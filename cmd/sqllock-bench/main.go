@@ -1,6 +1,6 @@
 // Command sqllock-bench runs sqllock's benchmarks against a real server,
 // prints them as tables with ratios to the durable floor, and writes the
-// results file and chart the README shows:
+// results file and chart docs/performance.md shows:
 //
 //	SQLLOCK_TEST_DSN='root@tcp(127.0.0.1:3306)/test' go run ./cmd/sqllock-bench
 //	go run ./cmd/sqllock-bench -chart-only   # tables and chart from bench/results.txt

@@ -11,7 +11,7 @@
 //
 // The server comes from --dsn or SQLLOCK_DSN (a go-sql-driver/mysql DSN such
 // as user:pass@tcp(db:3306)/app); --table picks the table (default sqllock).
-// See the README for run's exit statuses.
+// See docs/operations.md for run's exit statuses.
 package main
 
 import (
