@@ -25,6 +25,9 @@ var ErrUnsupportedServer = errors.New("sqllock: unsupported server")
 // one connection of its pool, what the statements rely on, with its own
 // table, statements and DSN, under a proof name nobody else uses:
 //
+//  0. the version, as the connection answers a query on no table: a layer
+//     answers that itself (Vitess says 8.4.6-Vitess), though it passes the
+//     first-use check's query on the table to the server behind it;
 //  1. acquire under token A: the insert id is a fence (above the marks 1 and
 //     2 the statement sets first), and it is the fence the table holds;
 //  2. refresh under token B, which matches no row and so sets no insert id:
@@ -34,8 +37,8 @@ var ErrUnsupportedServer = errors.New("sqllock: unsupported server")
 //     reply must give;
 //  5. release under token A: the row was A's;
 //
-// then it deletes the proof name's rows. The proof costs seven statements
-// (fourteen round trips with the default DSN, which prepares each one) and
+// then it deletes the proof name's rows. The proof costs eight statements
+// (fifteen round trips with the default DSN, which prepares each write) and
 // four commits, once per Client: about three uncontended acquire-and-release
 // pairs (BenchmarkFirstUse: 29 ms beside a warm pair's 10.7 ms, on MariaDB
 // 10.11 here under load). A failed proof is made again by the next
@@ -94,8 +97,36 @@ func (c *Client) proveOnce(ctx context.Context) error {
 	return nil
 }
 
-// prove makes the proof above, with a context of its own for the cleanup.
+// prove makes the proof above. A connection that breaks under it (a lost
+// reply, a killed connection) is no answer: the proof is made again on
+// another connection, under a fresh name, up to maxTransientAttempts times,
+// as exec sends a statement again.
 func (c *Client) prove(ctx context.Context) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = c.proveAttempt(ctx)
+		if err == nil || !brokenProof(err) || attempt >= maxTransientAttempts {
+			break
+		}
+		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
+			err = fmt.Errorf("%w (last error: %w)", werr, err)
+			break
+		}
+	}
+	if err == nil || errors.Is(err, ErrUnsupportedServer) || isConnectError(err) {
+		return err // serverError names the step
+	}
+	return fmt.Errorf("check the statements on a proof name: %w", err)
+}
+
+// brokenProof reports whether the proof failed because its connection broke.
+func brokenProof(err error) bool {
+	return classify(err) == failedUnknown || errors.Is(err, sql.ErrConnDone)
+}
+
+// proveAttempt makes one attempt at the proof on one connection, under a name
+// of its own, and deletes what it left there, with a context of its own.
+func (c *Client) proveAttempt(ctx context.Context) error {
 	a, err := newToken()
 	if err != nil {
 		return fmt.Errorf("sqllock: token: %w", err)
@@ -114,20 +145,14 @@ func (c *Client) prove(ctx context.Context) error {
 	text := c.sql // TiDB's forms, if the first-use check chose them
 	c.mu.Unlock()
 	err = c.proveOn(ctx, conn, &text, name, a, b)
-	if err == nil {
-		return nil
-	}
-	if !isRefusal(err) {
+	if err != nil && !isRefusal(err) {
 		// The proof name is ours alone: whatever the proof left there
 		// goes, on any connection, whatever ctx has become.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_, _ = c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
 	}
-	if errors.Is(err, ErrUnsupportedServer) || isConnectError(err) {
-		return err // serverError names the step
-	}
-	return fmt.Errorf("check the statements on a proof name: %w", err)
+	return err
 }
 
 // isRefusal reports whether err says the server refused the statement
@@ -136,6 +161,24 @@ func isRefusal(err error) bool { return classify(err) == failedRefused }
 
 // proveOn runs the proof's steps on conn.
 func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]string, name, a, b string) error {
+	// The version as the connection itself answers it, on no table: the
+	// first-use check's VERSION() sits in a query on the table, which a
+	// sharding layer (Vitess) passes on to the server behind it.
+	var version string
+	if err := retryRolledBack(ctx, func() error {
+		return conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version)
+	}); err != nil {
+		return err
+	}
+	if err := refuseByVersion(version); err != nil {
+		return err
+	}
+	return c.proveStatements(ctx, conn, text, version, name, a, b)
+}
+
+// proveStatements runs steps 1 to 5 of the proof on conn, under name, with
+// tokens a and b, on a server that calls itself version.
+func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[numStmts]string, version, name, a, b string) error {
 	us := proofTTL.Microseconds()
 	acquire := func(token string) (uint64, error) {
 		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
@@ -147,7 +190,7 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 	}
 	unsupported := func(format string, args ...any) error {
 		return errorf("%w: the server (%s), or a layer between it and this Client: %s, which MySQL and MariaDB never do, so a lease taken through it could have two owners; no lease was taken",
-			ErrUnsupportedServer, c.serverVersion(), fmt.Sprintf(format, args...))
+			ErrUnsupportedServer, version, fmt.Sprintf(format, args...))
 	}
 
 	fence, err := acquire(a)
@@ -155,7 +198,7 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 		return err
 	}
 	var stored uint64
-	if err := retryTransient(ctx, func() error {
+	if err := retryRolledBack(ctx, func() error {
 		var holder sql.NullString
 		var held sql.NullBool
 		var left sql.NullInt64
@@ -184,7 +227,7 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 		return unsupported("an acquire repeated by the name's owner reported %d instead of its fence %d", again, fence)
 	}
 	var n int64
-	if err := retryTransient(ctx, func() error {
+	if err := retryRolledBack(ctx, func() error {
 		res, err := conn.ExecContext(ctx, text[qRelease], name, a)
 		if err == nil {
 			n, err = res.RowsAffected()
@@ -200,12 +243,10 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 	return err
 }
 
-// proofExec runs a statement of the proof and returns its insert id. Each
-// is sent again after a rollback or a broken connection, as exec sends any
-// statement: the tokens make a repeat give the first attempt's answer.
+// proofExec runs a statement of the proof and returns its insert id.
 func proofExec(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
 	var id int64
-	err := retryTransient(ctx, func() error {
+	err := retryRolledBack(ctx, func() error {
 		res, err := conn.ExecContext(ctx, query, args...)
 		if err == nil {
 			id, err = res.LastInsertId()
@@ -215,10 +256,23 @@ func proofExec(ctx context.Context, conn *sql.Conn, query string, args ...any) (
 	return id, err
 }
 
-// serverVersion is the version the first-use check read, as the server
-// reports it.
-func (c *Client) serverVersion() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.version
+// retryRolledBack runs f, a step of the proof, again while the server rolls
+// it back (a deadlock, a cluster conflict), within retry's budget: the
+// tokens make a repeat give the first attempt's answer. A broken connection
+// ends the attempt, which prove makes again on another.
+func retryRolledBack(ctx context.Context, f func() error) error {
+	budget := time.Now().Add(maxRetryBudget)
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || classify(err) != failedRolledBack {
+			return err
+		}
+		wait := transientBackoff(attempt)
+		if time.Now().Add(wait).After(budget) {
+			return err
+		}
+		if werr := sleepCtx(ctx, wait); werr != nil {
+			return fmt.Errorf("%w (last error: %w)", werr, err)
+		}
+	}
 }

@@ -269,6 +269,23 @@ func TestClient_firstUse_refusesVitess(t *testing.T) {
 	e.done()
 }
 
+// Vitess passes the first-use check's query on the table to the MySQL
+// behind it, which answers VERSION() with its own: the proof asks the
+// connection on no table, which Vitess answers itself, before any write.
+func TestClient_firstUse_refusesVitessBehindItsServer(t *testing.T) {
+	e := newMockEnv(t)
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
+		WillReturnRows(firstUseRows(1, "9.7.4-2", e.table))
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("8.4.6-Vitess"))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	wantErrIs(t, err, ErrUnsupportedServer)
+	assertErrContains(t, err, "Vitess (8.4.6-Vitess)")
+	e.done() // and nothing else was sent: no write, no prepare
+	if e.c.proven {
+		t.Error("proven: got true, want false")
+	}
+}
+
 func TestClient_firstUse_proofAnswers(t *testing.T) {
 	const fence = 7
 	type answer struct {
@@ -298,6 +315,7 @@ func TestClient_firstUse_proofAnswers(t *testing.T) {
 			for i := range any9 {
 				any9[i] = sqlmock.AnyArg()
 			}
+			e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
 			steps := []func(a answer){
 				func(a answer) {
 					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
@@ -346,6 +364,7 @@ func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
 	for i := range any9 {
 		any9[i] = sqlmock.AnyArg()
 	}
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
 	readOnly := errors.New("Error 1290 (HY000): The MySQL server is running with the --read-only option so it cannot execute this statement")
 	e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnError(readOnly)
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
@@ -364,3 +383,35 @@ func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
 	}
 	e.done()
 }
+
+// A proof whose connection breaks is made again, under a fresh name, as a
+// statement is sent again: a lost reply is no answer.
+func TestClient_firstUse_proofSurvivesBrokenConnection(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(1)
+	var names []string
+	name := sqlmock.Argument(argFunc(func(v driver.Value) bool {
+		s, _ := v.(string)
+		names = append(names, s)
+		return strings.HasPrefix(s, proofPrefix)
+	}))
+	args := []driver.Value{name, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(),
+		sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.mock.ExpectExec(e.sql("acquire")).WithArgs(args...).WillReturnError(mysql.ErrInvalidConn)
+	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 1))
+	e.expectProof()
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(101, 2))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Fatalf("TryAcquire: got %v, want nil", err)
+	}
+	e.done()
+	if len(names) == 0 {
+		t.Fatal("the proof's name was not seen")
+	}
+}
+
+// argFunc is a sqlmock.Argument from a function.
+type argFunc func(driver.Value) bool
+
+func (f argFunc) Match(v driver.Value) bool { return f(v) }

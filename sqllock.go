@@ -57,7 +57,6 @@ type Client struct {
 	mu           sync.Mutex
 	checked      bool                     // the first-use check passed; tablecheck.go
 	proven       bool                     // the proof of the statements passed; proof.go
-	version      string                   // the server's, as the first-use check read it
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool

@@ -126,6 +126,7 @@ func (e *mockEnv) expectProof() {
 		acquireArgs = tidbAcquireArgs
 	}
 	anyArgs := func(n int) []driver.Value { return slices.Repeat([]driver.Value{sqlmock.AnyArg()}, n) }
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 2))
 	e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
 		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us"}).AddRow(mockHolder, fence, 1, 60_000_000))

@@ -91,9 +91,6 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
-	c.mu.Lock()
-	c.version = fu.version
-	c.mu.Unlock()
 	if err := refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
