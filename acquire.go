@@ -68,16 +68,15 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	l, err := a.attempt(ctx)
-	a.end(l)
-	return l, err
+	return a.attempt(ctx)
 }
 
 // Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
 // between attempts as the Client's [RetryStrategy] says, until it succeeds,
 // the strategy gives up, or ctx ends. When ctx ends first, the error
 // satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()).
-// One token serves all the attempts of one call.
+// One token serves the attempts of one call until one's outcome is unknown;
+// the next then draws another (see acquireCall).
 //
 // Calls of one Client waiting for the same name queue up and share one
 // poller: only the first in line sends statements, so a thousand waiting
@@ -101,30 +100,45 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if _, ok := c.retry.Backoff(1); !ok {
 		// A strategy that never retries makes Acquire a TryAcquire; a
 		// queue would only delay its one answer.
-		l, err := a.attempt(ctx)
-		a.end(l)
-		return l, err
+		return a.attempt(ctx)
 	}
 	return c.acquireQueued(ctx, &a)
 }
 
 // An acquireCall is one call that takes a lease on name for ttl (TryAcquire,
-// Acquire, Elect's campaign), with the one owner token all its attempts
-// send: an attempt whose reply was lost is then taken up by the next, which
-// finds the lease already ours. It owns the attempts whose outcome stayed
-// unknown and whose cleanup did not settle them, and hands their token to
-// the Client's orphan list when the call ends without a Lock (end). It is
-// used by one goroutine.
+// Acquire, Elect's campaign). It owns the call's owner token and what an
+// attempt whose outcome stays unknown leaves behind. It is used by one
+// goroutine.
+//
+// A statement whose reply was lost (the connection broke after it was sent,
+// or the caller's context cut it) may still run on the server later: in a
+// thread pool's or a proxy's queue, behind a row lock, or as TCP delivers it
+// after the socket closed. So is the DELETE that cleans up after it. Hence
+// the rules, all applied here:
+//
+//  1. A token any of whose statements had an unknown outcome is retired: the
+//     call's later attempts draw a fresh one. A late DELETE by the old token
+//     then cannot take the lease of the Lock the call returns, nor a late
+//     acquire under it extend or shorten that lease.
+//  2. A retired token is handed to the Client's orphan list at once, whatever
+//     the call's later attempts answer, unless a DELETE by it, sent after
+//     the token's last statement could still commit, settled it. The list
+//     deletes its lease before the Client's next acquire of the name, and
+//     at Close.
+//  3. An attempt whose statement was sent again (exec retries a broken
+//     connection with the same token) and then took the lease returns a Lock
+//     under that token: its earlier send may run late. While the Lock holds
+//     the name, that send finds the lease already ours and sets an expiry
+//     from its own start, no earlier than the Lock's ValidUntil, which counts
+//     from the first send. After the Lock's release it could take the name
+//     under a token nobody holds: so the Lock's release hands the token to
+//     the orphan list until such a send can no longer commit (lateUntil).
 type acquireCall struct {
-	c     *Client
-	name  string
-	ttl   time.Duration
-	token string
-
-	// Of the unsettled attempts: the longest ttl, and the latest send time
-	// (zero for none).
-	unsettledTTL  time.Duration
-	unsettledSent time.Time
+	c        *Client
+	name     string
+	ttl      time.Duration
+	token    string
+	tokenErr error // renew could not draw a token
 }
 
 // newAcquireCall checks an acquire's arguments, before anything is sent,
@@ -149,6 +163,9 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	c, name, ttl, token := a.c, a.name, a.ttl, a.token
 	if c.isClosed() {
 		return nil, ErrClosed
+	}
+	if a.tokenErr != nil {
+		return nil, a.tokenErr
 	}
 	// Leases earlier acquires of name may have left under tokens nobody
 	// holds go first; without any, this costs an atomic load.
@@ -179,6 +196,9 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
+		if maybeApplied {
+			a.retire(sent) // rule 2: nothing settled it
+		}
 		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
 	}
 	// The OK packet carries the insert id unsigned; the driver hands it
@@ -186,6 +206,11 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	fence := uint64(id)
 	switch {
 	case fence == 0:
+		if maybeApplied {
+			// An earlier send of this attempt may commit later, once the
+			// other owner's lease ends (rule 2).
+			a.retire(sent)
+		}
 		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
 	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
@@ -201,6 +226,9 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
+	if maybeApplied {
+		l.lateUntil = sent.Add(orphanWait) // rule 3
+	}
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
 		a.cleanup(ctx, sent)
@@ -211,30 +239,41 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 
 // cleanup deletes the row the attempt sent at sent may have written (its
 // outcome is unknown, or it lost the race with Close), with a context of its
-// own: the caller's may have ended. When that does not settle it (see the
-// orphan list below), the call records the attempt, for end.
+// own: the caller's may have ended. Then it retires the token (rule 1), and
+// hands it to the orphan list unless the DELETE settled it (rule 2).
 func (a *acquireCall) cleanup(ctx context.Context, sent time.Time) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if !a.c.deleteOrphan(ctx, a.name, orphan{token: a.token, settled: sent.Add(orphanWait)}) {
-		a.unsettledTTL = max(a.unsettledTTL, a.ttl)
-		a.unsettledSent = maxTime(a.unsettledSent, sent)
-	}
-}
-
-// end ends the call, which returns l. A call that returns without a Lock
-// gives up its token: from now on nobody holds it, so the lease an unsettled
-// attempt may leave under it is the Client's to delete before its next
-// acquire of the name, or at Close. A token is remembered only once its call
-// has ended: while the call goes on, its next attempt may take the lease
-// under that token, and a DELETE by the token would take it from the Lock it
-// returns.
-func (a *acquireCall) end(l *Lock) {
-	if l != nil || a.unsettledSent.IsZero() {
+	if a.c.deleteOrphan(ctx, a.name, orphan{token: a.token, settled: sent.Add(orphanWait)}) {
+		a.renew()
 		return
 	}
+	a.retire(sent)
+}
+
+// retire hands the call's token, whose last statement was sent at sent, to
+// the Client's orphan list (rule 2), and draws a fresh one for the call's
+// next attempt (rule 1).
+func (a *acquireCall) retire(sent time.Time) {
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", a.name)
-	a.c.orphans.remember(a.name, a.token, a.unsettledTTL, a.unsettledSent)
+	a.c.orphans.remember(a.name, a.token, a.ttl, sent)
+	if a.c.isClosed() {
+		// Close's pass over the orphan list may have run already.
+		a.c.releaseOrphansOf(a.name)
+	}
+	a.renew()
+}
+
+// renew draws a fresh token for the call's next attempt (rule 1). Should
+// the system's random source fail, the call has no token, and its next
+// attempt fails before anything is sent.
+func (a *acquireCall) renew() {
+	token, err := newToken()
+	if err != nil {
+		a.token, a.tokenErr = "", fmt.Errorf("sqllock: token: %w", err)
+		return
+	}
+	a.token = token
 }
 
 // ---------------------------------------------------------------------------
@@ -246,8 +285,8 @@ func (a *acquireCall) end(l *Lock) {
 // (cleanup), but the DELETE proves the lease gone only when it deletes it:
 // when it fails (the server is away: a restart, a failover) or finds no row
 // (the acquire may still be waiting for a row lock on the server, and commit
-// later), the Client remembers the token once the acquire call has given it
-// up (see acquireCall.end), and every later acquire of the name in this
+// later), the Client remembers the token, which the call has retired (see
+// acquireCall), and every later acquire of the name in this
 // Client first deletes the lease that token may hold, so the name does not
 // stay blocked for the whole ttl. Close does the same for every remembered
 // token. A token is forgotten once such a DELETE removes its lease, or once
@@ -407,6 +446,9 @@ func (o *orphans) remembered(name string) int {
 // that settles it: the DELETE removed the lease, or found none after the
 // acquire could still commit.
 func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
+	// Judged by when the DELETE was sent, not when its reply came: sent
+	// after the acquire could commit, finding no row proves none is left.
+	sent := time.Now()
 	res, _, err := c.exec(ctx, qRelease, name, x.token)
 	if errors.Is(err, ErrClosed) {
 		// Close has closed the statements, or this Client never prepared
@@ -423,7 +465,7 @@ func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
 	if err != nil {
 		return false
 	}
-	return n == 1 || time.Now().After(x.settled)
+	return n == 1 || sent.After(x.settled)
 }
 
 // claimOrphans deletes the leases that acquires of name with an unknown
@@ -454,5 +496,17 @@ func (c *Client) releaseOrphans(ctx context.Context) {
 				c.deleteOrphan(ctx, name, x)
 			}
 		}
+	}
+}
+
+// releaseOrphansOf deletes the leases of the tokens remembered for name,
+// with a context of its own, for a token remembered once Close has started:
+// Close's pass over the list may have run already. Whatever fails expires
+// by itself.
+func (c *Client) releaseOrphansOf(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for _, x := range c.orphans.take(name, time.Now()) {
+		c.deleteOrphan(ctx, name, x)
 	}
 }

@@ -112,13 +112,12 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 // error that may pass, and clears it when an answer comes.
 func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string), lastErr *error) (l *Lock, err error) {
 	poll := min(max(ttl/4, minBackoff), maxCampaignPoll)
-	// One token serves every attempt, as in Acquire: an attempt whose
-	// outcome stayed unknown is then taken up by the next.
+	// One call serves every attempt, as in Acquire: it owns the token and
+	// what an attempt whose outcome stayed unknown leaves (acquire.go).
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { a.end(l) }()
 	for {
 		l, err = a.attempt(ctx)
 		switch {

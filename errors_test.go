@@ -230,30 +230,56 @@ func TestOrphans_bounded(t *testing.T) {
 	}
 }
 
-// An Acquire whose first attempt's outcome stays unknown goes on with the
-// same token and takes the lease: that token is then a live Lock's, and no
-// later acquire of the name in the Client may delete its lease.
-func TestClient_Acquire_unknownAttemptThenLease_tokenKept(t *testing.T) {
+// An Acquire whose first attempt's outcome stays unknown, and whose cleanup
+// fails, retires that token (acquire.go, rule 1): its next attempt deletes
+// the lease the token may hold, then acquires under a fresh one. A late
+// DELETE by the old token then cannot take the Lock's lease, and no later
+// acquire of the name in the Client sends one with the Lock's token.
+func TestClient_Acquire_unknownAttemptThenLease_tokenRetired(t *testing.T) {
 	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
-	tok := &tokenArg{}
+	old, fresh := &tokenArg{}, &tokenArg{}
 	lost := errors.New("invalid connection")
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), repeatReply(errReply(lost), maxTransientAttempts)...)
-	e.expectExec("release", releaseArgs("job", tok), errReply(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
-	// The retry with the same token finds the lease its lost attempt took.
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), okReply(42, 2))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, old), repeatReply(errReply(lost), maxTransientAttempts)...)
+	e.expectExec("release", releaseArgs("job", old), errReply(&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}))
+	// The next attempt deletes what the lost one took, then takes the name
+	// under a token of its own.
+	e.expectExec("release", releaseArgs("job", old), okReply(0, 1))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, fresh), okReply(42, 1))
 	l, err := e.c.Acquire(t.Context(), "job", time.Second)
 	if err != nil {
 		t.Fatalf("Acquire: got %v, want nil", err)
 	}
+	if l.Token() != fresh.token || fresh.token == old.token {
+		t.Errorf("Lock token: got %q, want the fresh %q, not the retired %q", l.Token(), fresh.token, old.token)
+	}
 	if n := e.c.orphans.remembered("job"); n != 0 {
-		t.Errorf("tokens remembered after the lease was taken: got %d, want 0", n)
+		t.Errorf("tokens remembered after the DELETE removed the lost lease: got %d, want 0", n)
 	}
 	// Another acquire of the name sends no DELETE with the Lock's token.
 	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(0, 0))
 	_, err = e.c.TryAcquire(t.Context(), "job", time.Second)
 	assertErrIs(t, err, ErrNotAcquired)
-	if l.Token() != tok.token {
-		t.Errorf("Lock token: got %q, want %q", l.Token(), tok.token)
+	e.done()
+}
+
+// An attempt whose first send was lost and whose resend was refused may
+// still take the name later, when the other owner's lease ends: its token is
+// remembered whatever the answer (rule 2), and the next acquire of the name
+// deletes that lease first.
+func TestClient_TryAcquire_lostSendThenRefused_tokenRemembered(t *testing.T) {
+	e := newMockEnv(t)
+	old := &tokenArg{}
+	lost := errors.New("invalid connection")
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, old), errReply(lost), okReply(0, 0))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrIs(t, err, ErrNotAcquired)
+	if n := e.c.orphans.remembered("job"); n != 1 {
+		t.Fatalf("tokens remembered after a lost send and a refusal: got %d, want 1", n)
+	}
+	e.expectExec("release", releaseArgs("job", old), okReply(0, 0))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(43, 1))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Fatalf("TryAcquire: got %v, want nil", err)
 	}
 	e.done()
 }

@@ -51,6 +51,27 @@ func (h *held) add(l *Lock) bool {
 	return true
 }
 
+// readd registers l again after a Refresh made its lease live again: a
+// sweep may have dropped it while its ValidUntil had passed, though nobody
+// had taken the name. It does nothing for a released Lock, or once Close has
+// taken the Locks (the lease then expires by itself).
+func (h *held) readd(l *Lock) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closing || h.locks == nil {
+		return
+	}
+	if _, ok := h.locks[l]; ok {
+		return
+	}
+	l.mu.Lock()
+	released := l.released
+	l.mu.Unlock()
+	if !released {
+		h.locks[l] = struct{}{}
+	}
+}
+
 func (h *held) remove(l *Lock) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

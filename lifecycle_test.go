@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -565,4 +566,41 @@ func randomCall(c *Client, name, onceName string) error {
 // released by Close under it.
 func expectedDuringClose(err error) bool {
 	return errors.Is(err, ErrClosed) || errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrNotHeld)
+}
+
+// Issue 20, point 6. A Lock whose ValidUntil passed, though nobody took its
+// name, is swept from the Client's registry as it grows; a Refresh that then
+// finds the lease still its own makes it live again, and Close must release
+// it.
+func TestClient_Close_releasesLockRefreshedAfterSweep(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		witness := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "swept", time.Minute)
+		// ValidUntil is a lower bound on the client's clock: a slow reply can
+		// leave it behind while the server's lease is still live. Make it so.
+		l.mu.Lock()
+		l.validUntil = time.Now().Add(-time.Millisecond)
+		l.mu.Unlock()
+		for i := range 64 { // enough Locks to make the registry sweep
+			mustAcquire(t, c, fmt.Sprintf("other-%d", i), time.Minute)
+		}
+		if slices.Contains(c.Held(), "swept") {
+			t.Fatal("the lapsed Lock was not swept: the test did not make the case")
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh of a lapsed lease nobody took: got %v, want nil", err)
+		}
+		if !slices.Contains(c.Held(), "swept") {
+			t.Error("Held after the Refresh: the Lock is missing")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if info := inspect(t, witness, "swept"); info.Held {
+			t.Fatalf("after Close: %+v, want the name released", info)
+		}
+	})
 }

@@ -38,6 +38,10 @@ type Lock struct {
 	// releasing is the release under way, which other release calls wait
 	// for and share the result of.
 	releasing *releaseFlight
+	// lateUntil: the acquire sent its statement more than once, and an
+	// earlier send may still commit until then; the release hands the token
+	// to the Client's orphan list (acquire.go, rule 3). Zero when sent once.
+	lateUntil time.Time
 	// releaseUnknown: a Release failed in a way that may have deleted the row.
 	releaseUnknown bool
 	// wake: the Lock holds its name's wake-up channel, which its release
@@ -133,6 +137,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	l.setValidUntil(sent.Add(ttl))
 	l.mu.Unlock()
+	l.c.held.readd(l) // after l.mu: the registry's lock comes first
 	return nil
 }
 
@@ -227,6 +232,11 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		return l.c.serverError(fmt.Sprintf("release %q", l.name), err)
 	}
 	defer l.c.held.remove(l)
+	if !l.lateUntil.IsZero() && time.Now().Before(l.lateUntil) {
+		// A late send of the acquire could take the name again under this
+		// token, which nobody holds from now on (acquire.go, rule 3).
+		l.c.orphans.remember(l.name, l.token, l.ttl, l.lateUntil.Add(-orphanWait))
+	}
 	// Whatever the answer, the lease is no longer ours: a caller waiting
 	// for the name in this Client should try now.
 	l.c.waiters.kick(l.name)

@@ -191,7 +191,6 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 	useWake := c.wake.on && c.wake.contended(name)
 	waited := false // refused, or queued behind another process
 	defer func() {
-		a.end(lock)
 		if lock == nil {
 			if c.wake.on && ws.waiting(name) == 0 {
 				// Nobody here waits for the name any more: the next

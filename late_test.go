@@ -1,0 +1,370 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"io"
+	"log"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// ---------------------------------------------------------------------------
+// Statements that run late, on a real server
+
+// A lateAction is what a lateConnector does with one execution.
+type lateAction int
+
+const (
+	pass lateAction = iota // run it and hand back its reply
+	lose                   // run it, then lose the reply (invalid connection)
+	hold                   // run nothing now, lose the reply, run it when told (late)
+)
+
+// lateConnector connects to a real server and lets a test decide, for each
+// execution of a prepared statement, whether it runs, runs with its reply
+// lost, or is held back and run later: a statement that failed on the client
+// but runs on the server afterwards (a thread pool's or a proxy's queue, CPU
+// starvation, TCP delivering after the socket closed).
+type lateConnector struct {
+	driver.Connector
+	mu     sync.Mutex
+	decide func(query string, args []driver.NamedValue) lateAction
+	held   []heldStmt
+}
+
+type heldStmt struct {
+	query string
+	args  []any
+}
+
+// lateDB opens the environment's server through a lateConnector, which
+// passes everything until decide is set.
+func (e *testEnv) lateDB(t *testing.T) (*sql.DB, *lateConnector) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = log.New(io.Discard, "", 0)
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &lateConnector{Connector: connector}
+	db := sql.OpenDB(lc)
+	t.Cleanup(func() { db.Close() })
+	return db, lc
+}
+
+// setDecide sets what the connector does with each execution from now on.
+func (lc *lateConnector) setDecide(f func(query string, args []driver.NamedValue) lateAction) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.decide = f
+}
+
+// runHeld runs the statements held back so far, in order, on db (the server
+// straight), and forgets them; it returns how many it ran.
+func (lc *lateConnector) runHeld(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	lc.mu.Lock()
+	held := lc.held
+	lc.held = nil
+	lc.mu.Unlock()
+	for _, h := range held {
+		if _, err := db.Exec(h.query, h.args...); err != nil {
+			t.Fatalf("late %q: %v", h.query, err)
+		}
+	}
+	return len(held)
+}
+
+func (lc *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := lc.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &lateConn{Conn: c, lc: lc}, nil
+}
+
+type lateConn struct {
+	driver.Conn
+	lc *lateConnector
+}
+
+func (c *lateConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &lateStmt{Stmt: st, lc: c.lc, query: query}, nil
+}
+
+func (c *lateConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+}
+
+func (c *lateConn) ResetSession(ctx context.Context) error {
+	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
+}
+
+func (c *lateConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+
+func (c *lateConn) CheckNamedValue(nv *driver.NamedValue) error {
+	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
+}
+
+type lateStmt struct {
+	driver.Stmt
+	lc    *lateConnector
+	query string
+}
+
+func (s *lateStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+}
+
+func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.lc.mu.Lock()
+	act := pass
+	if s.lc.decide != nil {
+		act = s.lc.decide(s.query, args)
+	}
+	if act == hold {
+		h := heldStmt{query: s.query}
+		for _, a := range args {
+			h.args = append(h.args, a.Value)
+		}
+		s.lc.held = append(s.lc.held, h)
+	}
+	s.lc.mu.Unlock()
+	switch act {
+	case hold:
+		return nil, mysql.ErrInvalidConn
+	case lose:
+		if _, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args); err != nil {
+			return nil, err
+		}
+		return nil, mysql.ErrInvalidConn
+	}
+	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+}
+
+// isAcquire and isRelease tell the Client's statements apart, by their text.
+func isAcquire(query string) bool { return strings.HasPrefix(query, "INSERT INTO") }
+func isRelease(query string) bool {
+	return strings.HasPrefix(query, "DELETE FROM") && strings.Contains(query, "kind = 'L'")
+}
+
+// arg returns execution argument i as a string.
+func arg(args []driver.NamedValue, i int) string {
+	switch v := args[i].Value.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	}
+	return ""
+}
+
+// lateEnv is a Client whose statements go through a lateConnector, and a
+// witness Client (another process) on the same table, straight.
+type lateEnv struct {
+	c, witness *Client
+	lc         *lateConnector
+	straight   *sql.DB
+	table      string
+}
+
+func newLateEnv(t *testing.T, e *testEnv, opts ...Option) *lateEnv {
+	t.Helper()
+	table := e.newTable(t)
+	db, lc := e.lateDB(t)
+	straight := e.openDB(t)
+	c := e.client(t, db, table, append([]Option{WithHolder("late")}, opts...)...)
+	// The first use (the check and the proof) before any statement is held.
+	mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
+	return &lateEnv{c: c, witness: e.client(t, straight, table, WithHolder("witness")), lc: lc, straight: straight, table: table}
+}
+
+// owner reads the owner token and expiry of name's lease, straight.
+func (le *lateEnv) owner(t *testing.T, name string) (owner string, expires string) {
+	t.Helper()
+	err := le.straight.QueryRow("SELECT owner, CAST(expires_at AS CHAR) FROM `"+le.table+"` WHERE name = ? AND kind = 'L'", name).Scan(&owner, &expires)
+	if err == sql.ErrNoRows {
+		return "", ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return owner, expires
+}
+
+// Issue 20, point 1. An Acquire's first attempt commits but its reply is
+// lost, and the DELETE that cleans up after it fails on the client, then
+// runs on the server after the call's next attempt took the lease. It must
+// not delete the lease of the Lock the call returned: the next attempt
+// sends another token.
+func TestLate_cleanupDeleteRunsLate_keepsTheLock(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e, WithRetry(LinearBackoff(5*time.Millisecond)))
+		acquires, releases := 0, 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			switch {
+			case isAcquire(q) && arg(args, 0) == "x":
+				if acquires++; acquires <= maxTransientAttempts {
+					return lose // the attempt's every send: outcome unknown
+				}
+			case isRelease(q) && arg(args, 0) == "x":
+				if releases++; releases <= maxTransientAttempts {
+					return hold // the cleanup's every send: fails here, runs later
+				}
+			}
+			return pass
+		})
+		l, err := le.c.Acquire(testCtx(t), "x", time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		if n := le.lc.runHeld(t, le.straight); n == 0 {
+			t.Fatal("no cleanup DELETE was held back: the test did not make the race")
+		}
+		if owner, _ := le.owner(t, "x"); owner != l.Token() {
+			t.Fatalf("owner after the late DELETE: got %q, want the Lock's %q (two holders)", owner, l.Token())
+		}
+		_, err = le.witness.TryAcquire(testCtx(t), "x", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+}
+
+// Issue 20, point 2. A TryAcquire's first send is lost and runs late; its
+// resend is refused, the name being another's. When the late send takes the
+// name after that owner's release, under a token nobody holds, the Client's
+// next acquire of the name must delete that lease, not wait out its ttl.
+func TestLate_lostSendTakesNameLater_notBlocked(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		other := mustAcquire(t, le.witness, "y", time.Minute)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isAcquire(q) && arg(args, 0) == "y" {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		_, err := le.c.TryAcquire(testCtx(t), "y", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if err := other.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		le.lc.setDecide(nil)
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, "y"); owner == "" {
+			t.Fatal("the late send did not take the name: the test did not make the race")
+		}
+		l, err := le.c.TryAcquire(testCtx(t), "y", time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquire after the late send: got %v, want the name (its lease has no holder)", err)
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Issue 20, point 3. An Acquire attempt whose every send was lost (none ran
+// yet) is followed by one that takes the lease; the lost sends then run
+// late. They must leave the Lock's lease as it is: neither its owner nor its
+// expiry moves (a late send that took the "already ours" branch would set an
+// expiry from its own start, which may be earlier than the Lock's
+// ValidUntil).
+func TestLate_acquireRunsLateUnderTheLock_leaseUntouched(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e, WithRetry(LinearBackoff(5*time.Millisecond)))
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isAcquire(q) && arg(args, 0) == "z" {
+				if sends++; sends <= maxTransientAttempts {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.Acquire(testCtx(t), "z", time.Minute)
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		owner, expires := le.owner(t, "z")
+		if owner != l.Token() {
+			t.Fatalf("owner: got %q, want the Lock's %q", owner, l.Token())
+		}
+		time.Sleep(10 * time.Millisecond) // so that a late expiry would differ
+		if n := le.lc.runHeld(t, le.straight); n != maxTransientAttempts {
+			t.Fatalf("held sends: got %d, want %d", n, maxTransientAttempts)
+		}
+		if gotOwner, gotExpires := le.owner(t, "z"); gotOwner != owner || gotExpires != expires {
+			t.Fatalf("lease after the late sends: got owner %q expiring %s, want %q expiring %s", gotOwner, gotExpires, owner, expires)
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		// The late sends were refused, and left nothing behind.
+		if owner, _ := le.owner(t, "z"); owner != "" {
+			t.Fatalf("after Release: a lease of %q is left", owner)
+		}
+	})
+}
+
+// An acquire whose first send was lost and whose resend took the name
+// returns a Lock under that token. If the lost send runs after the Lock's
+// release, it takes the name under a token nobody holds: the release hands
+// the token to the orphan list, and the Client's next acquire of the name
+// deletes that lease first.
+func TestLate_lostSendTakesNameAfterRelease_notBlocked(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isAcquire(q) && arg(args, 0) == "w" {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquire(testCtx(t), "w", time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		le.lc.setDecide(nil)
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, "w"); owner != l.Token() {
+			t.Fatalf("the late send did not take the name under the released token: the test did not make the race (owner %q)", owner)
+		}
+		again, err := le.c.TryAcquire(testCtx(t), "w", time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquire after the late send: got %v, want the name (its lease has no holder)", err)
+		}
+		if err := again.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
