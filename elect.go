@@ -72,17 +72,24 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 	// lastErr is the last error met since the last lead began: what kept
 	// this candidate from leading, or ended its lead.
 	var lastErr error
-	ended := func() error {
-		if lastErr == nil {
-			return ctx.Err()
+	// ended is Elect's error once ctx has ended, with err, the error that
+	// ended the campaign, if any. The context is read with ctxErr: a
+	// deadline that has passed may not yet show in ctx.Err().
+	ended := func(err error) error {
+		cerr := ctxErr(ctx)
+		switch {
+		case lastErr != nil:
+			return errorf("elect %q: %w (last error: %w)", name, cerr, lastErr)
+		case err != nil && err != cerr && !errors.Is(err, ErrClosed):
+			return errorf("elect %q: %w", name, err) // an attempt cut by ctx; it wraps cerr
 		}
-		return errorf("elect %q: %w (last error: %w)", name, ctx.Err(), lastErr)
+		return cerr
 	}
 	for {
 		l, err := c.campaign(ctx, name, ttl, observe, &lastErr)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ended()
+			if ctxErr(ctx) != nil {
+				return ended(err)
 			}
 			return err
 		}
@@ -102,7 +109,7 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			cb.OnStoppedLeading()
 		}
 		if ctx.Err() != nil {
-			return ended()
+			return ended(nil)
 		}
 	}
 }
@@ -120,10 +127,13 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 	}
 	for {
 		l, err = a.attempt(ctx)
+		// Read once, as the attempt read it: a deadline that passed during
+		// the attempt is no other owner's lease.
+		cerr := ctxErr(ctx)
 		switch {
 		case err == nil:
 			return l, nil
-		case ctx.Err() != nil:
+		case cerr != nil:
 			return nil, err
 		case errors.Is(err, ErrNotAcquired):
 			*lastErr = nil

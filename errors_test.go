@@ -87,6 +87,31 @@ func TestElect_returnsLastError(t *testing.T) {
 	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
 }
 
+// passedDeadline is a context whose deadline has passed while its timer has
+// not yet fired (ctx.Err() is still nil), as happens for a moment with every
+// deadline: a statement cut by it fails before the context says it ended.
+type passedDeadline struct{ context.Context }
+
+func (passedDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// Issue 20, point 7. An Elect whose attempt fails as its deadline passes,
+// before the context says it ended, still returns the attempt's error, with
+// the last refusal: the campaign reads the context once, as Acquire does,
+// and the refusal is not mistaken for another leader's lease.
+func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectPrepareError("acquire", errReadOnly)
+	e.mock.MatchExpectationsInOrder(false)
+	for range 200 {
+		e.mock.ExpectPrepare(e.sql("acquire")).WillReturnError(errReadOnly)
+		e.mock.ExpectPrepare(e.sql("inspect")).WillReturnError(errReadOnly)
+	}
+	parent, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err := e.c.Elect(passedDeadline{parent}, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
+}
+
 // Acquire's polling goes on through errors that may pass, counting each as
 // an attempt, and stops on a final one.
 func TestClient_Acquire_pollsThroughPassableErrors(t *testing.T) {
