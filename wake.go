@@ -94,6 +94,9 @@ const (
 	probeEvery = 100 * time.Millisecond
 	// wakeReleaseTimeout bounds letting go of a channel.
 	wakeReleaseTimeout = time.Second
+	// wakeWaitSlack is how much longer than the server's GET_LOCK timeout
+	// the client lets a wait run before it cuts the connection.
+	wakeWaitSlack = 2 * time.Second
 )
 
 // wakeups are a Client's wake-up channels, one per name it waits for or
@@ -105,6 +108,10 @@ type wakeups struct {
 	stop                context.Context // ends when Close starts
 	cancel              context.CancelFunc
 	refused             atomic.Bool // the server refuses GET_LOCK: poll, always
+	// waitCap, when set, is the longest wait the connections' read timeout
+	// lets through (shortenWaits); zero: wakeRecheckMax.
+	waitCap atomic.Int64
+	lastCut atomic.Int64 // how long the last wait ran before its connection broke
 
 	mu     sync.Mutex
 	chans  map[string]*wakeChan
@@ -301,24 +308,28 @@ func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (
 	case c.poolFull():
 		return wakeFailed, false, nil
 	}
-	// Close ends the wait at once: the driver cuts a connection whose
-	// context ends mid-statement, and the named lock dies with it.
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(ws.stop, cancel)()
-
-	wait := min(max(ttl, wakeRecheckMin), wakeRecheckMax)
+	wait := min(max(ttl, wakeRecheckMin), ws.maxWait())
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(min(wait, time.Until(d)), time.Second)
 	}
-	secs := strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
+	secs := (wait + time.Second - 1) / time.Second
+	// The server ends GET_LOCK after secs; the client ends the wait a
+	// little later, so that a connection a NAT or a load balancer dropped
+	// in silence cannot hold the head of the queue, and every caller
+	// behind it, until TCP gives up. Close ends the wait at once: the
+	// driver cuts a connection whose context ends mid-statement, and the
+	// named lock dies with it.
+	wctx, cancel := context.WithTimeout(ctx, secs*time.Second+wakeWaitSlack)
+	defer cancel()
+	defer context.AfterFunc(ws.stop, cancel)()
+	began := time.Now()
 	conn, err := c.db.Conn(wctx)
 	if err != nil {
 		return c.wakeFailure(ctx, name, err)
 	}
 	lit := hexLiteral(name)
 	var free, got sql.NullInt64
-	err = conn.QueryRowContext(wctx, bind(ws.waitSQL, lit, lit, secs)).Scan(&free, &got)
+	err = conn.QueryRowContext(wctx, bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
 	if err != nil || got.Int64 != 1 {
 		// Timed out, or refused by the server: the lock is not ours. Any
 		// other failure leaves a connection we cannot trust: it goes.
@@ -330,6 +341,12 @@ func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (
 			_ = conn.Close() // an error reply: the connection holds nothing
 		} else {
 			discardConn(conn)
+		}
+		if elapsed := time.Since(began); classify(err) == failedUnknown && wctx.Err() == nil && elapsed < wait {
+			// The connection broke mid-wait. The driver reports its own
+			// read timeout (a DSN's readTimeout) so too: when two waits
+			// in a row break after the same time, that is what cut them.
+			c.wakeCut(ctx, elapsed, wait)
 		}
 		return c.wakeFailure(ctx, name, err)
 	}
@@ -394,6 +411,13 @@ func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
 	}
 	conn := ch.conn
 	ws.set(ch, nil, nil)
+	if ws.stop.Err() != nil {
+		// Close has started: no round trip, which would add its own
+		// second to Close's bound; the named lock dies with the
+		// connection.
+		discardConn(conn)
+		return
+	}
 	var ok sql.NullInt64
 	if err := conn.QueryRowContext(ctx, bind(ws.releaseSQL, hexLiteral(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
 		discardConn(conn) // the lock dies with the connection
@@ -410,8 +434,8 @@ func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
 // would take it back after each release, before the one process that
 // polls for it (the others wait behind that one on the channel).
 func (c *Client) probe(ctx context.Context, name string) {
-	if !c.wake.probeDue(name) {
-		return
+	if c.wake.stop.Err() != nil || !c.wake.probeDue(name) {
+		return // Close has started: nothing of this Client waits any more
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
 	defer cancel()
@@ -437,10 +461,18 @@ func (ws *wakeups) closeAll(ctx context.Context) {
 	}
 	ws.mu.Unlock()
 	for _, ch := range chans {
+		// A free channel is always let go of, even once ctx has ended (a
+		// select on both would pick either at random). One still in use
+		// when ctx ends is let go of by its user, in put, which sees
+		// closed.
 		select {
 		case ch.sem <- struct{}{}:
-		case <-ctx.Done():
-			continue
+		default:
+			select {
+			case ch.sem <- struct{}{}:
+			case <-ctx.Done():
+				continue
+			}
 		}
 		ws.mu.Lock()
 		if ch.conn != nil {
@@ -484,5 +516,38 @@ func (l *Lock) afterRelease(ctx context.Context, ok bool) {
 	}
 	if probe {
 		l.c.probe(ctx, l.name)
+	}
+}
+
+// maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
+// the connections' read timeout cut a longer wait.
+func (ws *wakeups) maxWait() time.Duration {
+	if d := time.Duration(ws.waitCap.Load()); d > 0 {
+		return d
+	}
+	return wakeRecheckMax
+}
+
+// wakeCut is told that a wait meant to last wait broke after elapsed. Two
+// in a row that break after the same time (within a tenth, at least 100ms)
+// are a timeout of the connections: a DSN's readTimeout shorter than the
+// wait, which would make every wait fail and open a connection again. Waits
+// then last a whole second less than elapsed; below a second the channels
+// stay off, and waiting processes poll. Each change is logged once.
+func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
+	ws := &c.wake
+	last := time.Duration(ws.lastCut.Swap(int64(elapsed)))
+	if diff := (elapsed - last).Abs(); last == 0 || diff > max(elapsed/10, 100*time.Millisecond) {
+		return
+	}
+	capped := elapsed.Truncate(time.Second) - time.Second
+	if capped < time.Second {
+		if !ws.refused.Swap(true) {
+			c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
+		}
+		return
+	}
+	if old := ws.waitCap.Swap(int64(capped)); old == 0 || time.Duration(old) > capped {
+		c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cut a wake-up wait; waits are shortened: set readTimeout above 7s", "cut_after", elapsed, "wait_now", capped)
 	}
 }

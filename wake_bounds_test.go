@@ -1,0 +1,109 @@
+package sqllock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Issue 20, point 4. Close lets go of every channel its Client holds, even a
+// free one it reaches after its own time is up: the server named lock would
+// otherwise stay held, on a connection checked out of the pool, until the
+// server drops the idle session. Ten channels, so that a pass that skipped
+// each with even odds would leave some.
+func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		ctx := testCtx(t)
+		var names []string
+		for i := range 10 {
+			name := fmt.Sprintf("n%d", i)
+			// Nobody holds the channel: the wait is granted at once, and
+			// the name's queue keeps it, idle.
+			st, _, err := c.waitWake(ctx, name, time.Second)
+			if err != nil || st != wakeGranted {
+				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
+			}
+			names = append(names, name)
+		}
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		c.wake.cancel()
+		c.wake.closeAll(ended)
+		for _, name := range names {
+			if id := channelHolder(t, e.db, table, name); id != 0 {
+				t.Errorf("channel of %s after Close: held by connection %d, want free", name, id)
+			}
+		}
+	})
+}
+
+// Issue 20, point 5. A wait on a channel whose connection went silent (a
+// NAT or a load balancer dropped it; here a proxy that holds all traffic)
+// ends on the client a little after the server's GET_LOCK timeout, not when
+// TCP gives up minutes later.
+func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c, p := e.proxiedClient(t, table, WithWakeups(true))
+		mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		done := make(chan wakeState, 1)
+		go func() {
+			st, _, _ := c.waitWake(context.Background(), "silent", time.Second)
+			done <- st
+		}()
+		// The bound: GET_LOCK's second plus wakeWaitSlack; a minute is
+		// what TCP would take, at the least.
+		select {
+		case st := <-done:
+			if st != wakeFailed {
+				t.Errorf("wait on a silent connection: got state %v, want failed (poll)", st)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the wait on a silent connection did not end within 30s")
+		}
+	})
+}
+
+// Issue 20, point 5. A DSN readTimeout shorter than a channel's wait cuts
+// every wait: the Client notices after two cut alike, says so once, and
+// waits less from then on.
+func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		rec, logOpt := newRecorder()
+		db := e.openDBWith(t, func(c *mysql.Config) { c.ReadTimeout = 3 * time.Second })
+		c := e.client(t, db, table, WithWakeups(true), logOpt)
+		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table, WithWakeups(true)), table, "n")
+		defer holder.Release(testCtx(t))
+		for i := range 2 {
+			st, _, err := c.waitWake(testCtx(t), "n", time.Minute)
+			if err != nil || st != wakeFailed {
+				t.Fatalf("wait %d: got %v, %v, want failed (cut by the read timeout)", i, st, err)
+			}
+		}
+		if got := c.wake.maxWait(); got != 2*time.Second {
+			t.Errorf("longest wait after two cut at 3s: got %v, want 2s", got)
+		}
+		warned := slices.ContainsFunc(rec.atLeast(slog.LevelWarn), func(s string) bool { return strings.Contains(s, "readTimeout") })
+		if !warned {
+			t.Errorf("no warning about readTimeout; logged: %v", rec.atLeast(slog.LevelWarn))
+		}
+		// Now shorter than the read timeout, a wait times out on the server.
+		if st, _, err := c.waitWake(testCtx(t), "n", time.Minute); err != nil || st != wakeTimedOut {
+			t.Errorf("wait after the change: got %v, %v, want timed out", st, err)
+		}
+	})
+}
