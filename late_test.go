@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"io"
 	"log"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,10 +155,12 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
-// isAcquire and isRelease tell the Client's statements apart, by their text.
-func isAcquire(query string) bool { return strings.HasPrefix(query, "INSERT INTO") }
-func isRelease(query string) bool {
-	return strings.HasPrefix(query, "DELETE FROM") && strings.Contains(query, "kind = 'L'")
+// is reports whether query is the Client's statement i, as it prepares it
+// (TiDB's forms on TiDB).
+func (le *lateEnv) is(query string, i int) bool {
+	le.c.mu.Lock()
+	defer le.c.mu.Unlock()
+	return query == le.c.sql[i]
 }
 
 // arg returns execution argument i as a string.
@@ -217,11 +218,11 @@ func TestLate_cleanupDeleteRunsLate_keepsTheLock(t *testing.T) {
 		acquires, releases := 0, 0
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
 			switch {
-			case isAcquire(q) && arg(args, 0) == "x":
+			case le.is(q, qAcquire) && arg(args, 0) == "x":
 				if acquires++; acquires <= maxTransientAttempts {
 					return lose // the attempt's every send: outcome unknown
 				}
-			case isRelease(q) && arg(args, 0) == "x":
+			case le.is(q, qRelease) && arg(args, 0) == "x":
 				if releases++; releases <= maxTransientAttempts {
 					return hold // the cleanup's every send: fails here, runs later
 				}
@@ -256,7 +257,7 @@ func TestLate_lostSendTakesNameLater_notBlocked(t *testing.T) {
 		other := mustAcquire(t, le.witness, "y", time.Minute)
 		sends := 0
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isAcquire(q) && arg(args, 0) == "y" {
+			if le.is(q, qAcquire) && arg(args, 0) == "y" {
 				if sends++; sends == 1 {
 					return hold
 				}
@@ -296,7 +297,7 @@ func TestLate_acquireRunsLateUnderTheLock_leaseUntouched(t *testing.T) {
 		le := newLateEnv(t, e, WithRetry(LinearBackoff(5*time.Millisecond)))
 		sends := 0
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isAcquire(q) && arg(args, 0) == "z" {
+			if le.is(q, qAcquire) && arg(args, 0) == "z" {
 				if sends++; sends <= maxTransientAttempts {
 					return hold
 				}
@@ -338,7 +339,7 @@ func TestLate_lostSendTakesNameAfterRelease_notBlocked(t *testing.T) {
 		le := newLateEnv(t, e)
 		sends := 0
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isAcquire(q) && arg(args, 0) == "w" {
+			if le.is(q, qAcquire) && arg(args, 0) == "w" {
 				if sends++; sends == 1 {
 					return hold
 				}
