@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// releaseTimeout bounds the release that ends a Do, Once or a lead in Elect.
-// It runs on a context of its own: the caller's may have ended, and the
-// lease must still be given back.
-const releaseTimeout = 5 * time.Second
+// ReleaseTimeout bounds a release: [Lock.Release], and the release that ends
+// a [Client.Do], a [Client.Once] or a lead in [Client.Elect]. Each runs on a
+// context of its own, which ends this long after the release starts: the
+// caller's context may have ended, and the name must still be given back.
+const ReleaseTimeout = 5 * time.Second
 
 // A DoOption changes how [Client.Do] and [Client.TryDo] hold the lease.
 type DoOption func(*doConfig) error
@@ -139,7 +140,7 @@ func (l *Lock) finish(ctx, kctx context.Context, minHold time.Duration) error {
 	if !ended {
 		cause = nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	err := l.release(rctx, minHold, nil)
 	switch {

@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -151,10 +152,26 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // again. First it stops the Lock's keep-alive, if one runs, ending its
 // contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit. A
 // Release called while another release of the Lock runs (another Release,
-// or [Client.Close]) sends nothing: it waits for that one, as long as ctx
-// allows, and returns its result.
+// or [Client.Close]) sends nothing: it waits for that one and returns its
+// result.
+//
+// Release frees the name even when ctx has ended: the usual
+// `defer lock.Release(ctx)` runs after the work's context was canceled or
+// timed out, and a name left to expire would block every other replica for
+// the whole lease. So the statement runs on a context of its own, with ctx's
+// values, that ends [ReleaseTimeout] after the call, whatever ctx does: a
+// Release waits that long at the most, also for a server that does not
+// answer. Its result is the release's: nil when the name was freed, even if
+// ctx had ended; an error that also wraps ctx's error when ctx had ended and
+// the release failed.
 func (l *Lock) Release(ctx context.Context) error {
-	return l.release(ctx, 0, nil)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	defer cancel()
+	err := l.release(rctx, 0, nil)
+	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", err, cerr)
+	}
+	return err
 }
 
 // release ends the Lock's keep-alive, if it runs, with cause (nil: the Lock

@@ -130,7 +130,7 @@ func (c *Client) onceDoneRetrying(ctx context.Context, name string) (bool, error
 // still ours. It uses a context of its own: fn succeeded, and a caller's
 // context that ended just after must not make it run again.
 func (l *Lock) recordOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
 	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
