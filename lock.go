@@ -52,7 +52,9 @@ type Lock struct {
 	// in releaseUnknown's padding, so that a Lock stays in its allocation
 	// size class.
 	wake, contended, probe bool
-	ka                     *keepAlive // started by the first KeepAlive; keepalive.go
+	// lapse lets go of the channel if the lease lapses unreleased (wake.go).
+	lapse *time.Timer
+	ka    *keepAlive // started by the first KeepAlive; keepalive.go
 }
 
 // A releaseFlight is one release of a Lock under way; err is set when done

@@ -107,3 +107,68 @@ func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
 		}
 	})
 }
+
+// Issue 22, point 6. A Lock that took its name through the channel and is
+// left to lapse, never released, lets go of the channel once its lease could
+// have expired: the connection goes back, the server named lock is freed,
+// and a process waiting for the name hears of it at once.
+func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		ctx := testCtx(t)
+		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Minute)
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "n", 300*time.Millisecond)
+			got <- acquired{l, err}
+		}()
+		waitFor(t, time.Minute, "the Client waits", func() bool { return headAttempts(c, "n") > 0 })
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l := mustGet(t, got); !l.wake || !c.wake.holdsWake("n") {
+			t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
+		}
+		// Left to lapse: no Release, no Refresh.
+		waitFor(t, 5*time.Second, "the channel is let go of after the lease lapsed", func() bool {
+			return !c.wake.holdsWake("n") && channelHolder(t, e.db, table, "n") == 0
+		})
+	})
+}
+
+// Issue 22, point 6. An Acquire whose context ends just as its acquire
+// succeeds still gives its Lock the channel the queue held, so that the
+// Lock's release lets go of it. Ten names: a hand-over that depended on the
+// caller's context would fail about half of them.
+func TestWakeups_handOverAfterContextEnded(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		ctx := testCtx(t)
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		for i := range 10 {
+			name := fmt.Sprintf("h%d", i)
+			if st, _, err := c.waitWake(ctx, name, time.Second); err != nil || st != wakeGranted {
+				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
+			}
+			l := mustAcquire(t, c, name, time.Minute)
+			c.wake.handTo(ended, name, l)
+			l.mu.Lock()
+			wake := l.wake
+			l.mu.Unlock()
+			if !wake {
+				t.Errorf("%s: the Lock did not get the channel", name)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if id := channelHolder(t, e.db, table, name); id != 0 {
+				t.Errorf("%s: after Release the channel is held by connection %d, want free", name, id)
+			}
+		}
+	})
+}
