@@ -186,6 +186,13 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 			// again; give the name back rather than block it for ttl.
 			a.cleanup(ctx, sent)
 		}
+		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout {
+			// Another transaction kept the lease row locked past the
+			// acquire's bound (queries.sql, lock_wait_mariadb; on MySQL,
+			// innodb_lock_wait_timeout): a holder's Lock.Check, most
+			// likely. The name is held; say so now.
+			return nil, fmt.Errorf("%w: %q is held: its lease row stayed locked by another transaction (a holder's Lock.Check?): %w", ErrNotAcquired, name, err)
+		}
 		if cerr := ctxErr(ctx); cerr != nil {
 			if errors.Is(err, cerr) {
 				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)

@@ -174,10 +174,18 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 	if i == qAcquire && c.tidb.Load() {
 		args = args[:tidbAcquireArgs]
 	}
+	var rowBusy error
 	err = retry(ctx, until, func() error {
 		var err error
 		if res, err = st.ExecContext(ctx, args...); err == nil {
 			return nil
+		}
+		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout && i == qAcquire {
+			// The acquire's row stayed locked past its bound (queries.sql,
+			// lock_wait_mariadb): another transaction writes it.
+			// The acquire was undone; the attempt reports the name held.
+			rowBusy = err
+			return errRowBusy
 		}
 		switch classify(err) {
 		case failedUnknown:
@@ -199,11 +207,17 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 		}
 		return err
 	})
+	if rowBusy != nil {
+		return nil, maybeApplied, rowBusy
+	}
 	if err != nil {
 		return nil, maybeApplied, err
 	}
 	return res, maybeApplied, nil
 }
+
+// errRowBusy stops exec's retries of an acquire whose row stayed locked.
+var errRowBusy = errors.New("sqllock: the lease row stayed locked")
 
 // retryTransient runs f, which changes nothing on the server (a prepare, a
 // read), again while it fails with a broken connection or a rollback, as

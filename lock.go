@@ -305,6 +305,14 @@ func minTime(a, b time.Time) time.Time {
 // certification if a takeover committed first. Keep such transactions short
 // next to the ttl: this Lock's own renewals wait for tx as well.
 //
+// While tx is open, other processes' acquires of the name wait for the row:
+// on MariaDB a second at most (queries.sql, lock_wait_mariadb); on MySQL,
+// which has no per-statement setting for it, until the acquirer's context
+// ends or innodb_lock_wait_timeout (50 s by default) passes, so give a
+// TryAcquire there a deadline. Then they report the name held
+// ([ErrNotAcquired]); Acquire and Elect go on polling. On TiDB they do not
+// wait: the acquire's commit conflicts, and is sent again.
+//
 // It returns an error wrapping [ErrNotHeld] when the lease is not ours or
 // has expired (and the Lock released or not); tx stays the caller's, to roll
 // back. tx may come from any *sql.DB on the database that holds the table.

@@ -58,6 +58,20 @@ ON DUPLICATE KEY UPDATE
   owner = IF(kind = 'L' AND LAST_INSERT_ID() = 1, ?, owner),
   expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at);
 
+-- The acquire's bound on waiting for the lease row, on MariaDB, which takes
+-- a per-statement setting: put before the acquire. The row waits only behind
+-- another transaction that wrote it: an acquire of the name committing
+-- (milliseconds), or a holder's Lock.Check transaction, which keeps the row
+-- locked until it ends. Past a second the acquire fails with 1205 and the
+-- Client reports the name held, instead of waiting out
+-- innodb_lock_wait_timeout (50 s by default). MySQL refuses this variable
+-- in a SET_VAR hint (warning 3637), so there the caller's context bounds
+-- the wait, and a 1205 is reported held too. TiDB's autocommit statements
+-- run optimistically and do not wait.
+
+-- name: lock_wait_mariadb
+SET STATEMENT innodb_lock_wait_timeout = 1 FOR
+
 -- name: refresh
 -- Args: ttl µs, name, token. Insert id: 1 when extended, 0 when the lease is
 -- not ours or has expired (LAST_INSERT_ID in SET is evaluated only for a row

@@ -44,7 +44,7 @@ type Client struct {
 	retry     RetryStrategy
 	log       *slog.Logger // logging.go
 
-	sql   [numStmts]string // statement text with the table name in place; TiDB's from the first use on (under mu until then)
+	sql   [numStmts]string // statement text with the table name in place; the server's forms from the first use on (under mu until then)
 	tidb  atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
 
@@ -57,6 +57,7 @@ type Client struct {
 	mu           sync.Mutex
 	checked      bool                     // the first-use check passed; tablecheck.go
 	proven       bool                     // the proof of the statements passed; proof.go
+	formsChosen  bool                     // c.sql holds the server's forms; tablecheck.go
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool

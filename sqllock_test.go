@@ -78,8 +78,12 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	return &mockEnv{t: t, db: db, mock: mock, c: c, table: table, prepared: map[string]*sqlmock.ExpectedPrepare{}}
 }
 
-// sql returns statement name of queries.sql as the Client must send it.
+// sql returns statement name of queries.sql as the Client must send it to
+// the mock's server, MariaDB (or TiDB, which names its forms itself).
 func (e *mockEnv) sql(name string) string {
+	if name == "acquire" {
+		return queries["lock_wait_mariadb"] + "\n" + withTable(queries[name], e.table)
+	}
 	return withTable(queries[name], e.table)
 }
 
@@ -364,7 +368,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -398,7 +402,7 @@ func TestSplitQueries_statements(t *testing.T) {
 				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
 			}
 			onTable := strings.Contains(stmt, "`sqllock`")
-			if want := name != "first_use" && !strings.HasPrefix(name, "wake_"); onTable != want {
+			if want := name != "first_use" && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_"); onTable != want {
 				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
 			}
 		})
@@ -846,6 +850,9 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 		t.Fatalf("maxTransientAttempts: got %d, want at least 2", maxTransientAttempts)
 	}
 	for _, tc := range transientErrors {
+		if errors.Is(tc.err, errLockWait) {
+			continue // the acquire reports its row held: TestClient_TryAcquire_rowLockedIsHeld
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			failures := maxTransientAttempts - 1
 			if tc.rolledBack {
@@ -889,6 +896,27 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				}
 				e.done()
 			})
+		})
+	}
+}
+
+// Issue 21, point 8. An acquire whose lease row stays locked past its own
+// bound (1205: a holder's Lock.Check transaction) is undone, is not sent
+// again, and reports the name held.
+func TestClient_TryAcquire_rowLockedIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"lock wait timeout", errLockWait}, {"as text only", errors.New("Error 1205 (HY000): Lock wait timeout exceeded")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(tc.err))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, ErrNotAcquired, tc.err)
+			if n := e.c.orphans.remembered("job"); n != 0 {
+				t.Errorf("tokens remembered: got %d, want 0", n)
+			}
+			e.done()
 		})
 	}
 }

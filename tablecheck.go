@@ -94,9 +94,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if err := refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
-	if strings.Contains(fu.version, "TiDB") {
-		c.useTiDB()
-	}
+	c.chooseForms(fu.version)
 	if !fu.found {
 		return false, nil
 	}
@@ -106,26 +104,34 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	return true, nil
 }
 
-// useTiDB puts TiDB's forms of the statements in place, before any is
-// prepared: its LAST_INSERT_ID() does not see a value set earlier in the
-// same statement, which the two-row acquire relies on (queries.sql). The
-// wake-up channels stay off there: TiDB's GET_LOCK, built on its own
-// transactions, neither granted waiters in the order they came nor freed a
-// killed connection's lock at once in the tests (wake_test.go), so waiting
-// processes poll.
-func (c *Client) useTiDB() {
+// chooseForms puts the server's forms of the statements in place, before
+// any is prepared, once. On TiDB: its LAST_INSERT_ID() does not see a value
+// set earlier in the same statement, which the two-row acquire relies on
+// (queries.sql), so a name has one row there. The wake-up channels stay
+// off there: TiDB's GET_LOCK, built on its own transactions, neither
+// granted waiters in the order they came nor freed a killed connection's
+// lock at once in the tests (wake_test.go), so waiting processes poll. On
+// MariaDB: the acquire waits at most a second for its row (queries.sql,
+// lock_wait_mariadb).
+func (c *Client) chooseForms(version string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.tidb.Load() {
+	if c.formsChosen {
 		// Another call's check got here first. Writing c.sql again would
 		// race with the calls that read it, without c.mu, since that check.
 		return
 	}
-	for _, i := range tidbStmts {
-		c.sql[i] = c.substitute(queries[tidbPrefix+stmtNames[i]])
+	c.formsChosen = true
+	switch {
+	case strings.Contains(version, "TiDB"):
+		for _, i := range tidbStmts {
+			c.sql[i] = c.substitute(queries[tidbPrefix+stmtNames[i]])
+		}
+		c.wake.refused.Store(true)
+		c.tidb.Store(true)
+	case strings.Contains(version, "MariaDB"):
+		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
 	}
-	c.wake.refused.Store(true)
-	c.tidb.Store(true)
 }
 
 // firstUseSQL returns the first_use query about table, a name tableNameRE
