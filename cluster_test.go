@@ -481,3 +481,45 @@ func TestCluster_failover_GRPrimaryKilled(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Issue 22, point 2, on the real Galera cluster: MariaDB Galera refuses
+// GET_LOCK while wsrep is on. A Client with wake-up channels finds it at its
+// first wait, says so once, turns its channels off, and waits by polling:
+// the name still passes from one node's holder to the waiter on another.
+func TestCluster_wakeups_galeraRefusesGetLock(t *testing.T) {
+	c := clusterFrom(t, galeraEnv)
+	if c.gr {
+		t.Skip("Group Replication grants GET_LOCK; this is Galera's refusal")
+	}
+	table := c.newTable(t, c.dbs[0])
+	ctx := testCtx(t)
+	rec, logOpt := newRecorder()
+	waiter := (&testEnv{}).client(t, c.dbs[0], table, WithWakeups(true), WithRetry(LinearBackoff(20*time.Millisecond)), logOpt)
+	holder := (&testEnv{}).client(t, c.dbs[1], table)
+	for i := range 2 {
+		name := fmt.Sprintf("n%d", i)
+		l := mustAcquire(t, holder, name, time.Minute)
+		got := acquireAsync(ctx, waiter, name)
+		waitFor(t, time.Minute, "the waiter has tried", func() bool { return headAttempts(waiter, name) > 0 })
+		time.Sleep(100 * time.Millisecond)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := mustGet(t, got)
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !waiter.wake.refused.Load() {
+		t.Error("the Client's channels are still on after Galera refused GET_LOCK")
+	}
+	var refusals int
+	for _, line := range rec.atLeast(slog.LevelWarn) {
+		if strings.Contains(line, "refuses GET_LOCK") {
+			refusals++
+		}
+	}
+	if refusals != 1 {
+		t.Errorf("warnings about the refusal: got %d, want 1 (logged: %v)", refusals, rec.atLeast(slog.LevelWarn))
+	}
+}

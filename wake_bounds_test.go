@@ -172,3 +172,31 @@ func TestWakeups_handOverAfterContextEnded(t *testing.T) {
 		}
 	})
 }
+
+// Issue 22, point 3. A channel's connection that the server drops after it
+// idled (a short wait_timeout) wedges nobody: the Lock holding it releases
+// without error, and a process waiting for the name gets it.
+func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		short := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "wait_timeout", "1") })
+		c := e.client(t, short, table, WithWakeups(true))
+		l := holdAfterWaiting(t, e, c, table, "n")
+		// The idle channel connection outlives the server's patience.
+		waitFor(t, 10*time.Second, "the server drops the idle channel", func() bool {
+			return channelHolder(t, e.db, table, "n") == 0
+		})
+		ctx := testCtx(t)
+		other := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(20*time.Millisecond)))
+		got := acquireAsync(ctx, other, "n")
+		waitFor(t, time.Minute, "the other process waits", func() bool { return headAttempts(other, "n") > 0 })
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release of a Lock whose channel the server dropped: %v", err)
+		}
+		w := mustGet(t, got)
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
