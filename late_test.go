@@ -20,10 +20,14 @@ import (
 type lateAction int
 
 const (
-	pass lateAction = iota // run it and hand back its reply
-	lose                   // run it, then lose the reply (invalid connection)
-	hold                   // run nothing now, lose the reply, run it when told (late)
+	pass     lateAction = iota // run it and hand back its reply
+	lose                       // run it, then lose the reply (invalid connection)
+	hold                       // run nothing now, lose the reply, run it when told (late)
+	loseSlow                   // run it, then lose the reply after a pause (a slow network)
 )
+
+// slowPause is how long loseSlow waits before it loses the reply.
+const slowPause = 300 * time.Millisecond
 
 // lateConnector connects to a real server and lets a test decide, for each
 // execution of a prepared statement, whether it runs, runs with its reply
@@ -146,9 +150,12 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 	switch act {
 	case hold:
 		return nil, mysql.ErrInvalidConn
-	case lose:
+	case lose, loseSlow:
 		if _, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args); err != nil {
 			return nil, err
+		}
+		if act == loseSlow {
+			time.Sleep(slowPause)
 		}
 		return nil, mysql.ErrInvalidConn
 	}
@@ -366,6 +373,46 @@ func TestLate_lostSendTakesNameAfterRelease_notBlocked(t *testing.T) {
 		}
 		if err := again.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Issue 20, point 6. An acquire whose outcome stays unknown and whose
+// cleanup fails after Close has made its pass over the orphan list: the
+// token is remembered too late for that pass, so it is deleted at once, and
+// the name is not left blocked for the lease.
+func TestLate_orphanAfterClose_deleted(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		acquires, releases := 0, 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			switch {
+			case le.is(q, qAcquire) && arg(args, 0) == "c":
+				if acquires++; acquires == 1 {
+					return loseSlow // runs; its reply is lost while Close runs
+				}
+				return lose
+			case le.is(q, qRelease) && arg(args, 0) == "c":
+				if releases++; releases <= maxTransientAttempts {
+					return hold // the cleanup fails
+				}
+			}
+			return pass
+		})
+		done := make(chan error, 1)
+		go func() {
+			_, err := le.c.TryAcquire(testCtx(t), "c", time.Minute)
+			done <- err
+		}()
+		time.Sleep(slowPause / 3) // the acquire has run on the server
+		if err := le.c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := <-done; err == nil {
+			t.Fatal("TryAcquire through a lost reply and a Close: got a Lock, want an error")
+		}
+		if owner, _ := le.owner(t, "c"); owner != "" {
+			t.Fatalf("after Close and the failed cleanup: the lease of %q is left, blocking the name", owner)
 		}
 	})
 }
