@@ -372,56 +372,6 @@ func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeS
 	return wakeFailed, false, nil
 }
 
-// handTo gives the channel of name, held by its wait queue, to l, which
-// the queue's head just acquired; it does nothing when the queue does not
-// hold it.
-func (ws *wakeups) handTo(ctx context.Context, name string, l *Lock) {
-	if !ws.has(name) {
-		return
-	}
-	// Not bound by the caller's context: the lease is taken, and a channel
-	// left with a queue that has no head any more would stay pinned.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
-	defer cancel()
-	ch, err := ws.take(ctx, name)
-	if err != nil {
-		return // Close lets go of it
-	}
-	if ch.conn != nil && ch.byLock == nil {
-		ws.set(ch, ch.conn, l)
-		l.mu.Lock()
-		l.wake = true
-		l.lapse = time.AfterFunc(time.Until(l.validUntil)+lapseSlack, l.lapsed)
-		l.mu.Unlock()
-	}
-	ws.put(name, ch)
-}
-
-// lapseSlack is how long after a Lock's ValidUntil a channel it holds is let
-// go of when the Lock was neither released nor renewed.
-const lapseSlack = 100 * time.Millisecond
-
-// lapsed runs when the lease of l, which holds its name's channel, could
-// have expired: if l was renewed since, it looks again then; if it was
-// released, there is nothing to do; else the lease lapsed unreleased, and
-// the channel is let go of, so that the process waiting longest for the
-// name learns of it now, and no connection stays pinned.
-func (l *Lock) lapsed() {
-	l.mu.Lock()
-	if !l.wake || l.released || l.endCause != nil {
-		l.mu.Unlock()
-		return // released, or a release under way lets go of it
-	}
-	if d := time.Until(l.validUntil); d > 0 {
-		l.lapse.Reset(d + lapseSlack)
-		l.mu.Unlock()
-		return
-	}
-	l.wake = false
-	l.mu.Unlock()
-	l.c.letGo(context.Background(), l.name, l)
-}
-
 // letGo lets go of the channel of name if by holds it (by nil: the wait
 // queue), which wakes the first process waiting for it.
 func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
@@ -527,29 +477,6 @@ func (ws *wakeups) holdsWake(name string) bool {
 	defer ws.mu.Unlock()
 	ch := ws.chans[name]
 	return ch != nil && ch.conn != nil
-}
-
-// afterRelease does what the wake-up channels (wake.go) ask after the
-// release statement of l, which reached the server when ok.
-func (l *Lock) afterRelease(ctx context.Context, ok bool) {
-	l.mu.Lock()
-	contended, wake, probe := l.contended, l.wake, l.probe && ok
-	l.wake, l.probe = false, l.probe && !probe
-	if l.lapse != nil {
-		l.lapse.Stop()
-	}
-	l.mu.Unlock()
-	if contended {
-		l.c.wake.waited(l.name) // this Client's next Acquire queues behind the others
-	}
-	if wake {
-		// Right after the statement, whatever its outcome: the channel
-		// wakes the next process, whose acquire decides.
-		l.c.letGo(ctx, l.name, l)
-	}
-	if probe {
-		l.c.probe(ctx, l.name)
-	}
 }
 
 // maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
