@@ -93,11 +93,11 @@ func (lc *lateConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &lateConn{Conn: c, lc: lc}, nil
+	return &lateConn{passConn: passConn{c}, lc: lc}, nil
 }
 
 type lateConn struct {
-	driver.Conn
+	passConn
 	lc *lateConnector
 }
 
@@ -106,31 +106,40 @@ func (c *lateConn) PrepareContext(ctx context.Context, query string) (driver.Stm
 	if err != nil {
 		return nil, err
 	}
-	return &lateStmt{Stmt: st, lc: c.lc, query: query}, nil
+	return &lateStmt{passStmt: passStmt{st}, lc: c.lc, query: query}, nil
 }
 
-func (c *lateConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+// A passConn passes to the driver's connection what a test's wrapper of it
+// does not change: transactions, session resets, validity and argument
+// checks. The wrappers embed it and prepare statements of their own.
+type passConn struct{ driver.Conn }
+
+func (c passConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
 }
 
-func (c *lateConn) ResetSession(ctx context.Context) error {
+func (c passConn) ResetSession(ctx context.Context) error {
 	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
 }
 
-func (c *lateConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
+func (c passConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
 
-func (c *lateConn) CheckNamedValue(nv *driver.NamedValue) error {
+func (c passConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
 }
 
-type lateStmt struct {
-	driver.Stmt
-	lc    *lateConnector
-	query string
+// A passStmt passes queries to the driver's statement; the wrappers embed
+// it and execute statements their own way.
+type passStmt struct{ driver.Stmt }
+
+func (s passStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 
-func (s *lateStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+type lateStmt struct {
+	passStmt
+	lc    *lateConnector
+	query string
 }
 
 func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {

@@ -49,14 +49,14 @@ func (rc *rewritingConnector) Connect(ctx context.Context) (driver.Conn, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &rewritingConn{Conn: c, mode: rc.mode}, nil
+	return &rewritingConn{passConn: passConn{c}, mode: rc.mode}, nil
 }
 
 type rewritingConn struct {
-	driver.Conn
-	mode insertIDMode
-	mu   sync.Mutex
-	last int64 // the insert id the last statement reported
+	passConn // late_test.go
+	mode     insertIDMode
+	mu       sync.Mutex
+	last     int64 // the insert id the last statement reported
 }
 
 func (c *rewritingConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
@@ -64,31 +64,13 @@ func (c *rewritingConn) PrepareContext(ctx context.Context, query string) (drive
 	if err != nil {
 		return nil, err
 	}
-	return &rewritingStmt{Stmt: st, conn: c, query: query}, nil
-}
-
-func (c *rewritingConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-}
-
-func (c *rewritingConn) ResetSession(ctx context.Context) error {
-	return c.Conn.(driver.SessionResetter).ResetSession(ctx)
-}
-
-func (c *rewritingConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
-
-func (c *rewritingConn) CheckNamedValue(nv *driver.NamedValue) error {
-	return c.Conn.(driver.NamedValueChecker).CheckNamedValue(nv)
+	return &rewritingStmt{passStmt: passStmt{st}, conn: c, query: query}, nil
 }
 
 type rewritingStmt struct {
-	driver.Stmt
-	conn  *rewritingConn
-	query string
-}
-
-func (s *rewritingStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	return s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	passStmt // late_test.go
+	conn     *rewritingConn
+	query    string
 }
 
 func (s *rewritingStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
