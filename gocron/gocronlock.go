@@ -4,8 +4,11 @@
 // on the one scheduler that leads.
 //
 //	locks, _ := sqllock.New(db)
-//	locker, _ := gocronlock.NewLocker(locks, gocronlock.WithMinHold(5*time.Second))
+//	locker, err := gocronlock.NewLocker(ctx, locks) // fails if the table is missing
 //	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+//
+// gocron does not report what a Locker's Lock and Unlock return, so the
+// Locker and the Elector log what goes wrong (see [WithLogger]).
 //
 // It is a module of its own, so that the sqllock library does not depend on
 // gocron.
@@ -15,10 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"log/slog"
 	"time"
 
-	"github.com/go-co-op/gocron/v2"
 	"github.com/sqllock/sqllock"
 )
 
@@ -27,10 +29,14 @@ const (
 	// DefaultTTL is the lease a run holds, renewed every third of it while
 	// the job runs.
 	DefaultTTL = 30 * time.Second
-	// DefaultMinHold is how long after a scheduler took a run's lease the
-	// name stays taken, however fast the job: longer than the splay between
-	// the schedulers' clocks and start-up, shorter than the job's interval.
+	// DefaultMinHold is how long after a run began the job's name stays
+	// taken, however fast the job: longer than the splay between the
+	// schedulers' clocks and ticks. A job whose interval is shorter still
+	// runs every time (see [WithMinHold]).
 	DefaultMinHold = 5 * time.Second
+	// DefaultLockTimeout bounds each Lock: gocron's context for it ends only
+	// when the scheduler shuts down.
+	DefaultLockTimeout = 5 * time.Second
 	// DefaultPrefix starts every lock name, so that gocron's job names do
 	// not meet other names in the table.
 	DefaultPrefix = "gocron:"
@@ -44,10 +50,12 @@ var ErrNotLeader = errors.New("gocronlock: not the leader")
 type Option func(*config) error
 
 type config struct {
-	ttl     time.Duration
-	minHold time.Duration
-	perJob  map[string]time.Duration
-	prefix  string
+	ttl         time.Duration
+	minHold     time.Duration
+	perJob      map[string]time.Duration
+	lockTimeout time.Duration
+	prefix      string
+	log         *slog.Logger
 }
 
 // WithTTL sets the lease length (default [DefaultTTL]). A scheduler that
@@ -62,11 +70,18 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithMinHold sets how long after it was taken a job's name stays taken
-// (default [DefaultMinHold]), so that a scheduler whose tick comes a little
-// later does not run the same run again (ShedLock's lockAtLeastFor; gocron
-// releases its lock as soon as the job returns). It must be longer than the
-// splay between schedulers and shorter than the job's interval.
+// WithMinHold sets how long after a run began its job's name stays taken
+// (default [DefaultMinHold]), so that a scheduler whose tick for the same
+// run comes a little later does not run it again (ShedLock's
+// lockAtLeastFor; gocron unlocks as soon as the job returns, gocron issue
+// 841). It must be longer than the splay between the schedulers' ticks.
+//
+// It may be longer than the job's interval. The Locker keeps the lease
+// through the hold, and when its own scheduler's next run of the job comes
+// while the hold lasts, that run takes the lease over, with a hold of its
+// own: the job then runs every time, on this scheduler, while the others
+// find the name taken. Should this scheduler stop or die, another takes the
+// job over once the hold (or, mid-run, the ttl) has passed.
 func WithMinHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -78,7 +93,7 @@ func WithMinHold(d time.Duration) Option {
 }
 
 // WithJobMinHold sets the minimum hold of the job named job alone, for a
-// job whose interval is shorter or much longer than the others'.
+// job whose runs need a hold longer or shorter than the others'.
 func WithJobMinHold(job string, d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -92,6 +107,20 @@ func WithJobMinHold(job string, d time.Duration) Option {
 	}
 }
 
+// WithLockTimeout bounds each [Locker.Lock] (default [DefaultLockTimeout]):
+// a server that does not answer by then costs the run, not the job. gocron
+// schedules a job's next run only once Lock has returned, and its context
+// for Lock has no deadline.
+func WithLockTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("gocronlock: lock timeout %v is not positive", d)
+		}
+		c.lockTimeout = d
+		return nil
+	}
+}
+
 // WithPrefix sets what starts every lock name (default [DefaultPrefix]).
 func WithPrefix(p string) Option {
 	return func(c *config) error {
@@ -100,8 +129,25 @@ func WithPrefix(p string) Option {
 	}
 }
 
+// WithLogger sets where a Locker or an Elector reports what gocron would
+// not show: a Lock that failed other than because another scheduler has the
+// run (Error; gocron skips the run), a lease lost while the job ran
+// (Error), a release that failed (Warn), a campaign that ended for good
+// (Error). The default is [slog.Default]; a nil l logs nothing. The
+// Client's own logger ([sqllock.WithLogger]) is separate.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		c.log = l
+		return nil
+	}
+}
+
 func newConfig(opts []Option) (*config, error) {
-	c := &config{ttl: DefaultTTL, minHold: DefaultMinHold, prefix: DefaultPrefix}
+	c := &config{ttl: DefaultTTL, minHold: DefaultMinHold, lockTimeout: DefaultLockTimeout,
+		prefix: DefaultPrefix, log: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
 			return nil, err
@@ -110,145 +156,11 @@ func newConfig(opts []Option) (*config, error) {
 	return c, nil
 }
 
-// A Locker is a gocron.Locker over a sqllock Client.
-type Locker struct {
-	c   *sqllock.Client
-	cfg *config
-}
-
-var _ gocron.Locker = (*Locker)(nil)
-
-// NewLocker returns a Locker whose locks are leases in c's table, named
-// prefix + the job's name.
-func NewLocker(c *sqllock.Client, opts ...Option) (*Locker, error) {
-	if c == nil {
-		return nil, errors.New("gocronlock: nil *sqllock.Client")
-	}
-	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	return &Locker{c: c, cfg: cfg}, nil
-}
-
-// Lock takes the lease on the job's name, without waiting: when another
-// scheduler holds it, it returns an error wrapping [sqllock.ErrNotAcquired]
-// and gocron skips this run. A keep-alive renews the lease until Unlock,
-// which keeps the name taken until the minimum hold has passed since Lock.
-// gocron gives a Locker no way to stop a running job, so a lease lost while
-// the job runs (its renewals failed for most of a ttl) is reported only by
-// Unlock: a job that must stop when it loses its lease should run under
-// [sqllock.Client.Do] itself.
-func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err // the scheduler is shutting down
-	}
-	minHold, ok := l.cfg.perJob[key]
-	if !ok {
-		minHold = l.cfg.minHold
-	}
-	lk := &lock{unlock: make(chan struct{}), done: make(chan error, 1)}
-	acquired := make(chan struct{})
-	go func() {
-		// Do owns the keep-alive and the release; the run's lease lives
-		// until Unlock, not until ctx ends.
-		lk.done <- l.c.TryDo(context.WithoutCancel(ctx), l.cfg.prefix+key, l.cfg.ttl, func(ctx context.Context) error {
-			close(acquired)
-			select {
-			case <-lk.unlock:
-				return nil
-			case <-ctx.Done():
-				<-lk.unlock // lost: gocron cannot stop the job; it learns at Unlock
-				return context.Cause(ctx)
-			}
-		}, sqllock.WithMinHold(minHold))
-	}()
-	select {
-	case <-acquired:
-		return lk, nil
-	case err := <-lk.done:
-		return nil, err
-	}
-}
-
-// lock is one run's lease: the Do that holds it runs until unlock closes.
-type lock struct {
-	once   sync.Once
-	unlock chan struct{}
-	done   chan error
-	err    error
-}
-
-// Unlock ends the run's lease (see [Locker.Lock]) and returns once it is
-// released. Its error wraps [sqllock.ErrLockLost] when the lease was lost
-// while the job ran.
-func (lk *lock) Unlock(context.Context) error {
-	lk.once.Do(func() {
-		close(lk.unlock)
-		lk.err = <-lk.done
-	})
-	return lk.err
-}
-
-// An Elector is a gocron.Elector over [sqllock.Client.Elect]: the scheduler
-// whose Client leads runs the jobs.
-type Elector struct {
-	mu      sync.Mutex
-	leading bool
-	cancel  context.CancelFunc
-	done    chan error
-}
-
-var _ gocron.Elector = (*Elector)(nil)
-
-// NewElector starts campaigning for the lead on name (prefixed like a
-// Locker's names) until ctx ends or Close is called.
-func NewElector(ctx context.Context, c *sqllock.Client, name string, opts ...Option) (*Elector, error) {
-	if c == nil {
-		return nil, errors.New("gocronlock: nil *sqllock.Client")
-	}
-	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	e := &Elector{cancel: cancel, done: make(chan error, 1)}
-	cb := sqllock.Callbacks{
-		OnStartedLeading: func(ctx context.Context) {
-			e.set(true)
-			<-ctx.Done()
-			e.set(false) // before the lease is released
-		},
-	}
-	go func() { e.done <- c.Elect(ctx, cfg.prefix+name, cfg.ttl, cb) }()
-	return e, nil
-}
-
-func (e *Elector) set(leading bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.leading = leading
-}
-
-// IsLeader returns nil while this scheduler leads, and [ErrNotLeader]
-// otherwise.
-func (e *Elector) IsLeader(context.Context) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !e.leading {
-		return ErrNotLeader
+// checkTable makes c's first-use check, which fails when its table is
+// missing or differs from schema.sql, by reading the lease on name.
+func checkTable(ctx context.Context, c *sqllock.Client, name string) error {
+	if _, err := c.Inspect(ctx, name); err != nil {
+		return fmt.Errorf("gocronlock: %w", err)
 	}
 	return nil
-}
-
-// Close stops campaigning, gives up the lead if this scheduler has it, and
-// returns once the lease is released.
-func (e *Elector) Close() error {
-	e.cancel()
-	err := <-e.done
-	e.done <- err // a second Close returns at once
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }

@@ -1,0 +1,292 @@
+package gocronlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/sqllock/sqllock"
+)
+
+// A Locker is a gocron.Locker over a sqllock Client: each run of a job takes
+// the lease on the job's name, and a scheduler that finds it taken skips the
+// run.
+//
+// gocron unlocks as soon as a job returns, so the Locker keeps the name
+// taken for a minimum hold from the start of each run (see [WithMinHold]):
+// a scheduler whose tick for the same run comes a little later must find it
+// taken (gocron issue 841). A hold longer than the job's interval would
+// make every scheduler skip the runs in between, and the Locker cannot see
+// the interval: learning it from the gap between Lock calls would cost the
+// runs before it is learnt, and a hold cut below the splay between the
+// schedulers brings issue 841 back. So the hold stays, and the Locker keeps
+// the lease through it: when its own scheduler's next run of the job comes
+// within the hold, that run takes the lease over instead of skipping. That
+// run can only be a later tick, and the lease never lapses in between, so
+// no other scheduler runs the job twice or in the meantime. A frequent job
+// thus runs every time, on one scheduler, whatever its interval; when that
+// scheduler stops, another takes the job over once the hold has passed.
+//
+// Give each scheduler a Locker of its own (they may share a Client): two
+// schedulers sharing a Locker would take each other's ticks of the same run
+// for later runs.
+type Locker struct {
+	c   *sqllock.Client
+	cfg *config
+
+	mu   sync.Mutex
+	jobs map[string]*jobLease // by job name, while the Locker may hold its lease
+}
+
+var _ gocron.Locker = (*Locker)(nil)
+
+// A jobLease is the lease a Locker holds on one job's name: while a run of
+// the job takes it or runs, and after the run until its minimum hold has
+// passed (the tail). Its fields are guarded by the Locker's mu.
+type jobLease struct {
+	lock    *sqllock.Lock // nil while a Lock call takes a new lease
+	busy    bool          // a Lock call or a run has it
+	tailEnd time.Time     // once idle: from then on the lease has expired for sure
+}
+
+// NewLocker returns a Locker whose locks are leases in c's table, named
+// prefix + the job's name. It checks the table within ctx, as c's first use
+// does, and returns the error when the table is missing or differs from
+// schema.sql: with such a table every Lock would fail and gocron would skip
+// every run.
+func NewLocker(ctx context.Context, c *sqllock.Client, opts ...Option) (*Locker, error) {
+	if c == nil {
+		return nil, errors.New("gocronlock: nil *sqllock.Client")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTable(ctx, c, cfg.prefix+"*"); err != nil {
+		return nil, err
+	}
+	return &Locker{c: c, cfg: cfg, jobs: make(map[string]*jobLease)}, nil
+}
+
+// Lock takes the lease on the job's name for the run gocron is about to
+// start, without waiting: when another scheduler holds it, or a run of the
+// job is still under way here, it returns an error wrapping
+// [sqllock.ErrNotAcquired] and gocron skips this run. A goroutine renews the
+// lease while the job runs; Unlock keeps the name taken until the minimum
+// hold has passed since this call.
+//
+// When this Locker still holds the name from the job's previous run, its
+// hold not yet over, the job's interval is shorter than the hold: this run
+// takes that lease over, in one statement that extends it if the server
+// finds it still ours and live (see [Locker]). Otherwise it takes the lease
+// afresh.
+//
+// The statements end when ctx ends or after the lock timeout (see
+// [WithLockTimeout]), whichever is first: an acquire whose answer is then
+// still outstanding first deletes the lease it may have taken, for up to a
+// second more. The lease, once taken, outlives ctx: it ends at Unlock.
+// Errors other than [sqllock.ErrNotAcquired] and those of a scheduler shutting
+// down are logged, since gocron does not report them.
+//
+// gocron gives a Locker no way to stop a running job, so a lease lost while
+// the job runs (a renewal found it taken over, or none succeeded before it
+// could expire) is reported only by Unlock: a job that must stop when it
+// loses its lease should run under [sqllock.Client.Do] itself.
+func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the scheduler is shutting down
+	}
+	r, err := l.lock(ctx, key, time.Now())
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			l.cfg.log.DebugContext(ctx, "gocronlock: run skipped: the scheduler is shutting down", "job", key, "err", err)
+		case errors.Is(err, sqllock.ErrNotAcquired) && !errors.Is(err, context.DeadlineExceeded):
+			// Another scheduler has this run: the usual case. (An acquire
+			// cut by the lock timeout wraps ErrNotAcquired too.)
+			l.cfg.log.DebugContext(ctx, "gocronlock: run skipped: the job's name is taken", "job", key, "err", err)
+		default:
+			l.cfg.log.ErrorContext(ctx, "gocronlock: run skipped: the job's lease could not be taken", "job", key, "name", l.cfg.prefix+key, "err", err)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, error) {
+	l.mu.Lock()
+	jl := l.jobs[key]
+	switch {
+	case jl != nil && jl.busy:
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: gocronlock: a run of %q is still under way on this scheduler", sqllock.ErrNotAcquired, key)
+	case jl != nil && !start.Before(jl.tailEnd):
+		jl.lock = nil // expired: the server would say ErrNotHeld
+	case jl == nil:
+		jl = &jobLease{}
+		l.jobs[key] = jl
+	}
+	jl.busy = true
+	prev := jl.lock
+	l.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.lockTimeout)
+	defer cancel()
+	lock := prev
+	if prev != nil {
+		err := prev.Refresh(ctx, l.cfg.ttl)
+		switch {
+		case errors.Is(err, sqllock.ErrNotHeld):
+			lock = nil // the hold ended on the server's clock: take it afresh
+		case err != nil:
+			// Unknown: the lease may be ours for a ttl from now. The next
+			// run tries again; the server's answer settles it.
+			l.idle(jl, time.Now().Add(l.cfg.ttl))
+			return nil, err
+		}
+	}
+	if lock == nil {
+		var err error
+		if lock, err = l.c.TryAcquire(ctx, l.cfg.prefix+key, l.cfg.ttl); err != nil {
+			l.forget(key, jl)
+			return nil, err
+		}
+	}
+	minHold, ok := l.cfg.perJob[key]
+	if !ok {
+		minHold = l.cfg.minHold
+	}
+	l.mu.Lock()
+	jl.lock = lock
+	l.mu.Unlock()
+	r := &run{l: l, key: key, jl: jl, lock: lock, start: start, minHold: minHold,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go r.renew(context.WithoutCancel(ctx))
+	return r, nil
+}
+
+// idle leaves jl to the job's next run, its lease expired for sure from
+// tailEnd on.
+func (l *Locker) idle(jl *jobLease, tailEnd time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	jl.busy, jl.tailEnd = false, tailEnd
+}
+
+// forget drops jl, whose lease is gone or was never taken.
+func (l *Locker) forget(key string, jl *jobLease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.jobs[key] == jl {
+		delete(l.jobs, key)
+	}
+}
+
+// A run is one run's hold of its job's lease, from Lock to Unlock; a
+// goroutine renews the lease until Unlock stops it.
+type run struct {
+	l       *Locker
+	key     string
+	jl      *jobLease
+	lock    *sqllock.Lock
+	start   time.Time
+	minHold time.Duration
+
+	stop chan struct{} // closed by Unlock
+	done chan struct{} // closed when renew has returned
+	lost error         // why the lease was lost, if it was; set before done closes
+
+	once sync.Once
+	err  error
+}
+
+// renew refreshes the lease every third of the ttl until Unlock. It is not
+// the library's keep-alive, which only a release stops: the lease must
+// outlive the run, for its hold and for the job's next run here.
+func (r *run) renew(ctx context.Context) {
+	defer close(r.done)
+	ttl := r.l.cfg.ttl
+	wait := ttl / 3
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, ttl/4)
+		err := r.lock.Refresh(rctx, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			wait = ttl / 3
+		case errors.Is(err, sqllock.ErrNotHeld):
+			r.lost = fmt.Errorf("%w: %w", sqllock.ErrLockLost, err)
+			return
+		case !time.Now().Before(r.lock.ValidUntil()):
+			r.lost = fmt.Errorf("%w: no renewal of %q succeeded before the lease could expire: %w", sqllock.ErrLockLost, r.lock.Name(), err)
+			return
+		default:
+			r.l.cfg.log.WarnContext(ctx, "gocronlock: lease renewal failed; retrying", "job", r.key, "name", r.lock.Name(), "err", err)
+			wait = min(ttl/10, time.Second)
+		}
+		t.Reset(wait)
+	}
+}
+
+// Unlock ends the run (see [Locker.Lock]): it stops the renewals and, until
+// the minimum hold has passed since Lock, keeps the lease with the expiry
+// the hold needs, for the job's next run here to take over; after it, it
+// releases the lease. Its statements run on a context of their own, bounded
+// by [sqllock.ReleaseTimeout], since gocron's ctx may have ended. Its error
+// wraps [sqllock.ErrLockLost] when the lease was lost while the job ran;
+// gocron ignores it, so it is logged too.
+func (r *run) Unlock(ctx context.Context) error {
+	r.once.Do(func() { r.err = r.unlock(ctx) })
+	return r.err
+}
+
+func (r *run) unlock(ctx context.Context) error {
+	close(r.stop)
+	<-r.done
+	l, name := r.l, r.lock.Name()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sqllock.ReleaseTimeout)
+	defer cancel()
+	if r.lost != nil {
+		l.forget(r.key, r.jl)
+		l.cfg.log.ErrorContext(ctx, "gocronlock: lease lost while the job ran", "job", r.key, "name", name, "err", r.lost)
+		_ = r.lock.Release(ctx) // in case it is ours after all; ErrNotHeld otherwise
+		return r.lost
+	}
+	var err error
+	if rest := r.minHold - time.Since(r.start); rest >= sqllock.MinTTL {
+		// One statement sets the expiry the hold needs; past it the lease
+		// blocks nobody and needs no release.
+		if err = r.lock.Refresh(ctx, rest); err == nil {
+			l.idle(r.jl, time.Now().Add(rest))
+			return nil
+		}
+	} else {
+		err = r.lock.Release(ctx)
+		if err == nil {
+			l.forget(r.key, r.jl)
+			return nil
+		}
+	}
+	if errors.Is(err, sqllock.ErrNotHeld) {
+		// Taken over, or expired, between the last renewal and now.
+		l.forget(r.key, r.jl)
+		err = fmt.Errorf("%w: %w", sqllock.ErrLockLost, err)
+		l.cfg.log.ErrorContext(ctx, "gocronlock: lease lost while the job ran", "job", r.key, "name", name, "err", err)
+		return err
+	}
+	// Unknown: the lease may last a ttl from now. The job's next run here
+	// asks the server; the other schedulers wait for it to expire.
+	l.idle(r.jl, time.Now().Add(l.cfg.ttl))
+	l.cfg.log.WarnContext(ctx, "gocronlock: could not end the run's lease; it expires on its own", "job", r.key, "name", name, "err", err)
+	return err
+}

@@ -1,0 +1,353 @@
+package gocronlock
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
+)
+
+// The test binary is also the scheduler process: with childEnv set to a
+// childSpec it runs one gocron scheduler instead of the tests, so that each
+// scheduler is a process of its own, as on separate hosts. Each run of the
+// job inserts a row into a table of the test's own, which the test counts.
+const childEnv = "GOCRONLOCK_TEST_SCHEDULER"
+
+// errLate is a scheduler process's exit status when it was not set up by
+// its start time.
+const errLate = 3
+
+type childSpec struct {
+	Mode    string // "locker" (NewLocker's defaults) or "elector"
+	Job     string // "second": on every whole second; "5s": every 5 s from the start
+	DSN     string
+	Table   string // the locks
+	Runs    string // the table each run inserts a row into
+	ID      int
+	StartAt int64 // unix ms
+	StopAt  int64
+}
+
+// schedulerMain runs the scheduler spec describes and returns the exit
+// status.
+func schedulerMain(spec string) int {
+	var s childSpec
+	err := json.Unmarshal([]byte(spec), &s)
+	if err == nil {
+		err = s.run()
+	}
+	switch {
+	case errors.Is(err, errNotReady):
+		fmt.Fprintf(os.Stderr, "scheduler %d: %v\n", s.ID, err)
+		return errLate
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "scheduler %d: %v\n", s.ID, err)
+		return 1
+	}
+	return 0
+}
+
+var errNotReady = errors.New("not ready by the start time")
+
+func (s childSpec) run() error {
+	db, err := sql.Open("mysql", s.DSN)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	c, err := sqllock.New(db, sqllock.WithTable(s.Table))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var opt gocron.SchedulerOption
+	switch s.Mode {
+	case "locker":
+		locker, err := NewLocker(ctx, c) // the defaults, as a user would
+		if err != nil {
+			return err
+		}
+		opt = gocron.WithDistributedLocker(locker)
+	case "elector":
+		elector, err := NewElector(ctx, c, "scheduler", WithTTL(5*time.Second))
+		if err != nil {
+			return err
+		}
+		defer elector.Close()
+		opt = gocron.WithDistributedElector(elector)
+	default:
+		return fmt.Errorf("unknown mode %q", s.Mode)
+	}
+	var def gocron.JobDefinition
+	switch s.Job {
+	case "second":
+		def = gocron.CronJob("* * * * * *", true)
+	case "5s":
+		def = gocron.DurationJob(5 * time.Second)
+	default:
+		return fmt.Errorf("unknown job %q", s.Job)
+	}
+	sched, err := gocron.NewScheduler(opt)
+	if err != nil {
+		return err
+	}
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	insert := "INSERT INTO `" + s.Runs + "` (scheduler, at_ms) VALUES (?, ?)"
+	_, err = sched.NewJob(def, gocron.NewTask(func() {
+		at := time.Now()
+		time.Sleep(10 * time.Millisecond) // a job that takes 10 ms
+		if _, err := db.Exec(insert, s.ID, at.UnixMilli()); err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, fmt.Errorf("record the run at %v: %w", at, err))
+		}
+	}), gocron.WithName("job"))
+	if err != nil {
+		return err
+	}
+	start := time.UnixMilli(s.StartAt)
+	if time.Now().After(start) {
+		return fmt.Errorf("%w: set up at %v, %v late", errNotReady, time.Now(), time.Since(start))
+	}
+	time.Sleep(time.Until(start))
+	sched.Start()
+	time.Sleep(time.Until(time.UnixMilli(s.StopAt)))
+	err = sched.Shutdown() // waits for a run under way
+	mu.Lock()
+	defer mu.Unlock()
+	return errors.Join(append(errs, err)...)
+}
+
+// A runRow is one run of the job: the scheduler that ran it and when, on
+// the scheduler's clock (they share this machine's).
+type runRow struct {
+	scheduler int
+	at        time.Time
+}
+
+func (r runRow) String() string {
+	return fmt.Sprintf("%d at %s", r.scheduler, r.at.Format("15:04:05.000"))
+}
+
+// schedulersOnEachServer runs the job on a group of scheduler processes per
+// server, all groups at once, and then checks each group's runs in a
+// subtest named for its server. The ith process of a group starts starts[i]
+// after the group's start time and runs until d after it.
+func schedulersOnEachServer(t *testing.T, mode, job string, starts []time.Duration, d time.Duration,
+	check func(t *testing.T, runs []runRow, startAt, stopAt time.Time)) {
+	t.Helper()
+	servers := testdsn.Servers()
+	if len(servers) == 0 {
+		testdsn.NoServer(t, fmt.Sprintf("%s is not set: %s", testdsn.Env, testdsn.StartHint))
+	}
+	groups := make([]*schedulerGroup, len(servers))
+	for i, s := range servers {
+		if s.Err == nil {
+			groups[i] = startSchedulers(t, s.DSN, mode, job, starts, d)
+		}
+	}
+	for i, s := range servers {
+		t.Run(s.Label, func(t *testing.T) {
+			if s.Err != nil {
+				t.Fatal(s.Err)
+			}
+			runs := groups[i].wait(t)
+			check(t, runs, groups[i].startAt, groups[i].stopAt)
+		})
+	}
+}
+
+// A schedulerGroup is the scheduler processes of one server.
+type schedulerGroup struct {
+	db              *sql.DB
+	runsTable       string
+	startAt, stopAt time.Time
+	cmds            []*exec.Cmd
+	outs            []bytes.Buffer
+}
+
+// startSchedulers starts a schedulerGroup on a lock table and a runs table
+// of its own. The start time is a few seconds from now, for the processes
+// to be set up by then; for a job on whole seconds it is on a half second,
+// half a second from the ticks.
+func startSchedulers(t *testing.T, dsn, mode, job string, starts []time.Duration, d time.Duration) *schedulerGroup {
+	t.Helper()
+	_, table := newClient(t, dsn)
+	g := &schedulerGroup{db: openDB(t, dsn), cmds: make([]*exec.Cmd, len(starts)), outs: make([]bytes.Buffer, len(starts))}
+	g.runsTable = newTable(t, g.db, "gocron_runs_")
+	if _, err := g.db.Exec("CREATE TABLE `" + g.runsTable + "` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, " +
+		"scheduler INT NOT NULL, at_ms BIGINT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	g.startAt = time.Now().Add(schedulerLead)
+	if job == "second" {
+		g.startAt = g.startAt.Truncate(time.Second).Add(1500 * time.Millisecond)
+	}
+	g.stopAt = g.startAt.Add(d)
+	for i, off := range starts {
+		spec, err := json.Marshal(childSpec{Mode: mode, Job: job, DSN: dsn, Table: table, Runs: g.runsTable,
+			ID: i, StartAt: g.startAt.Add(off).UnixMilli(), StopAt: g.stopAt.UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+		cmd.Stdout, cmd.Stderr = &g.outs[i], &g.outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		g.cmds[i] = cmd
+		t.Cleanup(func() { _ = cmd.Process.Kill() }) // if the test ends before wait
+	}
+	return g
+}
+
+// schedulerLead is how long a scheduler process has to start and set up.
+const schedulerLead = 2 * time.Second
+
+// wait waits for the group's processes to exit and returns the job's runs,
+// in time order.
+func (g *schedulerGroup) wait(t *testing.T) []runRow {
+	t.Helper()
+	late := false
+	for i, cmd := range g.cmds {
+		err := cmd.Wait()
+		if g.outs[i].Len() > 0 {
+			t.Logf("scheduler %d said:\n%s", i, g.outs[i].String())
+		}
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit) && exit.ExitCode() == errLate:
+			late = true
+		case err != nil:
+			t.Errorf("scheduler %d: %v", i, err)
+		}
+	}
+	if late {
+		t.Fatalf("a scheduler was not set up %v after it was started: the machine is too slow for this test", schedulerLead)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	rows, err := g.db.Query("SELECT scheduler, at_ms FROM `" + g.runsTable + "` ORDER BY at_ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var runs []runRow
+	for rows.Next() {
+		var (
+			r  runRow
+			ms int64
+		)
+		if err := rows.Scan(&r.scheduler, &ms); err != nil {
+			t.Fatal(err)
+		}
+		r.at = time.UnixMilli(ms)
+		runs = append(runs, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+// checkEverySecond fails the test unless each whole second between from and
+// to ran the job once: none missed, none run twice.
+func checkEverySecond(t *testing.T, runs []runRow, from, to time.Time) {
+	t.Helper()
+	first, last := from.Unix()+1, to.Unix() // from and to are on half seconds
+	ticks := make(map[int64][]runRow)
+	for _, r := range runs {
+		tick := r.at.Unix() // a run starts after its tick, never before
+		if tick < first || tick > last {
+			t.Errorf("scheduler %d ran at %v, outside the ticks %d to %d", r.scheduler, r.at, first, last)
+		}
+		ticks[tick] = append(ticks[tick], r)
+	}
+	for tick := first; tick <= last; tick++ {
+		if n := len(ticks[tick]); n != 1 {
+			t.Errorf("tick %d ran %d times %v, want once", tick, n, ticks[tick])
+		}
+	}
+	t.Logf("%d runs for the %d ticks %d to %d, by schedulers %v", len(runs), last-first+1, first, last, bySchedulers(runs))
+}
+
+// checkEveryInterval fails the test unless each interval of the job ran it
+// once. The schedulers start at startAt plus at most spread, so the ticks
+// of the kth interval fall between startAt+k*interval and spread after it.
+func checkEveryInterval(t *testing.T, runs []runRow, startAt, stopAt time.Time, interval, spread time.Duration) {
+	t.Helper()
+	const slack = 400 * time.Millisecond // for a run's start to follow its tick
+	k := 0
+	for ; startAt.Add(time.Duration(k+1)*interval + spread + slack).Before(stopAt); k++ {
+		from := startAt.Add(time.Duration(k+1) * interval)
+		var in []runRow
+		for _, r := range runs {
+			if !r.at.Before(from) && r.at.Before(from.Add(spread+slack)) {
+				in = append(in, r)
+			}
+		}
+		if len(in) != 1 {
+			t.Errorf("interval %d (ticks from %s to %s): ran %d times %v, want once", k+1,
+				from.Format("15:04:05.000"), from.Add(spread).Format("15:04:05.000"), len(in), in)
+		}
+	}
+	if k < 3 {
+		t.Fatalf("only %d intervals to check", k)
+	}
+	if len(runs) != k {
+		t.Errorf("%d runs in %d intervals, want one per interval: %v", len(runs), k, runs)
+	}
+	t.Logf("%d runs in %d intervals of %v, by schedulers %v", len(runs), k, interval, bySchedulers(runs))
+}
+
+func bySchedulers(runs []runRow) map[int]int {
+	n := make(map[int]int)
+	for _, r := range runs {
+		n[r.scheduler]++
+	}
+	return n
+}
+
+// Issue 21: with NewLocker's defaults, a job every second ran 3 times in
+// 15 s across three schedulers, its minimum hold of 5 s blocking the
+// ticks in between. Three scheduler processes, started 300 ms apart, fire a
+// job that takes 10 ms on every whole second for 10 s: each second runs it
+// exactly once, though the schedulers' ticks coincide and the hold is longer
+// than the interval.
+func TestLocker_defaults_jobEverySecond(t *testing.T) {
+	schedulersOnEachServer(t, "locker", "second", []time.Duration{0, 300 * time.Millisecond, 600 * time.Millisecond},
+		10*time.Second, checkEverySecond)
+}
+
+// The other side (gocron issue 841): a job every 5 s that takes 10 ms, on
+// three scheduler processes started up to 1 s apart, so that their ticks
+// for one interval are up to 1 s apart, still runs once per interval.
+func TestLocker_defaults_splayedSchedulers(t *testing.T) {
+	const interval, spread = 5 * time.Second, time.Second
+	schedulersOnEachServer(t, "locker", "5s", []time.Duration{spread, 0, spread / 2}, 4*interval+spread+500*time.Millisecond,
+		func(t *testing.T, runs []runRow, startAt, stopAt time.Time) {
+			checkEveryInterval(t, runs, startAt, stopAt, interval, spread)
+		})
+}
+
+// With the Elector only the leader's scheduler runs jobs: each second once.
+func TestElector_jobEverySecond(t *testing.T) {
+	schedulersOnEachServer(t, "elector", "second", []time.Duration{0, 0, 0}, 8*time.Second, checkEverySecond)
+}
