@@ -510,6 +510,76 @@ func TestRun_commandDiesWithSqllock(t *testing.T) {
 	})
 }
 
+// What the command leaves running in its process group ("job &") is stopped
+// once the command exits, before the lease is released: SIGTERM, and SIGKILL
+// after --kill-grace for what ignores SIGTERM. While it is being stopped the
+// name is still held.
+func TestRun_leftoversStopped(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		if _, err := os.Stat("/proc/self/stat"); err != nil {
+			t.Skip("needs /proc to tell a live process from a zombie")
+		}
+		e := newEnv(t, s.DSN)
+		readPid := func(file string) int {
+			t.Helper()
+			b, err := os.ReadFile(file)
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid <= 0 {
+				t.Fatalf("%s: got %q, %v, want a pid", file, b, err)
+			}
+			return pid
+		}
+
+		t.Run("SIGTERM", func(t *testing.T) {
+			group, sleeper := e.path("group-term"), e.path("sleeper")
+			// The sleep's output goes elsewhere: it must not hold sqllock's.
+			r := e.run("run", "leftover", "--", "sh", "-c",
+				"echo $$ > "+group+"; sleep 30 >/dev/null 2>&1 & echo $! > "+sleeper+"; exit 0")
+			pgid, pid := readPid(group), readPid(sleeper)
+			t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+			if r.status != 0 {
+				t.Errorf("status: got %d, want the command's 0", r.status)
+			}
+			if live := liveInGroup(t, pgid); len(live) > 0 {
+				t.Fatalf("after sqllock returned: got live processes %v in the command's group (the sleep is %d), want none", live, pid)
+			}
+			if !strings.Contains(r.stderr, "left processes running in its process group; stopped them with SIGTERM before releasing leftover") {
+				t.Errorf("stderr: got %q, want it to say what it stopped", r.stderr)
+			}
+			if info := e.inspect("leftover"); info.Held {
+				t.Errorf("after exit: got %+v, want the lease released", info)
+			}
+		})
+
+		t.Run("SIGKILL", func(t *testing.T) {
+			group, terms := e.path("group-kill"), e.path("terms")
+			// A leftover that outlives SIGTERM: its handler writes a line
+			// and the loop goes on.
+			script := "echo $$ > " + group + "; (trap 'echo term >> " + terms + "' TERM; while :; do sleep 0.05; done) >/dev/null 2>&1 & exit 0"
+			_, wait := e.start("run", "--kill-grace", "1s", "stubborn", "--", "sh", "-c", script)
+			waitFor(t, 10*time.Second, "the leftover to get SIGTERM", func() bool { return len(e.lines("terms")) > 0 })
+			pgid := readPid(group)
+			t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+			if info := e.inspect("stubborn"); !info.Held {
+				t.Errorf("while the leftover is being stopped: got %+v, want the name still held", info)
+			}
+			r := wait()
+			if r.status != 0 {
+				t.Errorf("status: got %d, want the command's 0", r.status)
+			}
+			if live := liveInGroup(t, pgid); len(live) > 0 {
+				t.Fatalf("after sqllock returned: got live processes %v in the command's group, want none", live)
+			}
+			if !strings.Contains(r.stderr, "stopped them with SIGTERM, then SIGKILL") {
+				t.Errorf("stderr: got %q, want SIGTERM, then SIGKILL", r.stderr)
+			}
+			if info := e.inspect("stubborn"); info.Held {
+				t.Errorf("after exit: got %+v, want the lease released", info)
+			}
+		})
+	})
+}
+
 // The operator commands read and change the table, in JSON for scripts and
 // in text for people.
 func TestOperatorCommands(t *testing.T) {
@@ -588,6 +658,48 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		if r := e.run("once-reset", "never"); r.status != 0 || !strings.Contains(r.stdout, "no completion record") {
 			t.Errorf("once-reset of a name without record: got %d, %q", r.status, r.stdout)
+		}
+	})
+}
+
+// On a missing table each command says so once, names sqllock create-table
+// with the table, and exits 1 (run 125); create-table --json says which
+// table is there.
+func TestCommands_missingTable(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		missing := "no_such_" + e.table
+		// The last --table wins over the one e.run puts first.
+		for _, args := range [][]string{
+			{"list", "--table", missing},
+			{"inspect", "job", "--table", missing},
+			{"release", "--force", "job", "--table", missing},
+			{"once-reset", "job", "--table", missing},
+			{"run", "job", "--table", missing, "--", "true"},
+		} {
+			r := e.run(args...)
+			want := exitFailure
+			if args[0] == "run" {
+				want = exitOwn
+			}
+			if r.status != want {
+				t.Errorf("%s: got status %d, want %d", args[0], r.status, want)
+			}
+			hint := "create it with sqllock create-table --table " + missing
+			if !strings.Contains(r.stderr, hint) || strings.Contains(r.stderr, "Client.CreateTable") {
+				t.Errorf("%s: got %q, want %q and no Client.CreateTable", args[0], r.stderr, hint)
+			}
+			if strings.Contains(r.stderr, args[0]+": "+args[0]) {
+				t.Errorf("%s: got %q, which says the command twice", args[0], r.stderr)
+			}
+		}
+		var created struct {
+			Table  string `json:"table"`
+			Exists bool   `json:"exists"`
+		}
+		e.runJSON(&created, "create-table", "--json")
+		if created.Table != e.table || !created.Exists {
+			t.Errorf("create-table --json: got %+v, want table %s, exists", created, e.table)
 		}
 	})
 }

@@ -2,16 +2,19 @@
 // installed on several hosts runs on one at a time, and lets operators look
 // after the lock table without writing SQL.
 //
-//	sqllock run [flags] NAME -- COMMAND [ARGS...]
+//	sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]
 //	sqllock list [--json]
 //	sqllock inspect [--json] NAME
 //	sqllock release --force [--json] NAME
 //	sqllock once-reset [--json] NAME
-//	sqllock create-table
+//	sqllock create-table [--json]
 //
-// The server comes from --dsn or SQLLOCK_DSN (a go-sql-driver/mysql DSN such
-// as user:pass@tcp(db:3306)/app); --table picks the table (default sqllock).
-// See docs/operations.md for run's exit statuses.
+// Flags may stand before or after the operands, up to "--"; what follows
+// "--" is run's COMMAND, untouched. The server comes from --dsn or
+// SQLLOCK_DSN (a go-sql-driver/mysql DSN such as user:pass@tcp(db:3306)/app);
+// --table picks the table (default sqllock); --timeout (default 10s) bounds
+// the wait for the server to answer. See docs/operations.md for run's exit
+// statuses.
 package main
 
 import (
@@ -22,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -49,8 +51,10 @@ const usage = `usage:
   sqllock inspect [--json] NAME                    the lease on NAME
   sqllock release --force [--json] NAME            delete the lease on NAME, whoever holds it
   sqllock once-reset [--json] NAME                 let Client.Once run NAME again
-  sqllock create-table                             create the lock table if it is missing
-Every command takes --dsn (default $SQLLOCK_DSN) and --table (default sqllock).
+  sqllock create-table [--json]                    create the lock table if it is missing
+Every command takes --dsn (default $SQLLOCK_DSN), --table (default sqllock) and
+--timeout (default 10s: how long to wait for the server to answer). Flags may
+stand before or after NAME; everything after -- is the COMMAND.
 Run "sqllock COMMAND -h" for its flags.
 `
 
@@ -80,8 +84,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // common are the flags of every command.
 type common struct {
-	dsn   string
-	table string
+	dsn     string
+	table   string
+	timeout time.Duration
+	limits  *serverLimits // set by open
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -89,10 +95,21 @@ func (c *common) register(fs *flag.FlagSet) {
 	// not print a password.
 	fs.StringVar(&c.dsn, "dsn", "", "go-sql-driver/mysql `DSN` of the server (default $SQLLOCK_DSN)")
 	fs.StringVar(&c.table, "table", sqllock.DefaultTable, "lock `table`")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "give up when the server does not accept a connection or answer within `DURATION`")
 }
 
-// open opens the database and a Client on it. Options come after the table's.
-func (c *common) open(opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) {
+// check reports what is wrong with the common flags.
+func (c *common) check() error {
+	if c.timeout <= 0 {
+		return fmt.Errorf("--timeout %v: must be above 0", c.timeout)
+	}
+	return nil
+}
+
+// open opens the database and a Client on it. Each read and write of its
+// connections is bounded by io unless the DSN bounds them itself, and each
+// dial by --timeout. Options come after the table's.
+func (c *common) open(io limit, opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) {
 	if c.dsn == "" {
 		c.dsn = os.Getenv("SQLLOCK_DSN")
 	}
@@ -103,9 +120,7 @@ func (c *common) open(opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("--dsn: %w", err)
 	}
-	// The driver logs broken connections on its own; the errors that
-	// matter reach sqllock, which reports them.
-	cfg.Logger = log.New(io.Discard, "", 0)
+	c.limits = setLimits(cfg, c.timeout, io)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--dsn: %w", err)
@@ -119,37 +134,33 @@ func (c *common) open(opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) 
 	return db, client, nil
 }
 
-// newFlagSet returns a flag set that writes its errors and help to stderr.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("sqllock "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
+// errText words an error of the library for the command's message: without
+// the library's "sqllock: " (the command says it once, at the start of the
+// line), without the library's name of the operation when the command's
+// message names it already (op, if not ""), and naming sqllock create-table
+// where the library names Client.CreateTable.
+func (c *common) errText(err error, op string) string {
+	msg := unprefix(err.Error())
+	if op != "" {
+		msg = strings.TrimPrefix(msg, op+": ")
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == erNoSuchTable {
+		create := "sqllock create-table"
+		if c.table != sqllock.DefaultTable {
+			create += " --table " + c.table
+		}
+		if strings.Contains(msg, "Client.CreateTable") {
+			msg = strings.Replace(msg, "Client.CreateTable", create, 1)
+		} else {
+			msg += "; create it with " + create
+		}
+	}
+	return msg
 }
 
-// parseInterspersed parses flags wherever they stand among the positional
-// arguments, which it returns, so that "inspect NAME --json" works too.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// usageStatus is the exit status after a flag error: 0 for -h.
-func usageStatus(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	return exitUsage
-}
+// erNoSuchTable is the server's error for a missing table.
+const erNoSuchTable = 1146
 
 // adminCmd runs the operator commands.
 func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
@@ -159,56 +170,75 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		force    bool
 		wantArgs = 1
 	)
-	fs := newFlagSet(cmd, stderr)
+	fs := newFlagSet(cmd)
 	co.register(fs)
-	if cmd != "create-table" {
-		fs.BoolVar(&jsonOut, "json", false, "print JSON, for scripts")
-	}
+	fs.BoolVar(&jsonOut, "json", false, "print JSON, for scripts")
 	switch cmd {
 	case "release":
 		fs.BoolVar(&force, "force", false, "required: delete the lease whoever holds it")
 	case "list", "create-table":
 		wantArgs = 0
 	}
-	pos, err := parseInterspersed(fs, args)
+	pos, rest, _, err := parseArgs(fs, args, 0, stderr)
 	if err != nil {
 		return usageStatus(err)
 	}
-	if len(pos) != wantArgs {
-		fmt.Fprintf(stderr, "sqllock %s: got %d arguments, want %d\n%s", cmd, len(pos), wantArgs, usage)
+	// After "--" come operands only: a NAME that starts with '-'.
+	pos = append(pos, rest...)
+	header := "sqllock " + cmd
+	switch {
+	case len(pos) == 0 && wantArgs == 1:
+		fmt.Fprintf(stderr, "%s: no NAME given\n%s", header, usage)
 		return exitUsage
-	}
-	if cmd == "release" && !force {
+	case len(pos) != wantArgs:
+		fmt.Fprintf(stderr, "%s: got %d arguments (%s), want %d\n%s", header, len(pos), quoteArgs(pos), wantArgs, usage)
+		return exitUsage
+	case cmd == "release" && !force:
 		fmt.Fprintln(stderr, "sqllock release: --force is required: it deletes the lease whoever holds it, and that holder's work goes on until its next renewal")
 		return exitUsage
 	}
-	db, client, err := co.open()
+	if err := co.check(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", header, err)
+		return exitUsage
+	}
+	db, client, err := co.open(limit{co.timeout, "--timeout"})
 	if err != nil {
-		fmt.Fprintf(stderr, "sqllock %s: %s\n", cmd, unprefix(err.Error()))
+		fmt.Fprintf(stderr, "%s: %s\n", header, unprefix(err.Error()))
 		return exitUsage
 	}
 	defer db.Close()
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// One bound for the whole command: each makes one call to the library.
+	deadline := time.Now().Add(co.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
 	out := &printer{w: stdout, json: jsonOut}
+	var op string // the library's name of the operation, said by header
 	switch cmd {
 	case "list":
+		op = "list"
 		err = listCmd(ctx, client, out)
 	case "inspect":
+		header, op = header+" "+pos[0], fmt.Sprintf("inspect %q", pos[0])
 		err = inspectCmd(ctx, client, pos[0], out)
 	case "release":
+		header, op = header+" "+pos[0], fmt.Sprintf("force release %q", pos[0])
 		err = releaseCmd(ctx, client, pos[0], out)
 	case "once-reset":
+		header, op = header+" "+pos[0], fmt.Sprintf("reset once %q", pos[0])
 		err = onceResetCmd(ctx, client, pos[0], out)
 	case "create-table":
-		if err = client.CreateTable(ctx); err == nil {
-			fmt.Fprintf(stdout, "table %s is there\n", co.table)
-		}
+		op = "create table `" + co.table + "`"
+		err = createTableCmd(ctx, client, co.table, out)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "sqllock %s: %s\n", cmd, unprefix(err.Error()))
+		msg := co.errText(err, op)
+		ended := ctx.Err() != nil || !time.Now().Before(deadline)
+		if why := co.limits.noAnswer(err, ended, fmt.Sprintf("--timeout %v", co.timeout)); why != "" {
+			msg = withDetail(why, err, msg)
+		}
+		fmt.Fprintf(stderr, "%s: %s\n", header, msg)
 		return exitFailure
 	}
 	return out.err
@@ -319,6 +349,21 @@ func leaseOrNil(ok bool, info sqllock.Info) *lease {
 	}
 	l := leaseOf(info)
 	return &l
+}
+
+func createTableCmd(ctx context.Context, c *sqllock.Client, table string, out *printer) error {
+	if err := c.CreateTable(ctx); err != nil {
+		return err
+	}
+	if out.json {
+		out.printJSON(struct {
+			Table  string `json:"table"`
+			Exists bool   `json:"exists"`
+		}{table, true})
+		return nil
+	}
+	fmt.Fprintf(out.w, "table %s is there\n", table)
+	return nil
 }
 
 func onceResetCmd(ctx context.Context, c *sqllock.Client, name string, out *printer) error {

@@ -10,7 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
-	"sync"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,32 +45,36 @@ func (c *runConfig) margin() time.Duration { return c.killGrace + c.ttl/10 }
 // stderr and returns the exit status.
 func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	c := &runConfig{}
-	fs := newFlagSet("run", stderr)
+	fs := newFlagSet("run")
 	c.register(fs)
 	fs.DurationVar(&c.wait, "wait", 0, "wait up to `DURATION` for the name when another holds it (default: exit at once)")
-	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "lease length `DURATION`; a keep-alive renews it every ttl/3 while the command runs")
+	fs.DurationVar(&c.ttl, "ttl", defaultTTL, "lease length `DURATION`, at least 1s; a keep-alive renews it every ttl/3 while the command runs")
 	fs.DurationVar(&c.minHold, "min-hold", 0, "keep the name taken until `DURATION` after it was acquired, even if the command ends sooner")
-	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "on a lost lease, SIGKILL the command `DURATION` after SIGTERM")
+	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "SIGKILL the command's process group `DURATION` after SIGTERM (on a lost lease, and for what the command leaves running); kill-grace + ttl/10 must stay under ttl/2")
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
 	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sqllock run [flags] NAME -- COMMAND [ARGS...]")
+		fmt.Fprintln(fs.Output(), "usage: sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	operands, command, dashdash, err := parseArgs(fs, args, 1, stderr)
+	if err != nil {
 		return nil, usageStatus(err)
-	}
-	rest := fs.Args()
-	if len(rest) > 1 && rest[1] == "--" {
-		rest = append(rest[:1:1], rest[2:]...)
 	}
 	bad := func(format string, a ...any) (*runConfig, int) {
 		fmt.Fprintf(stderr, "sqllock run: "+format+"\n", a...)
 		return nil, exitUsage
 	}
+	want := "want sqllock run [flags] NAME -- COMMAND [ARGS...]"
 	switch {
-	case len(rest) < 2:
-		return bad("want NAME -- COMMAND [ARGS...], got %q", rest)
+	case len(operands) == 0:
+		return bad("no NAME before the command: %s", want)
+	case len(operands) > 1:
+		return bad("%d words before --, %s: %s", len(operands), quoteArgs(operands), want)
+	case len(command) == 0 && dashdash:
+		return bad("no COMMAND after --: %s", want)
+	case len(command) == 0:
+		return bad("no COMMAND after NAME %s: %s", quoteArgs(operands), want)
 	case c.ttl < time.Second:
 		return bad("--ttl %v is below 1s", c.ttl)
 	case c.wait < 0 || c.minHold < 0 || c.killGrace < 0:
@@ -81,60 +85,34 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	case c.conflictCode < 0 || c.conflictCode > 255:
 		return bad("--conflict-exit-code %d is outside 0..255", c.conflictCode)
 	}
-	c.name, c.argv = rest[0], rest[1:]
+	if err := c.check(); err != nil {
+		return bad("%v", err)
+	}
+	c.name, c.argv = operands[0], command
 	return c, 0
 }
 
-// session is the state the signal handler shares with the run.
-type session struct {
-	mu     sync.Mutex
-	pgid   int                     // the child's process group, once started
-	got    os.Signal               // the signal that stopped the run before the child started
-	cancel context.CancelCauseFunc // ends the wait for the lease
+// ioLimit bounds each read and write of run's connections, unless the DSN
+// does: --timeout, but never less than a keep-alive gives each renewal
+// (ttl/4, see [sqllock.Lock.KeepAlive]), so that a renewal that waits on a
+// busy server is cut by its own bound, not by the driver's. Every call run
+// makes has a deadline of its own besides.
+func (c *runConfig) ioLimit() limit {
+	if c.ttl/4 > c.timeout {
+		return limit{c.ttl / 4, "ttl/4, the bound of a renewal"}
+	}
+	return limit{c.timeout, "--timeout"}
 }
 
-// signal forwards sig to the child's process group, or, before there is a
-// child, stops the run.
-func (s *session) signal(sig os.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pgid != 0 {
-		_ = syscall.Kill(-s.pgid, sig.(syscall.Signal))
-		return
-	}
-	if s.got == nil {
-		s.got = sig
-		s.cancel(fmt.Errorf("got %v", sig))
-	}
-}
+// startBound is how long run waits for COMMAND to start: the wait for the
+// lease and then one --timeout for the server's answers.
+func (c *runConfig) startBound() time.Duration { return c.wait + c.timeout }
 
-// start starts child in a process group of its own unless a signal came
-// first, in which case it returns that signal.
-func (s *session) start(child *exec.Cmd) (os.Signal, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.got != nil {
-		return s.got, nil
+func (c *runConfig) startBoundText() string {
+	if c.wait == 0 {
+		return fmt.Sprintf("--timeout %v", c.timeout)
 	}
-	if err := child.Start(); err != nil {
-		return nil, err
-	}
-	s.pgid = child.Process.Pid
-	return nil, nil
-}
-
-// signalled returns the signal that stopped the run before the child
-// started, if one did.
-func (s *session) signalled() os.Signal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.got
-}
-
-func (s *session) kill(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = syscall.Kill(-s.pgid, sig)
+	return fmt.Sprintf("--wait %v + --timeout %v", c.wait, c.timeout)
 }
 
 // deadlineRetry is --wait: the Client's default backoff, until a deadline.
@@ -154,12 +132,12 @@ func (d *deadlineRetry) Backoff(attempt int) (time.Duration, bool) {
 
 // outcome is what happened to the child.
 type outcome struct {
-	started bool
-	status  int       // its exit status, when it ran
-	signal  os.Signal // the signal that stopped the run before it started
-	lost    error     // the loss that made sqllock kill it
-	ownErr  error     // what stopped sqllock from starting it
-	execErr error     // why it could not start
+	started   bool
+	status    int      // its exit status, when it ran
+	leftovers []string // the signals that stopped what it left in its group
+	lost      error    // the loss that made sqllock kill it
+	ownErr    error    // what stopped sqllock from starting it
+	execErr   error    // why it could not start
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -196,13 +174,14 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, client, err := c.open(sqllock.WithRetry(retry), sqllock.WithLogger(logger))
+	db, client, err := c.open(c.ioLimit(), sqllock.WithRetry(retry), sqllock.WithLogger(logger))
 	if err != nil {
 		say("%v", err)
 		return exitUsage
 	}
 	defer db.Close()
 	defer client.Close()
+	adoptOrphans()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -223,6 +202,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	opts := []sqllock.DoOption{sqllock.WithMinHold(c.minHold), sqllock.WithSafetyMargin(c.margin())}
 	c.start = time.Now()
+	// Do's context is also its work's, so the bound on the wait cannot be
+	// a deadline of it: it ends the wait only until the command starts.
+	bound := time.AfterFunc(c.startBound(), s.expire)
 	if c.wait > 0 {
 		retry.deadline = c.start.Add(c.wait)
 		verbose("waiting up to %v for %s", c.wait, c.name)
@@ -230,7 +212,13 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	} else {
 		err = client.TryDo(ctx, c.name, c.ttl, fn, opts...)
 	}
+	bound.Stop()
+	expired := s.waitOver()
 
+	if len(out.leftovers) > 0 {
+		say("%s exited and left processes running in its process group; stopped them with %v before releasing %s",
+			quoteArgs(c.argv), strings.Join(out.leftovers, ", then "), c.name)
+	}
 	switch {
 	case out.lost != nil:
 		say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
@@ -240,16 +228,13 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitLost
 	case out.started:
 		if err != nil {
-			say("%s finished with status %d; releasing the lease on %s failed, it expires on its own: %v", quoteArgs(c.argv), out.status, c.name, err)
+			say("%s finished with status %d; releasing the lease on %s failed, it expires on its own: %s", quoteArgs(c.argv), out.status, c.name, c.errText(err, ""))
 		} else if c.minHold > 0 {
 			verbose("%s stays taken until %v after it was acquired", c.name, c.minHold)
 		} else {
 			verbose("released %s", c.name)
 		}
 		return out.status
-	case out.signal != nil:
-		say("stopped by %v before %s ran", out.signal, quoteArgs(c.argv))
-		return 128 + int(out.signal.(syscall.Signal))
 	case out.execErr != nil:
 		say("%v", out.execErr)
 		if errors.Is(out.execErr, os.ErrNotExist) {
@@ -257,19 +242,24 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		}
 		return exitNoExec
 	case s.signalled() != nil:
-		say("stopped by %v while waiting for %s", s.signalled(), c.name)
+		say("stopped by %v while waiting for %s; not running %s", s.signalled(), c.name, quoteArgs(c.argv))
 		return 128 + int(s.signalled().(syscall.Signal))
-	case errors.Is(err, sqllock.ErrNotAcquired):
+	case !expired && errors.Is(err, sqllock.ErrNotAcquired):
 		say("%s; not running %s", c.held(client, time.Since(c.start)), quoteArgs(c.argv))
 		return c.conflictCode
 	}
-	say("%v", err)
+	msg := c.errText(err, "")
+	if why := c.limits.noAnswer(err, expired, c.startBoundText()); why != "" {
+		msg = withDetail(why+"; not running "+quoteArgs(c.argv), err, msg)
+	}
+	say("%s", msg)
 	return exitOwn
 }
 
 // held describes the holder that kept the name from us, for the message.
+// It asks within what is left of the start bound.
 func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(c.startBound()))
 	defer cancel()
 	info, ierr := client.Inspect(ctx, c.name)
 	msg := c.name + " is held"
@@ -285,7 +275,9 @@ func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
 // runChild starts the command under the lease and waits for it. When lctx
 // ends because the lease is lost, it sends SIGTERM to the command's process
 // group, and SIGKILL after the kill grace, and returns only once the command
-// has exited: all of it before the lease could expire.
+// has exited: all of it before the lease could expire. When the command
+// exits by itself, what it left running in its group is stopped the same
+// way before runChild returns and the lease is released.
 func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *session, path string, verbose func(string, ...any)) outcome {
 	acquired := time.Now()
 	// The fence row is ours to read while we hold the lease.
@@ -301,12 +293,13 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		"SQLLOCK_HOLDER="+info.Holder)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.SysProcAttr = childAttr()
-	sig, err := s.start(child)
+	started, err := s.start(child)
 	switch {
 	case err != nil:
 		return outcome{execErr: err}
-	case sig != nil:
-		return outcome{signal: sig}
+	case !started:
+		// A signal or the start bound came first; runCmd says which.
+		return outcome{ownErr: context.Cause(lctx)}
 	}
 	verbose("acquired %s after waiting %v (fence %d, ttl %v); running %s as pid %d",
 		c.name, acquired.Sub(c.start).Round(time.Millisecond), info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
@@ -318,6 +311,7 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 	out := outcome{started: true}
 	select {
 	case <-done:
+		out.leftovers = s.stopLeftovers(c.killGrace)
 	case <-lctx.Done():
 		out.lost = context.Cause(lctx)
 		verbose("lease on %s lost (%v); SIGTERM to process group %d", c.name, out.lost, child.Process.Pid)
