@@ -696,7 +696,8 @@ func (e *testEnv) isolated(t testing.TB, level string) *sql.DB {
 }
 
 // waitForStatements waits until n statements that mention table are running
-// on other sessions, stably: that many are waiting for a row lock.
+// on other sessions, stably: that many are waiting for a row lock. (On
+// MariaDB an acquire starts with SET STATEMENT: queries.sql, lock_wait_mariadb.)
 func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
 	t.Helper()
 	ctx := testCtx(t)
@@ -704,7 +705,7 @@ func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d statements on %s waiting", n, table), func() bool {
 		var got int
 		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
-			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('INSERT %INTO `', ?, '`%')", table).Scan(&got)
+			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%INSERT %INTO `', ?, '`%')", table).Scan(&got)
 		if err != nil {
 			t.Fatal(err)
 		}

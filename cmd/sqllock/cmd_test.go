@@ -552,10 +552,12 @@ func TestRun_leftoversStopped(t *testing.T) {
 		})
 
 		t.Run("SIGKILL", func(t *testing.T) {
-			group, terms := e.path("group-kill"), e.path("terms")
+			group, terms, ready := e.path("group-kill"), e.path("terms"), e.path("trap-ready")
 			// A leftover that outlives SIGTERM: its handler writes a line
-			// and the loop goes on.
-			script := "echo $$ > " + group + "; (trap 'echo term >> " + terms + "' TERM; while :; do sleep 0.05; done) >/dev/null 2>&1 & exit 0"
+			// and the loop goes on. The command exits only once the trap
+			// is set: a SIGTERM before it would end the leftover at once.
+			script := "echo $$ > " + group + "; (trap 'echo term >> " + terms + "' TERM; echo ok > " + ready +
+				"; while :; do sleep 0.05; done) >/dev/null 2>&1 & while [ ! -s " + ready + " ]; do sleep 0.01; done; exit 0"
 			_, wait := e.start("run", "--kill-grace", "1s", "stubborn", "--", "sh", "-c", script)
 			waitFor(t, 10*time.Second, "the leftover to get SIGTERM", func() bool { return len(e.lines("terms")) > 0 })
 			pgid := readPid(group)
