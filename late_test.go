@@ -469,9 +469,7 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 			t.Errorf("statements sent by let-gos during Close: got %v, want none", got)
 		}
 		for _, l := range locks {
-			if id := channelHolder(t, e.db, table, l.Name()); id != 0 {
-				t.Errorf("channel of %s after Close: held by connection %d, want free", l.Name(), id)
-			}
+			wantChannelFree(t, e.db, table, l.Name(), "after Close")
 		}
 	})
 }

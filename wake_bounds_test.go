@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -39,9 +40,7 @@ func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
 		c.wake.cancel()
 		c.wake.closeAll(ended)
 		for _, name := range names {
-			if id := channelHolder(t, e.db, table, name); id != 0 {
-				t.Errorf("channel of %s after Close: held by connection %d, want free", name, id)
-			}
+			wantChannelFree(t, e.db, table, name, "after Close")
 		}
 	})
 }
@@ -128,7 +127,11 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 		if err := first.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if l := mustGet(t, got); !l.wake || !c.wake.holdsWake("n") {
+		l := mustGet(t, got)
+		l.mu.Lock()
+		wake := l.wake
+		l.mu.Unlock()
+		if !wake || !c.wake.holdsWake("n") {
 			t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
 		}
 		// Left to lapse: no Release, no Refresh.
@@ -166,9 +169,7 @@ func TestWakeups_handOverAfterContextEnded(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if id := channelHolder(t, e.db, table, name); id != 0 {
-				t.Errorf("%s: after Release the channel is held by connection %d, want free", name, id)
-			}
+			wantChannelFree(t, e.db, table, name, "after Release")
 		}
 	})
 }
@@ -199,4 +200,23 @@ func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// wantChannelFree checks that nobody holds the channel of name in table. A
+// discarded connection's named lock is freed once the server has seen the
+// disconnect, a moment later: it waits for that, up to a few seconds.
+func wantChannelFree(t *testing.T, db *sql.DB, table, name, when string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		id := channelHolder(t, db, table, name)
+		if id == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("channel of %s %s: held by connection %d, want free", name, when, id)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
