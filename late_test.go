@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"io"
-	"log"
 	"sync"
 	"testing"
 	"time"
@@ -51,16 +49,7 @@ type heldStmt struct {
 // passes everything until decide is set.
 func (e *testEnv) lateDB(t *testing.T) (*sql.DB, *lateConnector) {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = log.New(io.Discard, "", 0)
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc := &lateConnector{Connector: connector}
+	lc := &lateConnector{Connector: e.quietConnector(t, func(*mysql.Config) {})}
 	db := sql.OpenDB(lc)
 	t.Cleanup(func() { db.Close() })
 	return db, lc

@@ -6,8 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,16 +133,7 @@ func (r rewrittenResult) RowsAffected() (int64, error) { return r.rows, nil }
 // insert ids as mode says.
 func (e *testEnv) rewritingDB(t *testing.T, mode insertIDMode) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = log.New(io.Discard, "", 0)
-	connector, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(&rewritingConnector{Connector: connector, mode: mode})
+	db := sql.OpenDB(&rewritingConnector{Connector: e.quietConnector(t, func(*mysql.Config) {}), mode: mode})
 	t.Cleanup(func() { db.Close() })
 	return db
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -330,21 +331,27 @@ func testCtx(t testing.TB) context.Context {
 func (e *testEnv) proxiedClient(t *testing.T, table string, opts ...Option) (*Client, *proxy) {
 	t.Helper()
 	p := startProxy(t, e.serverAddr(t))
+	db := sql.OpenDB(e.quietConnector(t, func(c *mysql.Config) { c.Addr = p.Addr() }))
+	t.Cleanup(func() { db.Close() })
+	return e.client(t, db, table, opts...), p
+}
+
+// quietConnector returns a connector to the environment's DSN, changed by
+// f, whose driver does not log: cut connections make it log, and the tests
+// check errors. The logger is no DSN parameter, hence the connector.
+func (e *testEnv) quietConnector(t testing.TB, f func(*mysql.Config)) driver.Connector {
+	t.Helper()
 	cfg, err := mysql.ParseDSN(e.dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Addr = p.Addr()
-	// Cut connections make the driver log; the tests check errors. The
-	// logger is no DSN parameter, hence the connector.
+	f(cfg)
 	cfg.Logger = log.New(io.Discard, "", 0)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := sql.OpenDB(connector)
-	t.Cleanup(func() { db.Close() })
-	return e.client(t, db, table, opts...), p
+	return connector
 }
 
 // waitFor polls cond every few milliseconds until it holds, failing the test
