@@ -518,8 +518,8 @@ func BenchmarkContention(b *testing.B) {
 		opts []Option
 	}{
 		{"default", nil},
-		{"backoff=1ms-16ms", []Option{WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
-		{"wakeups", []Option{WithWakeups(true)}},
+		{"backoff=1ms-16ms", []Option{WithWakeups(0), WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
+		{"wakeups=0", []Option{WithWakeups(0)}},
 	} {
 		b.Run(v.name, func(b *testing.B) { benchContention(b, e, v.opts) })
 	}
@@ -615,9 +615,9 @@ func benchContention(b *testing.B, e *testEnv, opts []Option) {
 func BenchmarkAcquireWakeups(b *testing.B) {
 	e := benchEnv(b)
 	ctx := context.Background()
-	for _, on := range []bool{false, true} {
-		b.Run(fmt.Sprintf("wakeups=%v", on), func(b *testing.B) {
-			c := e.newClient(b, WithWakeups(on))
+	for _, n := range []int{0, DefaultWakeups} {
+		b.Run(fmt.Sprintf("wakeups=%d", n), func(b *testing.B) {
+			c := e.newClient(b, WithWakeups(n))
 			mustAcquire(b, c, "warm", time.Second).Release(ctx)
 			b.ReportAllocs()
 			for b.Loop() {

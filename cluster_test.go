@@ -508,7 +508,7 @@ func TestCluster_wakeups_galera(t *testing.T) {
 	table := c.newTable(t, c.dbs[0])
 	ctx := testCtx(t)
 	rec, logOpt := newRecorder()
-	waiter := (&testEnv{}).client(t, c.dbs[0], table, WithWakeups(true), WithRetry(LinearBackoff(20*time.Millisecond)), logOpt)
+	waiter := (&testEnv{}).client(t, c.dbs[0], table, WithRetry(LinearBackoff(20*time.Millisecond)), logOpt)
 	holder := (&testEnv{}).client(t, c.dbs[1], table)
 	for i := range 2 {
 		name := fmt.Sprintf("n%d", i)

@@ -191,18 +191,20 @@ func ExampleClient_ForceRelease() {
 	fmt.Printf("released the lease of %s (fence %d, live: %v)\n", was.Holder, was.Fence, was.Held)
 }
 
-// With wake-up channels, processes that wait for a name another process
-// holds block on the server instead of polling, and take it in the order
-// they came, within a round trip of its release.
+// Wake-up channels are on by default: processes that wait for a name
+// another process holds block on the server instead of polling, and take it
+// in the order they came, within a round trip of its release. Each channel
+// takes a connection of the pool; WithWakeups sets how many a Client holds
+// at once, and 0 turns them off.
 func ExampleWithWakeups() {
 	db, err := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Each name this Client waits for takes one more connection of the
-	// pool while it waits: leave room for them.
+	// This process waits for many names at once: up to 8 of them wait on
+	// channels, on 8 connections of the pool; the others poll.
 	db.SetMaxOpenConns(20)
-	locks, err := sqllock.New(db, sqllock.WithWakeups(true))
+	locks, err := sqllock.New(db, sqllock.WithWakeups(8))
 	if err != nil {
 		log.Fatal(err)
 	}

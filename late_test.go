@@ -441,7 +441,7 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
-		c, p := e.proxiedClient(t, table, WithWakeups(true))
+		c, p := e.proxiedClient(t, table, WithWakeups(5))
 		var locks []*Lock
 		for i := range 5 {
 			locks = append(locks, holdAfterWaiting(t, e, c, table, fmt.Sprintf("n%d", i)))

@@ -48,8 +48,11 @@ type Client struct {
 	tidb  atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
 	stmts [numStmts]atomic.Pointer[sql.Stmt]
 
-	waiters waiters // Acquire calls waiting for a name (waiters.go)
-	wake    wakeups // wake-up channels (wake.go)
+	waiters  waiters       // Acquire calls waiting for a name (waiters.go)
+	wake     wakeups       // wake-up channels (wake.go)
+	looks    looks         // the waiting calls' one-statement polls (poll.go)
+	lookSQL  string        // the look statement with the table's name in place
+	attempts chan struct{} // slots for the waiting calls' acquire statements (poll.go)
 
 	// mu guards the fields below it. It is never held across a call to
 	// the server: a call stuck on a dead connection must not hold up
@@ -67,7 +70,7 @@ type Client struct {
 	closeDone chan struct{} // closed when Close has finished
 
 	held    held    // the Locks to release on Close; held.go
-	orphans orphans // tokens of acquires whose outcome stays unknown; acquire.go
+	orphans orphans // tokens of acquires whose outcome stays unknown; orphans.go
 }
 
 // An Option configures a Client in [New].
@@ -130,7 +133,9 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
 		log:       discardLogger,
+		attempts:  make(chan struct{}, maxWaitingAttempts),
 	}
+	c.wake.max = DefaultWakeups
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
 			return nil, err
@@ -140,6 +145,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		c.sql[i] = c.substitute(queries[name])
 	}
 	c.holderArg = c.holder
+	c.lookSQL = c.substitute(queries["look"])
 	c.wake.init(c.table)
 	return c, nil
 }
@@ -220,7 +226,8 @@ func (c *Client) Close() error {
 	c.closeStarted = true
 	close(c.closing)
 	c.mu.Unlock()
-	c.wake.cancel() // waits on wake-up channels end now
+	c.wake.cancel() // waits on wake-up channels end now, and looks
+	c.looks.close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()

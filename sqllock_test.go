@@ -67,7 +67,8 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 		t.Fatalf("sqlmock.New: got %v, want nil", err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	all := []Option{WithHolder(mockHolder)}
+	// sqlmock has one connection, which a wake-up channel would pin.
+	all := []Option{WithHolder(mockHolder), WithWakeups(0)}
 	if table != DefaultTable {
 		all = append(all, WithTable(table))
 	}
@@ -202,6 +203,17 @@ func (e *mockEnv) expectExec(name string, args []driver.Value, replies ...reply)
 			ex.WillDelayFor(r.delay)
 		}
 	}
+}
+
+// expectLook expects the look statement of a waiting Acquire for name
+// (poll.go), answered with name held or not.
+func (e *mockEnv) expectLook(name string, held bool) {
+	rows := sqlmock.NewRows([]string{"name"})
+	if held {
+		rows.AddRow([]byte(name))
+	}
+	q := strings.Replace(withTable(queries["look"], e.table), "?", hexLiteral(name), 1)
+	e.mock.ExpectQuery(q).WithoutArgs().WillReturnRows(rows)
 }
 
 // expectInspect expects the inspect statement for name, answered by rows.
@@ -368,7 +380,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -390,7 +402,7 @@ func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
-		"lease": 1, "once_reset": 1, "proof_clear": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
+		"lease": 1, "once_reset": 1, "proof_clear": 1, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1}
 	for name, stmt := range queries {
@@ -1139,9 +1151,18 @@ func TestClient_Acquire_retryStrategy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t, WithRetry(tt.strategy))
-			// One token serves every attempt.
+			// One token serves every attempt. After the first refusal,
+			// each attempt is a look, and an acquire only when the look
+			// finds the name free.
 			tok := &tokenArg{}
-			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), tt.replies...)
+			args := acquireArgs("job", mockHolder, 1_000_000, tok)
+			e.expectExec("acquire", args, tt.replies[0])
+			for _, r := range tt.replies[1:] {
+				e.expectLook("job", r == held)
+				if r != held {
+					e.expectExec("acquire", args, r)
+				}
+			}
 			l, err := e.c.Acquire(t.Context(), "job", time.Second)
 			switch {
 			case tt.wantErr != nil:
@@ -1168,7 +1189,9 @@ func TestClient_Acquire_deadline(t *testing.T) {
 		return time.Hour, true
 	})
 	e := newMockEnv(t, WithRetry(strategy))
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(0, 1))
+	e.expectLook("job", true)
+	e.expectLook("job", true)
 	// Long enough for the three attempts on a loaded machine under -race
 	// (300 ms was not); the hour-long wait is what the deadline must cut.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)

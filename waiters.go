@@ -189,7 +189,8 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q := ws.join(name, w)
 	useWake := c.wake.on && c.wake.contended(name)
-	waited := false // refused, or queued behind another process
+	waited := false        // refused, or queued behind another process
+	refusedBefore := false // an attempt of this call was refused
 	defer func() {
 		if lock == nil {
 			if c.wake.on && ws.waiting(name) == 0 {
@@ -215,6 +216,7 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 			// makes the queue wait behind the other processes.
 			useWake = c.wake.contended(name)
 		}
+		granted := false // the channel woke this head: the name was let go of
 		if head && useWake {
 			st, queued, err := c.waitWake(ctx, name, ttl)
 			if err != nil {
@@ -222,12 +224,15 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 				return nil, c.waitEnded(name, err, lastErr)
 			}
 			waited = waited || queued
+			granted = st == wakeGranted
 			if st == wakeGranted || st == wakeTimedOut {
 				wait = 0 // the channel was the wait
 			}
 		}
+		kicked := false // a Release of this Client woke this head
 		if head && wait <= 0 {
 			ws.mu.Lock()
+			kicked = q.kicked
 			q.kicked = false // this attempt sees every release so far
 			ws.mu.Unlock()
 		}
@@ -240,7 +245,30 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 			continue
 		}
 
+		if refusedBefore && !granted && !kicked && !c.orphans.has(name) {
+			// The name was held at the last answer: ask whether it is
+			// free, with the other names due now, in one statement
+			// (poll.go), and send the acquire only if it is.
+			held, err := c.lookHeld(ctx, name)
+			if err != nil && (errors.Is(err, ErrClosed) || ctxErr(ctx) != nil) {
+				ws.leave(name, q, w)
+				return nil, c.waitEnded(name, err, lastErr)
+			}
+			if err == nil && held {
+				lastErr = nil
+				if !ws.refused(name, q, w, c.retry) {
+					return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+				}
+				continue
+			}
+			// Free, or the look failed: the acquire decides.
+		}
+		if err := c.attemptSlot(ctx); err != nil {
+			ws.leave(name, q, w)
+			return nil, c.waitEnded(name, err, lastErr)
+		}
 		l, err := a.attempt(ctx)
+		c.putAttemptSlot()
 		if err == nil {
 			if c.wake.on {
 				// The channel the queue holds, if any, goes with the
@@ -265,7 +293,7 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 		switch {
 		case cerr == nil && errors.Is(err, ErrNotAcquired):
 			lastErr = nil
-			waited = true
+			waited, refusedBefore = true, true
 			if c.wake.on {
 				useWake = true
 				c.wake.waited(name) // the callers behind this one wait on the channel too

@@ -75,7 +75,9 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		const waiters = 4
-		c, p := e.proxiedClient(t, e.newTable(t), WithRetry(LinearBackoff(10*time.Second)))
+		// The queue of one Client, without wake-up channels, whose
+		// statements would count.
+		c, p := e.proxiedClient(t, e.newTable(t), WithRetry(LinearBackoff(10*time.Second)), WithWakeups(0))
 		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second) // half a poll
 		defer cancel()
 		if err := mustAcquire(t, c, "warm", time.Second).Release(ctx); err != nil {
@@ -131,7 +133,7 @@ func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 // takes over, and a later Release still wakes it at once.
 func TestClient_Acquire_headLeaves(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		c := e.newClient(t, WithRetry(LinearBackoff(10*time.Second)))
+		c := e.newClient(t, WithRetry(LinearBackoff(10*time.Second)), WithWakeups(0))
 		ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
 		defer cancel()
 		holder := mustAcquire(t, c, "x", time.Minute)

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
-	"strconv"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,8 +15,8 @@ import (
 // The wake-up channel of a name hands it from one process to the next
 // without polling, in the order they came. It is a server named lock
 // (GET_LOCK, statements wake_wait and wake_release of queries.sql) beside
-// the lease, on a connection of its own, used only by Clients made
-// [WithWakeups]:
+// the lease, on a connection of its own. Clients use it unless made
+// WithWakeups(0):
 //
 //   - A Client whose Acquire is refused, or that waited for the name within
 //     the last contendedFor, has the head of its wait queue block in
@@ -36,6 +36,11 @@ import (
 //     the channel, which it does only while it waits for the name. An
 //     Acquire on a name this Client has not waited for sends the acquire
 //     statement alone; TryAcquire never touches the channel.
+//   - A Client holds at most max channels at once (DefaultWakeups), each on
+//     a connection of its own, and never the pool's last connection. A name
+//     that finds them all taken polls (poll.go), as it would without
+//     channels; the names that hold one keep it until their Lock is
+//     released or their queue empties.
 //
 // Nothing depends on the channel for safety: the lease row and its fence
 // decide who holds a name, and every grant is followed by the acquire
@@ -46,35 +51,49 @@ import (
 // a lease that lapsed. Within one Client, only the head of a name's queue
 // uses the channel; the other callers wait in the queue as before.
 
-// DefaultWakeups is whether a Client uses wake-up channels unless
-// [WithWakeups] says otherwise.
-const DefaultWakeups = false
+// DefaultWakeups is how many wake-up channels a Client holds at once unless
+// [WithWakeups] says otherwise: the names it waits for beyond these poll.
+const DefaultWakeups = 4
 
-// WithWakeups turns wake-up channels on or off (see [DefaultWakeups]). With
-// them on, a process waiting in [Client.Acquire] for a name another process
-// holds blocks on a server named lock (GET_LOCK) instead of polling: the
-// holder lets go of it right after its [Lock.Release], which wakes the
-// process that has waited longest within a round trip, and sends nothing
-// while it waits (but one poll every few seconds, in case the holder is
-// stuck). A process that releases a name and acquires it again queues
-// behind the processes that were waiting. It also works when some
-// processes use it and others do not: they poll, as they would without it.
+// WithWakeups sets how many wake-up channels the Client holds at once, each
+// on a connection of the *sql.DB's pool; 0 turns them off, and waiting
+// processes poll. The default is [DefaultWakeups].
 //
-// The cost: a connection of the *sql.DB's pool for each name this Client
-// waits for (held by the waiting call) or holds after having waited for it
-// (held until the Release), taken out of the pool and given back after;
-// one statement more (GET_LOCK, which writes nothing) per contended
-// Acquire, and one more (RELEASE_LOCK) after the Release of a Lock that
-// waited. The Release of a Lock whose Acquire did not wait sends one
-// statement more too, after its own, at most ten times a second per name
-// (IS_USED_LOCK, which writes nothing): whether another process waits, so
-// that this one queues behind it next time. TryAcquire and its Locks send nothing more. A pool
-// limited by SetMaxOpenConns keeps one connection free for the lease
-// statements: when it has no other, the Client polls instead. The lease,
-// its fence and every error stay as they are without it.
-func WithWakeups(on bool) Option {
+// With them, a process waiting in [Client.Acquire] for a name another
+// process holds blocks on a server named lock (GET_LOCK) instead of
+// polling: the holder lets go of it right after its [Lock.Release], which
+// wakes the process that has waited longest within a round trip, and sends
+// nothing while it waits (but one poll every few seconds, in case the
+// holder is stuck). A process that releases a name and acquires it again
+// queues behind the processes that were waiting. So the name goes round the
+// processes that want it, in turn, instead of mostly to whichever polled
+// last. It also works when some processes use it and others do not: they
+// poll, as they would without it.
+//
+// The cost: one pool connection per channel, taken while this Client waits
+// for the name, and kept by a Lock taken after waiting until its Release
+// (or until its lease could have lapsed); n bounds them. A pool limited by
+// SetMaxOpenConns keeps one connection free for the lease statements: when
+// it has no other, the Client polls instead. One statement more (GET_LOCK,
+// which writes nothing) per contended Acquire, and one more (RELEASE_LOCK)
+// after the Release of a Lock that waited. The Release of a Lock whose
+// Acquire did not wait sends one statement more too, after its own, at most
+// ten times a second per name (IS_USED_LOCK, which writes nothing): whether
+// another process waits, so that this one queues behind it next time.
+// TryAcquire and its Locks send nothing more. The lease, its fence and
+// every error stay as they are without it.
+//
+// Turn them off when every Acquire of a name is in one process (the
+// Client's own queue is fair already), when connections are scarcer than
+// fairness is worth (a server near max_connections), or behind a proxy
+// that pools connections per transaction and cannot keep a session's named
+// lock: a server that refuses GET_LOCK turns them off by itself.
+func WithWakeups(n int) Option {
 	return func(c *Client) error {
-		c.wake.on = on
+		if n < 0 {
+			return fmt.Errorf("sqllock: WithWakeups(%d): the number of wake-up channels cannot be negative", n)
+		}
+		c.wake.max = n
 		return nil
 	}
 }
@@ -102,7 +121,8 @@ const (
 // wakeups are a Client's wake-up channels, one per name it waits for or
 // holds after waiting. The zero value is off.
 type wakeups struct {
-	on                  bool
+	on                  bool   // max > 0
+	max                 int    // channels held at once, at most
 	waitSQL, releaseSQL string // with the table's name in place
 	probeSQL            string
 	stop                context.Context // ends when Close starts
@@ -114,6 +134,7 @@ type wakeups struct {
 	lastCut atomic.Int64 // how long the last wait ran before its connection broke
 
 	mu     sync.Mutex
+	used   int // channels whose connection is taken: held, or in a wait
 	chans  map[string]*wakeChan
 	recent map[string]time.Time // when this Client last waited for a name
 	probed map[string]time.Time // when a release last probed a name
@@ -142,6 +163,7 @@ const (
 )
 
 func (ws *wakeups) init(table string) {
+	ws.on = ws.max > 0
 	ws.stop, ws.cancel = context.WithCancel(context.Background())
 	raw := strings.Trim(table, "`")
 	ws.waitSQL = strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+raw+"'")
@@ -248,13 +270,30 @@ func (ws *wakeups) take(ctx context.Context, name string) (*wakeChan, error) {
 	}
 }
 
+// takeAnyway is take for what must be done whatever the caller's context
+// (a hand-over, a let-go): it waits up to wakeReleaseTimeout instead. It
+// returns nil when this Client has no channel of name, or Close has it,
+// which lets go of it.
+func (ws *wakeups) takeAnyway(ctx context.Context, name string) *wakeChan {
+	if !ws.has(name) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	defer cancel()
+	ch, err := ws.take(ctx, name)
+	if err != nil {
+		return nil
+	}
+	return ch
+}
+
 // put lets go of ch's sem, dropping ch when it holds nothing. After Close
 // started, whatever it holds is let go of at once.
 func (ws *wakeups) put(name string, ch *wakeChan) {
 	ws.mu.Lock()
 	if ws.closed && ch.conn != nil {
 		discardConn(ch.conn)
-		ch.conn, ch.byLock = nil, nil
+		ws.clearLocked(ch)
 	}
 	if ch.conn == nil && ws.chans[name] == ch {
 		delete(ws.chans, name)
@@ -264,11 +303,51 @@ func (ws *wakeups) put(name string, ch *wakeChan) {
 }
 
 // set changes what ch holds; the caller holds ch.sem. Writes also take
-// ws.mu, so that holdsWake and Close may read them.
+// ws.mu, so that holdsWake and Close may read them. A connection set here
+// was reserved (reserve); one let go of here is counted back.
 func (ws *wakeups) set(ch *wakeChan, conn *sql.Conn, by *Lock) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if conn == nil {
+		ws.clearLocked(ch)
+		return
+	}
 	ch.conn, ch.byLock = conn, by
+}
+
+// clearLocked empties ch, counting its connection, if any, back; ws.mu is
+// held.
+func (ws *wakeups) clearLocked(ch *wakeChan) {
+	if ch.conn != nil {
+		ws.used--
+	}
+	ch.conn, ch.byLock = nil, nil
+}
+
+// reserve counts one more channel connection, if the Client's bound allows
+// it, before the connection is taken; unreserve counts it back when the
+// wait does not keep it.
+func (ws *wakeups) reserve() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.used >= ws.max || ws.closed {
+		return false
+	}
+	ws.used++
+	return true
+}
+
+func (ws *wakeups) unreserve() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.used--
+}
+
+// inUse returns how many channel connections are taken; for tests.
+func (ws *wakeups) inUse() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.used
 }
 
 // discardConn closes conn's connection instead of giving it back to the
@@ -276,153 +355,6 @@ func (ws *wakeups) set(ch *wakeChan, conn *sql.Conn, by *Lock) {
 func discardConn(conn *sql.Conn) {
 	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = conn.Close()
-}
-
-// poolFull reports whether the pool has no connection to spare for a
-// channel beside the one the lease statements need.
-func (c *Client) poolFull() bool {
-	s := c.db.Stats()
-	return s.MaxOpenConnections > 0 && s.InUse >= s.MaxOpenConnections-1
-}
-
-// waitWake is the wait of the head of name's queue on the channel, for a
-// lease of ttl: it blocks in GET_LOCK until the channel is granted, its
-// timeout passes, or ctx ends. queued reports that another process held
-// the channel when the wait began. The error is ctx's, or ErrClosed; a
-// failure of the channel is wakeFailed, never an error.
-func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (st wakeState, queued bool, err error) {
-	ws := &c.wake
-	if ws.refused.Load() {
-		return wakeFailed, false, nil
-	}
-	ch, err := ws.take(ctx, name)
-	if err != nil {
-		return wakeFailed, false, err
-	}
-	defer ws.put(name, ch)
-	switch {
-	case ch.conn != nil && ch.byLock != nil:
-		return wakeLockHeld, false, nil
-	case ch.conn != nil:
-		return wakeQueueHeld, false, nil
-	case c.poolFull():
-		return wakeFailed, false, nil
-	}
-	wait := min(max(ttl, wakeRecheckMin), ws.maxWait())
-	if d, ok := ctx.Deadline(); ok {
-		wait = max(min(wait, time.Until(d)), time.Second)
-	}
-	secs := (wait + time.Second - 1) / time.Second
-	// The server ends GET_LOCK after secs; the client ends the wait a
-	// little later, so that a connection a NAT or a load balancer dropped
-	// in silence cannot hold the head of the queue, and every caller
-	// behind it, until TCP gives up. Close ends the wait at once: the
-	// driver cuts a connection whose context ends mid-statement, and the
-	// named lock dies with it.
-	wctx, cancel := context.WithTimeout(ctx, secs*time.Second+wakeWaitSlack)
-	defer cancel()
-	defer context.AfterFunc(ws.stop, cancel)()
-	began := time.Now()
-	conn, err := c.db.Conn(wctx)
-	if err != nil {
-		return c.wakeFailure(ctx, name, err)
-	}
-	lit := hexLiteral(name)
-	var free, got sql.NullInt64
-	err = conn.QueryRowContext(wctx, bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
-	if err != nil || got.Int64 != 1 {
-		// Timed out, or refused by the server: the lock is not ours. Any
-		// other failure leaves a connection we cannot trust: it goes.
-		if err == nil {
-			_ = conn.Close()
-			return wakeTimedOut, true, nil
-		}
-		if _, ok := serverErrno(err); ok && classify(err) != failedUnknown {
-			_ = conn.Close() // an error reply: the connection holds nothing
-		} else {
-			discardConn(conn)
-		}
-		if elapsed := time.Since(began); classify(err) == failedUnknown && wctx.Err() == nil && elapsed < wait {
-			// The connection broke mid-wait. The driver reports its own
-			// read timeout (a DSN's readTimeout) so too: when two waits
-			// in a row break after the same time, that is what cut them.
-			c.wakeCut(ctx, elapsed, wait)
-		}
-		return c.wakeFailure(ctx, name, err)
-	}
-	ws.set(ch, conn, nil)
-	return wakeGranted, free.Int64 != 1, nil
-}
-
-// wakeFailure is the answer of a wait on name's channel that failed with err.
-func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeState, bool, error) {
-	if cerr := ctxErr(ctx); cerr != nil {
-		return wakeFailed, false, cerr
-	}
-	if c.wake.stop.Err() != nil {
-		return wakeFailed, false, ErrClosed
-	}
-	if n, ok := serverErrno(err); ok && n == erNotSupportedYet {
-		if !c.wake.refused.Swap(true) {
-			c.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
-		}
-		return wakeFailed, false, nil
-	}
-	c.log.DebugContext(ctx, "sqllock: wake-up channel failed; polling instead", "name", name, "err", err)
-	return wakeFailed, false, nil
-}
-
-// letGo lets go of the channel of name if by holds it (by nil: the wait
-// queue), which wakes the first process waiting for it.
-func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
-	ws := &c.wake
-	if !ws.has(name) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
-	defer cancel()
-	ch, err := ws.take(ctx, name)
-	if err != nil {
-		return // Close lets go of it
-	}
-	defer ws.put(name, ch)
-	if ch.conn == nil || ch.byLock != by {
-		return
-	}
-	conn := ch.conn
-	ws.set(ch, nil, nil)
-	if ws.stop.Err() != nil {
-		// Close has started: no round trip, which would add its own
-		// second to Close's bound; the named lock dies with the
-		// connection.
-		discardConn(conn)
-		return
-	}
-	var ok sql.NullInt64
-	if err := conn.QueryRowContext(ctx, bind(ws.releaseSQL, hexLiteral(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
-		discardConn(conn) // the lock dies with the connection
-		return
-	}
-	_ = conn.Close() // back to the pool, holding nothing
-}
-
-// probe asks the server, at most once every probeEvery, whether another
-// process holds, so waits for, the channel of name, and if so records that
-// this Client waited for it: its
-// next Acquire of name queues behind that process instead of racing it.
-// Without it, a process that holds a name without having waited for it
-// would take it back after each release, before the one process that
-// polls for it (the others wait behind that one on the channel).
-func (c *Client) probe(ctx context.Context, name string) {
-	if c.wake.stop.Err() != nil || !c.wake.probeDue(name) {
-		return // Close has started: nothing of this Client waits any more
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
-	defer cancel()
-	var id sql.NullInt64
-	if err := c.db.QueryRowContext(ctx, bind(c.wake.probeSQL, hexLiteral(name))).Scan(&id); err == nil && id.Valid {
-		c.wake.waited(name)
-	}
 }
 
 // closeAll lets go of every channel: Close calls it. Waits under way end at
@@ -435,12 +367,12 @@ func (ws *wakeups) closeAll(ctx context.Context) {
 	ws.mu.Lock()
 	ws.closed = true
 	ws.cancel()
-	chans := make([]*wakeChan, 0, len(ws.chans))
-	for _, ch := range ws.chans {
-		chans = append(chans, ch)
+	chans := make(map[string]*wakeChan, len(ws.chans))
+	for name, ch := range ws.chans {
+		chans[name] = ch
 	}
 	ws.mu.Unlock()
-	for _, ch := range chans {
+	for name, ch := range chans {
 		// A free channel is always let go of, even once ctx has ended (a
 		// select on both would pick either at random). One still in use
 		// when ctx ends is let go of by its user, in put, which sees
@@ -457,7 +389,10 @@ func (ws *wakeups) closeAll(ctx context.Context) {
 		ws.mu.Lock()
 		if ch.conn != nil {
 			discardConn(ch.conn)
-			ch.conn, ch.byLock = nil, nil
+			ws.clearLocked(ch)
+		}
+		if ws.chans[name] == ch {
+			delete(ws.chans, name)
 		}
 		ws.mu.Unlock()
 		<-ch.sem
@@ -477,37 +412,4 @@ func (ws *wakeups) holdsWake(name string) bool {
 	defer ws.mu.Unlock()
 	ch := ws.chans[name]
 	return ch != nil && ch.conn != nil
-}
-
-// maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
-// the connections' read timeout cut a longer wait.
-func (ws *wakeups) maxWait() time.Duration {
-	if d := time.Duration(ws.waitCap.Load()); d > 0 {
-		return d
-	}
-	return wakeRecheckMax
-}
-
-// wakeCut is told that a wait meant to last wait broke after elapsed. Two
-// in a row that break after the same time (within a tenth, at least 100ms)
-// are a timeout of the connections: a DSN's readTimeout shorter than the
-// wait, which would make every wait fail and open a connection again. Waits
-// then last a whole second less than elapsed; below a second the channels
-// stay off, and waiting processes poll. Each change is logged once.
-func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
-	ws := &c.wake
-	last := time.Duration(ws.lastCut.Swap(int64(elapsed)))
-	if diff := (elapsed - last).Abs(); last == 0 || diff > max(elapsed/10, 100*time.Millisecond) {
-		return
-	}
-	capped := elapsed.Truncate(time.Second) - time.Second
-	if capped < time.Second {
-		if !ws.refused.Swap(true) {
-			c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
-		}
-		return
-	}
-	if old := ws.waitCap.Swap(int64(capped)); old == 0 || time.Duration(old) > capped {
-		c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cut a wake-up wait; waits are shortened: set readTimeout above 7s", "cut_after", elapsed, "wait_now", capped)
-	}
 }

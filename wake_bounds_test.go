@@ -22,7 +22,7 @@ func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
-		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		c := e.client(t, e.openDB(t), table, WithWakeups(10))
 		ctx := testCtx(t)
 		var names []string
 		for i := range 10 {
@@ -53,7 +53,7 @@ func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
-		c, p := e.proxiedClient(t, table, WithWakeups(true))
+		c, p := e.proxiedClient(t, table)
 		mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
 		p.Stall(true)
 		t.Cleanup(func() { p.Stall(false) })
@@ -84,8 +84,8 @@ func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
 		table := e.newTable(t)
 		rec, logOpt := newRecorder()
 		db := e.openDBWith(t, func(c *mysql.Config) { c.ReadTimeout = 3 * time.Second })
-		c := e.client(t, db, table, WithWakeups(true), logOpt)
-		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table, WithWakeups(true)), table, "n")
+		c := e.client(t, db, table, logOpt)
+		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table), table, "n")
 		defer holder.Release(testCtx(t))
 		for i := range 2 {
 			st, _, err := c.waitWake(testCtx(t), "n", time.Minute)
@@ -115,7 +115,7 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
-		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		c := e.client(t, e.openDB(t), table)
 		ctx := testCtx(t)
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Minute)
 		got := make(chan acquired, 1)
@@ -149,7 +149,7 @@ func TestWakeups_handOverAfterContextEnded(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
-		c := e.client(t, e.openDB(t), table, WithWakeups(true))
+		c := e.client(t, e.openDB(t), table)
 		ctx := testCtx(t)
 		ended, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -182,14 +182,14 @@ func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		short := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "wait_timeout", "1") })
-		c := e.client(t, short, table, WithWakeups(true))
+		c := e.client(t, short, table)
 		l := holdAfterWaiting(t, e, c, table, "n")
 		// The idle channel connection outlives the server's patience.
 		waitFor(t, 10*time.Second, "the server drops the idle channel", func() bool {
 			return channelHolder(t, e.db, table, "n") == 0
 		})
 		ctx := testCtx(t)
-		other := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(20*time.Millisecond)))
+		other := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(20*time.Millisecond)))
 		got := acquireAsync(ctx, other, "n")
 		waitFor(t, time.Minute, "the other process waits", func() bool { return headAttempts(other, "n") > 0 })
 		if err := l.Release(ctx); err != nil {

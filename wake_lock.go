@@ -14,16 +14,11 @@ import (
 // the queue's head just acquired; it does nothing when the queue does not
 // hold it.
 func (ws *wakeups) handTo(ctx context.Context, name string, l *Lock) {
-	if !ws.has(name) {
-		return
-	}
 	// Not bound by the caller's context: the lease is taken, and a channel
 	// left with a queue that has no head any more would stay pinned.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
-	defer cancel()
-	ch, err := ws.take(ctx, name)
-	if err != nil {
-		return // Close lets go of it
+	ch := ws.takeAnyway(ctx, name)
+	if ch == nil {
+		return
 	}
 	if ch.conn != nil && ch.byLock == nil {
 		ws.set(ch, ch.conn, l)

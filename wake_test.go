@@ -108,7 +108,7 @@ func blockedWaiter(t *testing.T, e *testEnv, c *Client, name string) <-chan acqu
 // w's outcome.
 func channelQueue(t *testing.T, e *testEnv, table, name string, w *Client) (*Client, *Lock, <-chan acquired) {
 	t.Helper()
-	h := e.client(t, e.openDB(t), table, WithWakeups(true))
+	h := e.client(t, e.openDB(t), table)
 	held := holdAfterWaiting(t, e, h, table, name)
 	return h, held, blockedWaiter(t, e, w, name)
 }
@@ -142,7 +142,7 @@ func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		w, p := e.proxiedClient(t, table, WithRetry(LinearBackoff(10*time.Millisecond)))
 		_, held, got := channelQueue(t, e, table, "n", w)
 		p.ResetCounts()
 		time.Sleep(time.Second)
@@ -175,7 +175,7 @@ func TestWakeups_localQueueSendsNothing(t *testing.T) {
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		const goroutines = 16
-		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		w, p := e.proxiedClient(t, table, WithRetry(LinearBackoff(10*time.Millisecond)))
 		_, held, got := channelQueue(t, e, table, "n", w)
 		errs := make(chan error, goroutines)
 		for range goroutines - 1 {
@@ -215,7 +215,7 @@ func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		w := e.client(t, e.openDB(t), table)
 		h, held, got := channelQueue(t, e, table, "n", w)
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -233,7 +233,7 @@ func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		w, p := e.proxiedClient(t, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		w, p := e.proxiedClient(t, table, WithRetry(LinearBackoff(10*time.Millisecond)))
 		_, held, got := channelQueue(t, e, table, "n", w)
 		if _, err := e.db.Exec(fmt.Sprintf("KILL %d", channelHolder(t, e.db, table, "n"))); err != nil {
 			t.Fatal(err)
@@ -260,7 +260,7 @@ func TestWakeups_waiterKilledMidWait(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		w := e.client(t, e.openDB(t), table)
 		_, held, got := channelQueue(t, e, table, "n", w)
 		var id int64
 		if err := e.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()").Scan(&id); err != nil {
@@ -284,10 +284,10 @@ func TestWakeups_closeAndCancel(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		h := e.client(t, e.openDB(t), table, WithWakeups(true))
+		h := e.client(t, e.openDB(t), table)
 		holdAfterWaiting(t, e, h, table, "n")
 
-		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		w := e.client(t, e.openDB(t), table)
 		cctx, cancel := context.WithCancel(ctx)
 		got := acquireAsync(cctx, w, "n")
 		waitFor(t, time.Minute, "the waiter blocks on the channel", func() bool { return channelWaiters(t, e.db) == 1 })
@@ -329,7 +329,7 @@ func TestWakeups_fullPoolPolls(t *testing.T) {
 		ctx := testCtx(t)
 		db := e.openDB(t)
 		db.SetMaxOpenConns(1)
-		h := e.client(t, db, table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		h := e.client(t, db, table, WithRetry(LinearBackoff(10*time.Millisecond)))
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", wakeTTL)
 		got := acquireAsync(ctx, h, "n")
 		waitFor(t, time.Minute, "the Client polls", func() bool { return headAttempts(h, "n") > 3 })
@@ -353,12 +353,12 @@ func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		h := e.client(t, e.openDB(t), table, WithWakeups(true))
+		h := e.client(t, e.openDB(t), table)
 		held, err := h.Acquire(ctx, "n", wakeTTL)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(200*time.Millisecond)))
+		w := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(200*time.Millisecond)))
 		got := acquireAsync(ctx, w, "n")
 		waitFor(t, time.Minute, "the waiter holds the channel and polls", func() bool {
 			return headAttempts(w, "n") > 1 && w.wake.holdsWake("n")
@@ -381,7 +381,7 @@ func TestWakeups_closeRacesHandoffs(t *testing.T) {
 		done := make(chan struct{})
 		loops := 0
 		for range 3 {
-			c := e.client(t, e.openDB(t), table, WithWakeups(true))
+			c := e.client(t, e.openDB(t), table)
 			cs = append(cs, c)
 			for range 3 {
 				loops++
@@ -432,7 +432,7 @@ func TestWakeups_closeRacesHandoffs(t *testing.T) {
 // refuses GET_LOCK (MariaDB Galera): the Client says so once and polls,
 // without asking for the channel again.
 func TestWakeups_serverRefusesGetLock(t *testing.T) {
-	e := newMockEnv(t, WithWakeups(true), WithRetry(LinearBackoff(time.Millisecond)))
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(DefaultWakeups))
 	held, free := okReply(0, 1), okReply(7, 1)
 	tok := &tokenArg{}
 	args := acquireArgs("job", mockHolder, 1_000_000, tok)
@@ -441,7 +441,11 @@ func TestWakeups_serverRefusesGetLock(t *testing.T) {
 	wait := strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'")
 	wait = strings.Replace(strings.Replace(wait, "?", "X'6a6f62'", 2), "?", "1", 1)
 	e.mock.ExpectQuery(wait).WithoutArgs().WillReturnError(mysqlErr(erNotSupportedYet, "42000", "This version of MariaDB doesn't yet support 'GET_LOCK in cluster (WSREP_ON=ON)'"))
-	e.expectExec("acquire", args, held, held, free)
+	// Polls from then on: looks, and the acquire once one finds it free.
+	e.expectLook("job", true)
+	e.expectLook("job", true)
+	e.expectLook("job", false)
+	e.expectExec("acquire", args, free)
 	l, err := e.c.Acquire(t.Context(), "job", time.Second)
 	if err != nil || l.Fence() != 7 {
 		t.Fatalf("Acquire: got %v, %v; want fence 7", l, err)
@@ -460,7 +464,7 @@ func TestWakeups_stuckHolderLapses(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		h := e.client(t, e.openDB(t), table, WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		h := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(10*time.Millisecond)))
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Second)
 		got := make(chan acquired, 1)
 		go func() {
@@ -475,7 +479,7 @@ func TestWakeups_stuckHolderLapses(t *testing.T) {
 		if !h.wake.holdsWake("n") {
 			t.Fatal("the stuck holder: got no channel, want it held")
 		}
-		w := e.client(t, e.openDB(t), table, WithWakeups(true))
+		w := e.client(t, e.openDB(t), table)
 		l, err := w.Acquire(ctx, "n", time.Second)
 		if err != nil {
 			t.Fatalf("Acquire behind a stuck holder: %v", err)
@@ -507,8 +511,8 @@ func TestWakeups_offOnTiDB(t *testing.T) {
 		}
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		a := e.client(t, e.openDB(t), table, WithHolder("a"), WithWakeups(true))
-		b := e.client(t, e.openDB(t), table, WithHolder("b"), WithWakeups(true), WithRetry(LinearBackoff(10*time.Millisecond)))
+		a := e.client(t, e.openDB(t), table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"), WithRetry(LinearBackoff(10*time.Millisecond)))
 		held := mustAcquire(t, a, "n", time.Minute)
 		got := make(chan *Lock, 1)
 		go func() {

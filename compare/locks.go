@@ -44,10 +44,11 @@ var sqllockVariants = []struct {
 	label, settings string
 	opts            []sqllock.Option
 }{
-	{"sqllock", "Acquire; default RetryStrategy ExponentialBackoff(8ms, 256ms)", nil},
-	{"sqllock, backoff 1-16ms", "Acquire; WithRetry(ExponentialBackoff(1ms, 16ms))",
-		[]sqllock.Option{sqllock.WithRetry(sqllock.ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
-	{"sqllock, wake-ups", "Acquire; WithWakeups(true), default RetryStrategy", []sqllock.Option{sqllock.WithWakeups(true)}},
+	{"sqllock", "Acquire; default options: wake-up channels (4), ExponentialBackoff(8ms, 256ms)", nil},
+	{"sqllock, no wake-ups", "Acquire; WithWakeups(0): polls on the default RetryStrategy",
+		[]sqllock.Option{sqllock.WithWakeups(0)}},
+	{"sqllock, polls 1-16ms", "Acquire; WithWakeups(0), WithRetry(ExponentialBackoff(1ms, 16ms))",
+		[]sqllock.Option{sqllock.WithWakeups(0), sqllock.WithRetry(sqllock.ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
 }
 
 // pglock's settings: it retries a refused acquire once per lease, and

@@ -47,8 +47,8 @@ func openNode(cfg config, dsn string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)),
-		sqllock.WithWakeups(cfg.wakeups))
+	// Wake-up channels are on by default; only -wakeups's Acquire uses them.
+	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)))
 	if err != nil {
 		db.Close()
 		resDB.Close()

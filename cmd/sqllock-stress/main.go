@@ -147,7 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.killPid, "kill-pid", "", "failover run: SIGKILL the process whose pid this file holds, -kill-after into the run")
 	fs.StringVar(&cfg.killCmd, "kill-cmd", "", "failover run: run this shell command, -kill-after into the run")
 	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
-	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire with sqllock.WithWakeups(true), instead of polling with TryAcquire")
+	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")

@@ -1,0 +1,181 @@
+package sqllock
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+)
+
+// How the waiting Acquire calls of one Client poll, and what they cost the
+// server in connections. Calls waiting for the same name share a queue whose
+// head alone sends statements (waiters.go). The heads of every name share
+// two bounds more, so that a Client waiting for a hundred names loads the
+// server about as one waiting for a few:
+//
+//   - An acquire statement of a waiting call (its first attempt, and every
+//     one after) takes one of maxWaitingAttempts slots while it runs.
+//   - A head whose name was found held does not send the acquire again to
+//     learn whether the name is free: it asks the look statement of
+//     queries.sql, which answers for many names at once. One goroutine at
+//     a time sends it, for every name due then (up to maxLookNames a
+//     statement); heads that come due while it runs wait for the next one.
+//     Only a name found free is sent the acquire, which decides.
+//
+// A head sends the acquire without looking first when its answer is likely
+// yes or must come from the acquire: its call has not been refused yet, the
+// channel (wake.go) woke it, a Release in this Client woke it, or the
+// Client has an orphan to delete for the name (orphans.go), which only the
+// acquire's path deletes.
+//
+// So a Client's waiting calls take at most DefaultWakeups (the channels,
+// WithWakeups) + maxWaitingAttempts + 1 (the look) connections at once,
+// however many names they wait for: 13 by default. The calls a caller makes
+// itself (TryAcquire, Refresh, Release, Check's transaction, Inspect, List,
+// and the refreshes of KeepAlive and Do) take one each while they run, as any
+// query of the caller's would.
+
+const (
+	// maxWaitingAttempts bounds the acquire statements of a Client's
+	// waiting calls under way at once.
+	maxWaitingAttempts = 8
+	// maxLookNames bounds the names one look statement asks about.
+	maxLookNames = 64
+	// lookTimeout bounds one look statement; a head whose look fails sends
+	// its acquire instead.
+	lookTimeout = 5 * time.Second
+)
+
+// attemptSlot waits for one of the Client's slots for a waiting call's
+// acquire statement; the caller gives it back with putAttemptSlot.
+func (c *Client) attemptSlot(ctx context.Context) error {
+	select {
+	case c.attempts <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case c.attempts <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return ErrClosed
+	}
+}
+
+func (c *Client) putAttemptSlot() { <-c.attempts }
+
+// looks gathers the names whose heads ask whether they are free, and sends
+// the look statement for them on one goroutine at a time. The zero value is
+// ready to use.
+type looks struct {
+	mu      sync.Mutex
+	asks    []lookAsk
+	running bool // a sender goroutine runs
+	closed  bool // Close started: no sender starts
+	senders sync.WaitGroup
+}
+
+// A lookAsk is one head's question: is name held by a live lease?
+type lookAsk struct {
+	name   string
+	answer chan lookAnswer // buffered: the sender never waits for the head
+}
+
+type lookAnswer struct {
+	held bool
+	err  error
+}
+
+// lookHeld reports whether a live lease on name stands, by the server's
+// clock, asking in one statement with every other name due at the same time.
+// Its error is ctx's, ErrClosed, or the look's own, after which the caller
+// sends its acquire instead.
+func (c *Client) lookHeld(ctx context.Context, name string) (bool, error) {
+	lk := &c.looks
+	ask := lookAsk{name: name, answer: make(chan lookAnswer, 1)}
+	lk.mu.Lock()
+	if lk.closed {
+		lk.mu.Unlock()
+		return false, ErrClosed
+	}
+	lk.asks = append(lk.asks, ask)
+	start := !lk.running
+	if start {
+		lk.running = true
+		lk.senders.Add(1)
+	}
+	lk.mu.Unlock()
+	if start {
+		go c.sendLooks()
+	}
+	select {
+	case a := <-ask.answer:
+		return a.held, a.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-c.closing:
+		return false, ErrClosed
+	}
+}
+
+// sendLooks sends look statements until no head asks any more. Its
+// statements end when Close starts.
+func (c *Client) sendLooks() {
+	lk := &c.looks
+	defer lk.senders.Done()
+	for {
+		lk.mu.Lock()
+		if len(lk.asks) == 0 {
+			lk.running = false
+			lk.mu.Unlock()
+			return
+		}
+		n := min(len(lk.asks), maxLookNames)
+		batch := make([]lookAsk, n)
+		copy(batch, lk.asks)
+		lk.asks = append(lk.asks[:0], lk.asks[n:]...)
+		lk.mu.Unlock()
+
+		held, err := c.look(batch)
+		for _, a := range batch {
+			a.answer <- lookAnswer{held: held[a.name], err: err}
+		}
+	}
+}
+
+// look sends one look statement for the names of batch and returns those
+// held by a live lease.
+func (c *Client) look(batch []lookAsk) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(c.wake.stop, lookTimeout)
+	defer cancel()
+	lits := make([]string, len(batch))
+	for i, a := range batch {
+		lits[i] = hexLiteral(a.name)
+	}
+	q := strings.Replace(c.lookSQL, "?", strings.Join(lits, ", "), 1)
+	rows, err := c.db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	held := make(map[string]bool, len(batch))
+	for rows.Next() {
+		var name []byte
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		held[string(name)] = true
+	}
+	return held, rows.Err()
+}
+
+// closeLooks stops new senders and waits for the one under way, whose
+// statement ends with Close (c.wake.stop).
+func (lk *looks) close() {
+	lk.mu.Lock()
+	lk.closed = true
+	lk.mu.Unlock()
+	lk.senders.Wait()
+}

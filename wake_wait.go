@@ -1,0 +1,203 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"time"
+)
+
+// The statements on a name's wake-up channel (wake.go): the wait of the head
+// of the name's queue in GET_LOCK, letting go of the channel, which wakes the
+// next process, and the probe after a release. Each bounds itself: no wait
+// on the channel can hold up a caller past its context, a Close, or a
+// connection that went silent.
+
+// poolFull reports whether the pool has no connection to spare for a
+// channel beside the one the lease statements need.
+func (c *Client) poolFull() bool {
+	s := c.db.Stats()
+	return s.MaxOpenConnections > 0 && s.InUse >= s.MaxOpenConnections-1
+}
+
+// waitWake is the wait of the head of name's queue on the channel, for a
+// lease of ttl: it blocks in GET_LOCK until the channel is granted, its
+// timeout passes, or ctx ends. queued reports that another process held
+// the channel when the wait began. The error is ctx's, or ErrClosed; a
+// failure of the channel is wakeFailed, never an error.
+func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (st wakeState, queued bool, err error) {
+	ws := &c.wake
+	if ws.refused.Load() {
+		return wakeFailed, false, nil
+	}
+	ch, err := ws.take(ctx, name)
+	if err != nil {
+		return wakeFailed, false, err
+	}
+	defer ws.put(name, ch)
+	switch {
+	case ch.conn != nil && ch.byLock != nil:
+		return wakeLockHeld, false, nil
+	case ch.conn != nil:
+		return wakeQueueHeld, false, nil
+	case c.poolFull() || !ws.reserve():
+		// The pool's last connection stays for the lease statements, and
+		// past its bound the Client polls for the name.
+		return wakeFailed, false, nil
+	}
+	kept := false
+	defer func() {
+		if !kept {
+			ws.unreserve()
+		}
+	}()
+	wait := min(max(ttl, wakeRecheckMin), ws.maxWait())
+	if d, ok := ctx.Deadline(); ok {
+		wait = max(min(wait, time.Until(d)), time.Second)
+	}
+	secs := (wait + time.Second - 1) / time.Second
+	// The server ends GET_LOCK after secs; the client ends the wait a
+	// little later, so that a connection a NAT or a load balancer dropped
+	// in silence cannot hold the head of the queue, and every caller
+	// behind it, until TCP gives up. Close ends the wait at once: the
+	// driver cuts a connection whose context ends mid-statement, and the
+	// named lock dies with it.
+	wctx, cancel := context.WithTimeout(ctx, secs*time.Second+wakeWaitSlack)
+	defer cancel()
+	defer context.AfterFunc(ws.stop, cancel)()
+	began := time.Now()
+	conn, err := c.db.Conn(wctx)
+	if err != nil {
+		return c.wakeFailure(ctx, name, err)
+	}
+	lit := hexLiteral(name)
+	var free, got sql.NullInt64
+	err = conn.QueryRowContext(wctx, bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
+	if err != nil || got.Int64 != 1 {
+		// Timed out, or refused by the server: the lock is not ours. Any
+		// other failure leaves a connection we cannot trust: it goes.
+		if err == nil {
+			_ = conn.Close()
+			return wakeTimedOut, true, nil
+		}
+		if _, ok := serverErrno(err); ok && classify(err) != failedUnknown {
+			_ = conn.Close() // an error reply: the connection holds nothing
+		} else {
+			discardConn(conn)
+		}
+		if elapsed := time.Since(began); classify(err) == failedUnknown && wctx.Err() == nil && elapsed < wait {
+			// The connection broke mid-wait. The driver reports its own
+			// read timeout (a DSN's readTimeout) so too: when two waits
+			// in a row break after the same time, that is what cut them.
+			c.wakeCut(ctx, elapsed, wait)
+		}
+		return c.wakeFailure(ctx, name, err)
+	}
+	ws.set(ch, conn, nil)
+	kept = true
+	return wakeGranted, free.Int64 != 1, nil
+}
+
+// wakeFailure is the answer of a wait on name's channel that failed with err.
+func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeState, bool, error) {
+	if cerr := ctxErr(ctx); cerr != nil {
+		return wakeFailed, false, cerr
+	}
+	if c.wake.stop.Err() != nil {
+		return wakeFailed, false, ErrClosed
+	}
+	if n, ok := serverErrno(err); ok && n == erNotSupportedYet {
+		if !c.wake.refused.Swap(true) {
+			c.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
+		}
+		return wakeFailed, false, nil
+	}
+	c.log.DebugContext(ctx, "sqllock: wake-up channel failed; polling instead", "name", name, "err", err)
+	return wakeFailed, false, nil
+}
+
+// letGo lets go of the channel of name if by holds it (by nil: the wait
+// queue), which wakes the first process waiting for it.
+func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
+	ws := &c.wake
+	ch := ws.takeAnyway(ctx, name)
+	if ch == nil {
+		return
+	}
+	defer ws.put(name, ch)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	defer cancel()
+	if ch.conn == nil || ch.byLock != by {
+		return
+	}
+	conn := ch.conn
+	ws.mu.Lock()
+	ch.conn, ch.byLock = nil, nil // counted back once conn is let go of
+	ws.mu.Unlock()
+	defer ws.unreserve()
+	if ws.stop.Err() != nil {
+		// Close has started: no round trip, which would add its own
+		// second to Close's bound; the named lock dies with the
+		// connection.
+		discardConn(conn)
+		return
+	}
+	var ok sql.NullInt64
+	if err := conn.QueryRowContext(ctx, bind(ws.releaseSQL, hexLiteral(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
+		discardConn(conn) // the lock dies with the connection
+		return
+	}
+	_ = conn.Close() // back to the pool, holding nothing
+}
+
+// probe asks the server, at most once every probeEvery, whether another
+// process holds, so waits for, the channel of name, and if so records that
+// this Client waited for it: its
+// next Acquire of name queues behind that process instead of racing it.
+// Without it, a process that holds a name without having waited for it
+// would take it back after each release, before the one process that
+// polls for it (the others wait behind that one on the channel).
+func (c *Client) probe(ctx context.Context, name string) {
+	if c.wake.stop.Err() != nil || !c.wake.probeDue(name) {
+		return // Close has started: nothing of this Client waits any more
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	defer cancel()
+	var id sql.NullInt64
+	if err := c.db.QueryRowContext(ctx, bind(c.wake.probeSQL, hexLiteral(name))).Scan(&id); err == nil && id.Valid {
+		c.wake.waited(name)
+	}
+}
+
+// maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
+// the connections' read timeout cut a longer wait.
+func (ws *wakeups) maxWait() time.Duration {
+	if d := time.Duration(ws.waitCap.Load()); d > 0 {
+		return d
+	}
+	return wakeRecheckMax
+}
+
+// wakeCut is told that a wait meant to last wait broke after elapsed. Two
+// in a row that break after the same time (within a tenth, at least 100ms)
+// are a timeout of the connections: a DSN's readTimeout shorter than the
+// wait, which would make every wait fail and open a connection again. Waits
+// then last a whole second less than elapsed; below a second the channels
+// stay off, and waiting processes poll. Each change is logged once.
+func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
+	ws := &c.wake
+	last := time.Duration(ws.lastCut.Swap(int64(elapsed)))
+	if diff := (elapsed - last).Abs(); last == 0 || diff > max(elapsed/10, 100*time.Millisecond) {
+		return
+	}
+	capped := elapsed.Truncate(time.Second) - time.Second
+	if capped < time.Second {
+		if !ws.refused.Swap(true) {
+			c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
+		}
+		return
+	}
+	if old := ws.waitCap.Swap(int64(capped)); old == 0 || time.Duration(old) > capped {
+		c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cut a wake-up wait; waits are shortened: set readTimeout above 7s", "cut_after", elapsed, "wait_now", capped)
+	}
+}
