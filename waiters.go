@@ -256,6 +256,9 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 			}
 			if err == nil && held {
 				lastErr = nil
+				if c.wake.on {
+					c.wake.waited(name) // as a refused acquire does
+				}
 				if !ws.refused(name, q, w, c.retry) {
 					return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
 				}

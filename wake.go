@@ -78,8 +78,9 @@ const DefaultWakeups = 4
 // which writes nothing) per contended Acquire, and one more (RELEASE_LOCK)
 // after the Release of a Lock that waited. The Release of a Lock whose
 // Acquire did not wait sends one statement more too, after its own, at most
-// ten times a second per name (IS_USED_LOCK, which writes nothing): whether
-// another process waits, so that this one queues behind it next time.
+// ten times a second per name and fifty per Client (IS_USED_LOCK, which
+// writes nothing): whether another process waits, so that this one queues
+// behind it next time.
 // TryAcquire and its Locks send nothing more. The lease, its fence and
 // every error stay as they are without it.
 //
@@ -111,6 +112,10 @@ const (
 	// taken without waiting ask whether another process waits: a name
 	// released many times a second pays for one probe in many.
 	probeEvery = 100 * time.Millisecond
+	// probeAnyEvery is how often, at most, a Client probes at all, so that
+	// releases of many names, each taken once, do not each cost a
+	// statement more: fifty probes a second at the most.
+	probeAnyEvery = 20 * time.Millisecond
 	// wakeReleaseTimeout bounds letting go of a channel.
 	wakeReleaseTimeout = time.Second
 	// wakeWaitSlack is how much longer than the server's GET_LOCK timeout
@@ -133,12 +138,13 @@ type wakeups struct {
 	waitCap atomic.Int64
 	lastCut atomic.Int64 // how long the last wait ran before its connection broke
 
-	mu     sync.Mutex
-	used   int // channels whose connection is taken: held, or in a wait
-	chans  map[string]*wakeChan
-	recent map[string]time.Time // when this Client last waited for a name
-	probed map[string]time.Time // when a release last probed a name
-	closed bool
+	mu        sync.Mutex
+	used      int // channels whose connection is taken: held, or in a wait
+	chans     map[string]*wakeChan
+	recent    map[string]time.Time // when this Client last waited for a name
+	probed    map[string]time.Time // when a release last probed a name
+	probedAny time.Time            // when a release last probed
+	closed    bool
 }
 
 // A wakeChan is the channel of one name in one Client.
@@ -208,14 +214,21 @@ func (ws *wakeups) waited(name string) {
 }
 
 // probeDue reports whether a release of name should probe now, at most
-// once every probeEvery, and if so records that it does.
+// once every probeEvery for the name and once every probeAnyEvery in all,
+// and if so records that it does. A name a release skips is probed by a
+// later one: a process that keeps taking a name others wait for learns of
+// them within a few of its releases.
 func (ws *wakeups) probeDue(name string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if time.Since(ws.probedAny) < probeAnyEvery {
+		return false
+	}
 	if t, ok := ws.probed[name]; ok && time.Since(t) < probeEvery {
 		return false
 	}
 	stamp(&ws.probed, name, probeEvery)
+	ws.probedAny = time.Now()
 	return true
 }
 
