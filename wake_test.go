@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/DATA-DOG/go-sqlmock"
 )
 
 // These tests run against a real server: Clients on *sql.DBs of their own
@@ -540,4 +542,41 @@ func TestWakeups_offOnTiDB(t *testing.T) {
 			t.Errorf("after the hand-over: the name's channel held by connection %d, want free", h)
 		}
 	})
+}
+
+// Wake-up channels are on by default, four at once; WithWakeups sets how
+// many, 0 turns them off, and a negative count is refused in New, naming
+// the problem, before anything is sent.
+func TestWithWakeups(t *testing.T) {
+	db, mock, err := sqlmock.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tc := range []struct {
+		opts []Option
+		on   bool
+		max  int
+	}{
+		{nil, true, DefaultWakeups},
+		{[]Option{WithWakeups(0)}, false, 0},
+		{[]Option{WithWakeups(16)}, true, 16},
+	} {
+		c, err := New(db, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.wake.on != tc.on || c.wake.max != tc.max {
+			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wake.on, c.wake.max, tc.on, tc.max)
+		}
+	}
+	if DefaultWakeups != 4 {
+		t.Errorf("DefaultWakeups: got %d, want the 4 the docs state", DefaultWakeups)
+	}
+	if _, err := New(db, WithWakeups(-1)); err == nil || !strings.Contains(err.Error(), "negative") {
+		t.Errorf("WithWakeups(-1): got %v, want an error that says the count is negative", err)
+	}
+	if err := mock.ExpectationsWereMet(); err != nil {
+		t.Error(err)
+	}
 }
