@@ -78,6 +78,32 @@ func wakeProbe(x *call) (*outcome, error) {
 	return out, nil
 }
 
+// wake_holder: IS_USED_LOCK of the channel named by table and name, bound.
+func wakeHolder(x *call) (*outcome, error) {
+	a, err := x.strs(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{cols: []string{"holder"}, rows: [][]driver.Value{{nil}}}
+	if l := x.s.named[channelName(a[0], a[1])]; l != nil {
+		out.rows[0][0] = l.owner.id
+	}
+	return out, nil
+}
+
+// wake_waiters: how many other connections wait in GET_LOCK.
+func wakeWaiters(x *call) (*outcome, error) {
+	n := int64(0)
+	for _, l := range x.s.named {
+		for _, w := range l.waiters {
+			if w != x.c {
+				n++
+			}
+		}
+	}
+	return &outcome{cols: []string{"COUNT(*)"}, rows: [][]driver.Value{{n}}}, nil
+}
+
 // getLock takes the named lock for x's connection, waiting up to secs
 // seconds behind those that came first; s.mu is held.
 func (s *Server) getLock(x *call, key string, secs int64) (bool, error) {

@@ -27,6 +27,8 @@ var handlers = map[string]*handler{
 	"wake_wait":            {run: wakeWait},
 	"wake_release":         {run: wakeRelease},
 	"wake_probe":           {run: wakeProbe},
+	"wake_holder":          {run: wakeHolder},
+	"wake_waiters":         {run: wakeWaiters},
 	"version":              {run: version},
 	"schema":               {writes: true, run: createTable},
 	"drop_table":           {writes: true, run: dropTable},
