@@ -53,6 +53,7 @@ type Server struct {
 	closed bool
 	faults []Fault
 	counts map[string]int
+	dbs    []*sql.DB // DB's, closed by Close
 }
 
 // An Option changes a Server from its defaults.
@@ -93,7 +94,8 @@ func WithLockWaitTimeout(d time.Duration) Option {
 	}
 }
 
-// NewServer returns a Server with no tables. Close it when done.
+// NewServer returns a Server with the library's default table (sqllock)
+// created. Close it when done.
 func NewServer(opts ...Option) (*Server, error) {
 	s := &Server{
 		changed:  make(chan struct{}),
@@ -113,12 +115,12 @@ func NewServer(opts ...Option) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.tables[DefaultTable] = newTable()
 	return s, nil
 }
 
-// New returns a Server with the library's default table (sqllock) created,
-// and a *sql.DB on it in [Server.DB]; both are closed when t's test ends.
-// A bad Option fails t.
+// New returns a Server as [NewServer] does, closed when t's test ends. A
+// bad Option fails t.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s, err := NewServer(opts...)
@@ -126,16 +128,19 @@ func New(t testing.TB, opts ...Option) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	if err := s.CreateTable(DefaultTable); err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 
 // DB returns a new *sql.DB whose connections are the server's, as another
 // process's pool would be: give it to sqllock.New. Closing the Server
 // closes it too.
-func (s *Server) DB() *sql.DB { return sql.OpenDB(s.Connector()) }
+func (s *Server) DB() *sql.DB {
+	db := sql.OpenDB(s.Connector())
+	s.mu.Lock()
+	s.dbs = append(s.dbs, db)
+	s.mu.Unlock()
+	return db
+}
 
 // Connector returns a database/sql/driver Connector whose connections are
 // the server's.
@@ -159,9 +164,14 @@ func (s *Server) CreateTable(name string) error {
 // one opens. It is safe to call more than once.
 func (s *Server) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.closed = true
 	s.goDown()
+	dbs := s.dbs
+	s.dbs = nil
+	s.mu.Unlock()
+	for _, db := range dbs {
+		db.Close()
+	}
 }
 
 // Down takes the server down, as a crash would: every connection breaks
