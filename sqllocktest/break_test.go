@@ -267,3 +267,35 @@ func TestServer_withoutGetLock(t *testing.T) {
 		t.Fatal("no wake_wait was sent: the refusal was not exercised")
 	}
 }
+
+// Expire reaches a lease row that an open Check transaction holds: a
+// rollback does not bring the lease back.
+func TestServer_expireUnderCheck(t *testing.T) {
+	srv := sqllocktest.New(t, sqllocktest.WithFrozenClock(time.Time{}))
+	c := newClient(t, srv)
+	ctx := ctxFor(t)
+	l, err := c.TryAcquire(ctx, "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := srv.DB()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Check(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Expire("job"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Inspect(ctx, "job"); err != nil || info.Held {
+		t.Fatalf("Inspect beside the open transaction: got %+v, %v; want the lease expired", info, err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Inspect(ctx, "job"); err != nil || info.Held {
+		t.Fatalf("Inspect after the rollback: got %+v, %v; want the lease expired", info, err)
+	}
+}

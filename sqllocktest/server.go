@@ -209,12 +209,22 @@ func (s *Server) Expire(name string) error {
 	defer s.mu.Unlock()
 	now := s.nowMicros()
 	found := false
+	expire := func(r *row) {
+		if r != nil && r.expires > now {
+			r.expires = now
+		}
+	}
 	for _, tname := range s.tableNames() {
-		if r := s.tables[tname].rows[rowKey{name, 'L'}]; r != nil {
+		ref := rowRef{tname, rowKey{name, 'L'}}
+		if r := s.tables[tname].rows[ref.key]; r != nil {
 			found = true
-			if r.expires > now {
-				r.expires = now
-			}
+			expire(r)
+		}
+		// A Check's transaction holding the row: what others read of it,
+		// and what a rollback puts back, has expired too.
+		if h := s.rowLks[ref]; h != nil && h.tx != nil {
+			found = found || h.tx.before[ref] != nil
+			expire(h.tx.before[ref])
 		}
 	}
 	if !found {
