@@ -3,11 +3,13 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqllock/sqllock/sqllocktest"
 )
@@ -36,6 +38,14 @@ func TestFake_answersAsTheServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		fake := runScript(t, fakeDB, "t_drift")
+		real = append(real, wakeScript(t, e.db, "t_wake")...)
+		fake = append(fake, wakeScript(t, fakeDB, "t_wake")...)
+		if !e.server.MariaDB {
+			// The table as information_schema shows it: the fake says it
+			// is MySQL, whose column types read differently from MariaDB's.
+			real = append(real, tableRows(t, e.db, strings.Trim(e.newTable(t), "`"))...)
+			fake = append(fake, tableRows(t, fakeDB, "sqllock")...)
+		}
 		for i := range max(len(real), len(fake)) {
 			var r, f string
 			if i < len(real) {
@@ -193,4 +203,93 @@ func cell(v sql.NullString, sym func(int64) string) string {
 		return "+"
 	}
 	return sym(i)
+}
+
+// wakeScript runs the wake-up statements on two connections of db, as two
+// processes would, and returns their answers, a connection id as "id".
+func wakeScript(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	ctx := testCtx(t)
+	one, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	two, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	text := func(name string, lits ...string) string {
+		return bind(strings.ReplaceAll(queries[name], "'sqllock'", "'"+table+"'"), lits...)
+	}
+	lit := hexLiteral(fmt.Sprintf("drift %p", db)) // a channel of this run's own
+	var out []string
+	ask := func(conn *sql.Conn, q string, n int) {
+		isID := strings.HasPrefix(q, "SELECT IS_USED_LOCK")
+		vals := make([]sql.NullInt64, n)
+		ptrs := make([]any, n)
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := conn.QueryRowContext(ctx, q).Scan(ptrs...); err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		var cells []string
+		for _, v := range vals {
+			switch {
+			case !v.Valid:
+				cells = append(cells, "NULL")
+			case isID:
+				cells = append(cells, "id")
+			default:
+				cells = append(cells, fmt.Sprint(v.Int64))
+			}
+		}
+		out = append(out, strings.Join(cells, ","))
+	}
+	ask(one, text("wake_probe", lit), 1)                  // nobody holds it
+	ask(one, text("wake_wait", lit, lit, "0"), 2)         // free; taken
+	ask(one, text("wake_wait", lit, lit, "0"), 2)         // taken again, by its holder
+	ask(two, text("wake_wait", lit, lit, "0"), 2)         // held; timed out
+	ask(two, text("wake_probe", lit), 1)                  // its holder's id
+	ask(two, text("wake_release", lit), 1)                // not two's
+	ask(one, text("wake_release", lit), 1)                // once
+	ask(one, text("wake_release", lit), 1)                // twice: free now
+	ask(one, text("wake_release", lit), 1)                // nobody's
+	ask(two, text("wake_wait", lit, lit, "0"), 2)         // free; taken
+	two.Raw(func(any) error { return driver.ErrBadConn }) // two's connection ends
+	// A server frees a closed connection's locks a moment later.
+	waitFor(t, 5*time.Second, "the channel freed", func() bool {
+		var id sql.NullInt64
+		return one.QueryRowContext(ctx, text("wake_probe", lit)).Scan(&id) == nil && !id.Valid
+	})
+	ask(one, text("wake_wait", lit, lit, "0"), 2) // freed with its connection
+	ask(one, text("wake_release", lit), 1)
+	return out
+}
+
+// tableRows returns first_use's rows about table, but the server's.
+func tableRows(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(testCtx(t), firstUseSQL(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var f [7]sql.NullString
+		if err := rows.Scan(&f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]); err != nil {
+			t.Fatal(err)
+		}
+		if f[0].String == "server" {
+			continue
+		}
+		f[1].String = "TABLE" // the name differs, the rest must not
+		out = append(out, fmt.Sprint(f))
+	}
+	slices.Sort(out)
+	return out
 }
