@@ -103,7 +103,7 @@ func TestFake_statementsAsTheLibrarys(t *testing.T) {
 		want := mustSplitQueries(f.original)
 		for _, name := range slices.Sorted(maps.Keys(want)) {
 			if strings.Join(strings.Fields(got[name]), " ") != strings.Join(strings.Fields(want[name]), " ") {
-				t.Errorf("%s: statement %q differs from the library's: copy the file there and make the fake (sqllocktest/lease.go) run it as a server does", f.copy, name)
+				t.Errorf("%s: statement %q differs from the library's: copy the file there and make the fake (sqllocktest/handlers.go) run it as a server does", f.copy, name)
 			}
 		}
 		for name := range got {

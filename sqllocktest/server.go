@@ -119,8 +119,8 @@ func NewServer(opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// New returns a Server as [NewServer] does, closed when t's test ends. A
-// bad Option fails t.
+// New returns a Server as [NewServer] does, closed (with the *sql.DBs it
+// handed out) when t's test ends. A bad Option fails t.
 func New(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	s, err := NewServer(opts...)
@@ -146,8 +146,9 @@ func (s *Server) DB() *sql.DB {
 // the server's.
 func (s *Server) Connector() driver.Connector { return connector{s} }
 
-// CreateTable creates a table as schema.sql describes, as
-// sqllock's Client.CreateTable would; it is there already is no error.
+// CreateTable creates a table as schema.sql describes, as sqllock's
+// Client.CreateTable would; a table that is there already is no error. It
+// returns an error for a name sqllock.WithTable would refuse.
 func (s *Server) CreateTable(name string) error {
 	if !validTable(name) {
 		return fmt.Errorf("sqllocktest: CreateTable(%q): want 1 to 64 of A-Z, a-z, 0-9 and _, as sqllock.WithTable", name)

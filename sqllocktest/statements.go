@@ -24,7 +24,7 @@ var queriesSQL string
 var schemaSQL string
 
 // notImplemented are the statements of queries.sql that the fake does not
-// run, and why; every other statement of the file has a handler in run.go.
+// run, and why; every other statement of the file has a handler in handlers.go.
 var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 }
@@ -107,7 +107,7 @@ func mustTemplates() []*template {
 		case notImplemented[name] != "":
 			continue
 		case handlers[name] == nil:
-			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in run.go or say why in notImplemented", name))
+			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in handlers.go or say why in notImplemented", name))
 		}
 		add(name, text, false)
 	}
