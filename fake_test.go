@@ -48,8 +48,6 @@ var fakeSkips = map[string]string{
 	"TestFaults_killConnectionBetween":                     "it finds a connection in the processlist and KILLs it",
 	"TestFaults_killConnectionDuring":                      "it finds a connection in the processlist and KILLs it",
 	"TestWakeups_waiterKilledMidWait":                      "it finds a waiting session in the processlist and KILLs it",
-	"TestLock_Fence_takeoverPassesFutureFence":             "it sets a fence with an UPDATE of its own",
-	"TestLock_Fence_beyondInt64":                           "it sets a fence with an UPDATE of its own",
 	"TestMutualExclusion_stress":                           "each holder counts in a table of its own (CREATE TABLE, SELECT, UPDATE)",
 	"TestVariants_reachTheServer":                          "it reads the session's variables (@@time_zone, @@sql_mode, the isolation level)",
 	"TestQueries_statementBinlogSafe":                      "it reads the binary log's settings and SHOW WARNINGS",

@@ -2,6 +2,7 @@ package sqllocktest
 
 import (
 	"database/sql/driver"
+	"fmt"
 	"sort"
 )
 
@@ -28,6 +29,8 @@ var handlers = map[string]*handler{
 	"wake_release":         {run: wakeRelease},
 	"wake_probe":           {run: wakeProbe},
 	"wake_holder":          {run: wakeHolder},
+	"test_set_fence":       {needsTable: true, writes: true, locks: refsOf(1, "LFD"), run: setFence},
+	"test_set_fence_g":     {needsTable: true, writes: true, run: setFence},
 	"wake_waiters":         {run: wakeWaiters},
 	"version":              {run: version},
 	"schema":               {writes: true, run: createTable},
@@ -391,6 +394,51 @@ func firstUse(x *call) (*outcome, error) {
 	}
 	for i, c := range []string{"name", "kind"} {
 		out.rows = append(out.rows, []driver.Value{[]byte("index"), t, []byte("PRIMARY"), int64(0), int64(i + 1), []byte(c), nil})
+	}
+	return out, nil
+}
+
+// setFence: the library's fence tests' own UPDATE; args fence, then the
+// name unless the statement names it.
+func setFence(x *call) (*outcome, error) {
+	v := x.args[0]
+	var fence uint64
+	switch f := v.(type) {
+	case uint64:
+		fence = f
+	case int64:
+		if f < 0 {
+			return nil, errOutOfRange("fence")
+		}
+		fence = uint64(f)
+	default:
+		return nil, fmt.Errorf("sqllocktest: %s: the fence is %T, want a whole number", x.p.t.name, v)
+	}
+	name := "g"
+	if x.p.t.name == "test_set_fence" {
+		var err error
+		if name, err = x.str(1); err != nil {
+			return nil, err
+		}
+	}
+	out := &outcome{}
+	for _, k := range x.s.keys(x.c, x.p.table) {
+		if k.name != name {
+			continue
+		}
+		ref := x.ref(name, k.kind)
+		r := x.s.read(x.c, ref)
+		if r == nil {
+			continue
+		}
+		r.fence = 0
+		if k.kind == 'F' {
+			r.fence = fence
+		}
+		r.expires = x.now - 1_000_000
+		if x.s.write(x.c, ref, r) {
+			out.affected++
+		}
 	}
 	return out, nil
 }

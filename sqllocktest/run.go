@@ -94,7 +94,12 @@ func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Valu
 		b := s.blocker(c, refs)
 		if b == nil {
 			x.now = s.nowMicros()
-			return h.run(x)
+			s.undo = s.undo[:0]
+			out, err := h.run(x)
+			if err != nil {
+				s.undoStatement()
+			}
+			return out, err
 		}
 		for w := b; w != nil; w = w.waitingFor {
 			if w == c {

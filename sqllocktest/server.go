@@ -53,7 +53,8 @@ type Server struct {
 	closed bool
 	faults []Fault
 	counts map[string]int
-	dbs    []*sql.DB // DB's, closed by Close
+	dbs    []*sql.DB   // DB's, closed by Close
+	undo   []undoEntry // the running statement's writes
 }
 
 // An Option changes a Server from its defaults.

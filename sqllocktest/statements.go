@@ -77,6 +77,10 @@ var ownStatements = map[string]string{
 	// Which connection holds a table's wake-up channel for a name: the
 	// library's own tests ask it.
 	"wake_holder": "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))",
+	// A fence set ahead and the lease expired, as two of the library's
+	// fence tests do (integration_test.go), by name bound or 'g'.
+	"test_set_fence":   "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?",
+	"test_set_fence_g": "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'",
 	// How many other sessions wait in wake_wait: the same tests ask the
 	// processlist this one question, and the fake knows no other.
 	"wake_waiters": "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()",

@@ -90,6 +90,7 @@ func (s *Server) keys(c *conn, name string) []rowKey {
 func (s *Server) write(c *conn, ref rowRef, r *row) bool {
 	t := s.tables[ref.table]
 	old := t.rows[ref.key]
+	s.undo = append(s.undo, undoEntry{ref, copyRow(old)})
 	if c.tx != nil {
 		if _, ok := c.tx.before[ref]; !ok {
 			c.tx.before[ref] = copyRow(old)
@@ -150,4 +151,27 @@ func (s *Server) endTx(c *conn, commit bool) {
 	}
 	c.tx = nil
 	s.broadcast()
+}
+
+// An undoEntry is a row as it was before the running statement wrote it: a
+// statement that fails undoes its writes, so that it changes nothing, as a
+// statement does on InnoDB.
+type undoEntry struct {
+	ref rowRef
+	row *row // nil: absent
+}
+
+// undoStatement puts back what the failed statement wrote; s.mu is held.
+func (s *Server) undoStatement() {
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		u := s.undo[i]
+		if t := s.tables[u.ref.table]; t != nil {
+			if u.row != nil {
+				t.rows[u.ref.key] = u.row
+			} else {
+				delete(t.rows, u.ref.key)
+			}
+		}
+	}
+	s.undo = s.undo[:0]
 }
