@@ -118,8 +118,8 @@ func TestServer_lockWait(t *testing.T) {
 }
 
 // Clients racing for two names, waiting with and without wake-up channels,
-// while faults fire and Clients close: never two holders of a name, and a
-// name's fences grow.
+// while faults fire, the server crashes and Clients close: never two holders
+// of a name, and a name's fences grow.
 func TestServer_raceUnderFaults(t *testing.T) {
 	srv := sqllocktest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -143,11 +143,16 @@ func TestServer_raceUnderFaults(t *testing.T) {
 			{Statement: "refresh", Err: sqllocktest.LockWaitTimeout},
 			{Statement: "wake_wait", Err: sqllocktest.ErrLostConnection},
 		}
-		for {
+		for i := 1; ; i++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(3 * time.Millisecond):
+			}
+			if i%50 == 0 { // a crash now and then: every connection breaks
+				srv.Down()
+				time.Sleep(5 * time.Millisecond)
+				srv.Up()
 			}
 			if err := srv.Inject(all[rand.IntN(len(all))]); err != nil {
 				t.Error(err)
