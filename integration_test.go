@@ -204,6 +204,7 @@ func TestLock_Refresh_networkErrorIsNotLoss(t *testing.T) {
 // serverAddr is the host:port of the environment's server.
 func (e *testEnv) serverAddr(t testing.TB) string {
 	t.Helper()
+	skipFakeFor(t, e, "it needs the server's TCP address")
 	cfg, err := mysql.ParseDSN(e.dsn)
 	if err != nil {
 		t.Fatal(err)

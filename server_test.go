@@ -125,6 +125,9 @@ func eachServer(t *testing.T, f func(t *testing.T, s testServer)) {
 			if s.Err != nil {
 				t.Fatal(s.Err)
 			}
+			if s.Fake {
+				skipOnFake(t)
+			}
 			f(t, s)
 		})
 	}
@@ -220,6 +223,9 @@ func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 				if v.notTiDB != "" && s.TiDB {
 					t.Skipf("%s is %s: %s", s.Label, s.Version, v.notTiDB)
 				}
+				if v.name != variants[0].name && s.Fake {
+					t.Skip(fakeNoVariants)
+				}
 				f(t, newEnv(t, s, v))
 			})
 		}
@@ -237,6 +243,11 @@ func eachServerEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 
 func newEnv(t testing.TB, s testServer, v variant) *testEnv {
 	t.Helper()
+	if s.Fake {
+		e := &testEnv{server: s, variant: v, dsn: s.DSN}
+		e.db = e.openDB(t)
+		return e
+	}
 	cfg, err := mysql.ParseDSN(s.DSN)
 	if err != nil {
 		t.Fatalf("parse %s: %v", s.DSN, err)
@@ -254,6 +265,11 @@ func newEnv(t testing.TB, s testServer, v variant) *testEnv {
 // process would have; it is closed when the test ends.
 func (e *testEnv) openDB(t testing.TB) *sql.DB {
 	t.Helper()
+	if e.server.Fake {
+		db := sql.OpenDB(theFake().Connector())
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
 	db, err := sql.Open("mysql", e.dsn)
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -265,6 +281,7 @@ func (e *testEnv) openDB(t testing.TB) *sql.DB {
 // dsnWith returns the environment's DSN changed by f.
 func (e *testEnv) dsnWith(t testing.TB, f func(*mysql.Config)) string {
 	t.Helper()
+	skipFakeFor(t, e, "it changes go-sql-driver/mysql's DSN")
 	cfg, err := mysql.ParseDSN(e.dsn)
 	if err != nil {
 		t.Fatalf("parse %s: %v", e.dsn, err)
@@ -341,6 +358,7 @@ func (e *testEnv) proxiedClient(t *testing.T, table string, opts ...Option) (*Cl
 // check errors. The logger is no DSN parameter, hence the connector.
 func (e *testEnv) quietConnector(t testing.TB, f func(*mysql.Config)) driver.Connector {
 	t.Helper()
+	skipFakeFor(t, e, "it needs go-sql-driver/mysql's own connections (a TCP proxy, a changed DSN)")
 	cfg, err := mysql.ParseDSN(e.dsn)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,295 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock/sqllocktest"
+)
+
+// TestFake_answersAsTheServer sends one script of statements, as the library
+// sends them, to each real server and to the fake, and holds the fake's
+// every answer (insert id, affected rows, rows, error number) against the
+// server's: the library's tests read only the answers they decide by, and
+// this reads them all. Fences and times differ between two clocks, so a
+// fence is compared by which one it is (the first seen, the second), and a
+// time left by its sign.
+func TestFake_answersAsTheServer(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.server.Fake || e.server.TiDB {
+			t.Skip("compares a MySQL or MariaDB server with the fake")
+		}
+		srv, err := sqllocktest.NewServer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Close()
+		fakeDB := srv.DB()
+		defer fakeDB.Close()
+		real := runScript(t, e.db, e.newTable(t))
+		if err := srv.CreateTable("t_drift"); err != nil {
+			t.Fatal(err)
+		}
+		fake := runScript(t, fakeDB, "t_drift")
+		real = append(real, wakeScript(t, e.db, "t_wake")...)
+		fake = append(fake, wakeScript(t, fakeDB, "t_wake")...)
+		if !e.server.MariaDB {
+			// The table as information_schema shows it: the fake says it
+			// is MySQL, whose column types read differently from MariaDB's.
+			real = append(real, tableRows(t, e.db, strings.Trim(e.newTable(t), "`"))...)
+			fake = append(fake, tableRows(t, fakeDB, "sqllock")...)
+		}
+		for i := range max(len(real), len(fake)) {
+			var r, f string
+			if i < len(real) {
+				r = real[i]
+			}
+			if i < len(fake) {
+				f = fake[i]
+			}
+			if r != f {
+				t.Errorf("step %d: fake answered %q, %s %q", i+1, f, e.server.Label, r)
+			}
+		}
+	})
+}
+
+// runScript runs the script on db's table and returns its answers, in a
+// form two servers' clocks do not change.
+func runScript(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := New(db, WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.List(ctx); err != nil { // the first-use check chooses the forms
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	text := c.sql
+	c.mu.Unlock()
+	var fences []int64
+	sym := func(v int64) string { // a fence, by which one it is
+		if v <= 2 {
+			return fmt.Sprint(v)
+		}
+		if i := slices.Index(fences, v); i >= 0 {
+			return fmt.Sprintf("F%d", i+1)
+		}
+		fences = append(fences, v)
+		return fmt.Sprintf("F%d", len(fences))
+	}
+	var out []string
+	exec := func(q string, args ...any) {
+		res, err := db.ExecContext(ctx, q, args...)
+		if err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		id, _ := res.LastInsertId()
+		n, _ := res.RowsAffected()
+		out = append(out, fmt.Sprintf("id %s rows %d", sym(id), n))
+	}
+	query := func(q string, args ...any) {
+		rows, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var all []string
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			var cells []string
+			for _, v := range vals {
+				cells = append(cells, cell(v, sym))
+			}
+			all = append(all, strings.Join(cells, ","))
+		}
+		out = append(out, "rows ["+strings.Join(all, "; ")+"]")
+	}
+	const n, min = "drift", int64(60_000_000)
+	acquire := func(tok, holder string) {
+		exec(text[qAcquire], n, tok, holder, min, n, tok, holder, tok, min)
+	}
+	inspect := func() { query(text[qInspect], n) }
+
+	acquire("A", "ha")                              // takes a new name
+	acquire("A", "ha")                              // again, by its owner
+	acquire("B", "hb")                              // refused
+	exec(text[qRefresh], min, n, "B")               // not B's
+	exec(text[qRefresh], min, n, "A")               // A's
+	inspect()                                       // A holds it
+	exec(text[qReleaseAtLeast], int64(0), n, "A")   // expires it now
+	inspect()                                       // expired
+	acquire("B", "hb")                              // takes it over
+	exec(text[qRefresh], min, n, "A")               // A lost it
+	exec(text[qOnceRecord], n, "A")                 // not A's
+	exec(text[qOnceRecord], n, "B")                 // records
+	exec(text[qOnceRecord], n, "B")                 // duplicate: 1062
+	query(text[qOnceDone], n)                       // the record
+	query(text[qLease], n)                          // B's
+	query(text[qList])                              // B's
+	exec(text[qOnceReset], n)                       // deleted
+	exec(text[qOnceReset], n)                       // nothing
+	checkIn(ctx, t, db, text[qCheck], &out, n, "B") // B's and live
+	checkIn(ctx, t, db, text[qCheck], &out, n, "A") // not A's
+	exec(text[qRelease], n, "A")                    // not A's
+	exec(text[qRelease], n, "B")                    // B's
+	inspect()                                       // released, fence kept
+	query(text[qLease], n)                          // nothing
+	acquire("C", "hc")                              // the fence goes on
+	exec(c.substitute(queries["proof_clear"]), n)   // every row of the name
+	inspect()                                       // nothing
+	exec(text[qRelease], "never", "A")              // a name never taken
+	exec(text[qRefresh], int64(-1), n+"x", "A")     // nothing to refresh
+	return out
+}
+
+// checkIn runs check in a transaction of its own, rolled back.
+func checkIn(ctx context.Context, t *testing.T, db *sql.DB, q string, out *[]string, args ...any) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		*out = append(*out, errText(err))
+		return
+	}
+	n, _ := res.RowsAffected()
+	*out = append(*out, fmt.Sprintf("check rows %d", n))
+}
+
+func errText(err error) string {
+	if n, ok := serverErrno(err); ok {
+		return fmt.Sprintf("error %d", n)
+	}
+	return "error " + err.Error()
+}
+
+// cell writes a value so that two servers' clocks give the same text: a
+// fence (seeded from the clock in microseconds) by which one it is, a time
+// left (under a day here) by its sign.
+func cell(v sql.NullString, sym func(int64) string) string {
+	if !v.Valid {
+		return "NULL"
+	}
+	i, err := strconv.ParseInt(v.String, 10, 64)
+	switch {
+	case err != nil || i >= 0 && i <= 2:
+		return v.String
+	case i < 0:
+		return "-"
+	case i < 86_400_000_000:
+		return "+"
+	}
+	return sym(i)
+}
+
+// wakeScript runs the wake-up statements on two connections of db, as two
+// processes would, and returns their answers, a connection id as "id".
+func wakeScript(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	ctx := testCtx(t)
+	one, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	two, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	text := func(name string, lits ...string) string {
+		return bind(strings.ReplaceAll(queries[name], "'sqllock'", "'"+table+"'"), lits...)
+	}
+	lit := hexLiteral(fmt.Sprintf("drift %p", db)) // a channel of this run's own
+	var out []string
+	ask := func(conn *sql.Conn, q string, n int) {
+		isID := strings.HasPrefix(q, "SELECT IS_USED_LOCK")
+		vals := make([]sql.NullInt64, n)
+		ptrs := make([]any, n)
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := conn.QueryRowContext(ctx, q).Scan(ptrs...); err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		var cells []string
+		for _, v := range vals {
+			switch {
+			case !v.Valid:
+				cells = append(cells, "NULL")
+			case isID:
+				cells = append(cells, "id")
+			default:
+				cells = append(cells, fmt.Sprint(v.Int64))
+			}
+		}
+		out = append(out, strings.Join(cells, ","))
+	}
+	ask(one, text("wake_probe", lit), 1)                  // nobody holds it
+	ask(one, text("wake_wait", lit, lit, "0"), 2)         // free; taken
+	ask(one, text("wake_wait", lit, lit, "0"), 2)         // taken again, by its holder
+	ask(two, text("wake_wait", lit, lit, "0"), 2)         // held; timed out
+	ask(two, text("wake_probe", lit), 1)                  // its holder's id
+	ask(two, text("wake_release", lit), 1)                // not two's
+	ask(one, text("wake_release", lit), 1)                // once
+	ask(one, text("wake_release", lit), 1)                // twice: free now
+	ask(one, text("wake_release", lit), 1)                // nobody's
+	ask(two, text("wake_wait", lit, lit, "0"), 2)         // free; taken
+	two.Raw(func(any) error { return driver.ErrBadConn }) // two's connection ends
+	// A server frees a closed connection's locks a moment later.
+	waitFor(t, 5*time.Second, "the channel freed", func() bool {
+		var id sql.NullInt64
+		return one.QueryRowContext(ctx, text("wake_probe", lit)).Scan(&id) == nil && !id.Valid
+	})
+	ask(one, text("wake_wait", lit, lit, "0"), 2) // freed with its connection
+	ask(one, text("wake_release", lit), 1)
+	return out
+}
+
+// tableRows returns first_use's rows about table, but the server's.
+func tableRows(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(testCtx(t), firstUseSQL(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var f [7]sql.NullString
+		if err := rows.Scan(&f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6]); err != nil {
+			t.Fatal(err)
+		}
+		if f[0].String == "server" {
+			continue
+		}
+		f[1].String = "TABLE" // the name differs, the rest must not
+		out = append(out, fmt.Sprint(f))
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,444 @@
+package sqllocktest
+
+import (
+	"database/sql/driver"
+	"fmt"
+	"sort"
+)
+
+// The statements of queries.sql, each as MySQL runs it: the same rows
+// written, the same rows returned, the same insert id and affected rows in
+// the OK packet. Comments name only what the Go does differently from
+// reading the SQL; queries.sql says why each statement is as it is.
+
+var handlers = map[string]*handler{
+	"acquire":              {needsTable: true, writes: true, locks: refsOf(0, "LF"), run: acquire},
+	"refresh":              {needsTable: true, writes: true, locks: refsOf(1, "L"), run: refresh},
+	"release":              {needsTable: true, writes: true, locks: refsOf(0, "L"), run: release},
+	"release_at_least":     {needsTable: true, writes: true, locks: refsOf(1, "L"), run: releaseAtLeast},
+	"check":                {needsTable: true, writes: true, locks: refsOf(0, "L"), run: check},
+	"inspect":              {needsTable: true, run: inspect},
+	"list":                 {needsTable: true, run: list},
+	"lease":                {needsTable: true, run: lease},
+	"once_done":            {needsTable: true, run: onceDone},
+	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
+	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
+	"proof_clear":          {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
+	"first_use":            {run: firstUse},
+	"wake_wait":            {run: wakeWait},
+	"wake_release":         {run: wakeRelease},
+	"wake_probe":           {run: wakeProbe},
+	"wake_holder":          {run: wakeHolder},
+	"test_set_fence":       {needsTable: true, writes: true, locks: refsOf(1, "LFD"), run: setFence},
+	"test_set_fence_g":     {needsTable: true, writes: true, run: setFence},
+	"wake_waiters":         {run: wakeWaiters},
+	"version":              {run: version},
+	"schema":               {writes: true, run: createTable},
+	"drop_table":           {writes: true, run: dropTable},
+	"drop_table_if_exists": {writes: true, run: dropTable},
+}
+
+// acquire: args name, token, holder, ttl µs, name; then token, holder,
+// token, ttl µs. lid follows the session's LAST_INSERT_ID() through the
+// statement: the OK packet's insert id is its last value set.
+func acquire(x *call) (*outcome, error) {
+	a, err := x.strs(0, 1, 2, 4, 5, 6, 7)
+	if err != nil {
+		return nil, err
+	}
+	name, token, holder, fname, updOwner, updHolder, updOwner2 := a[0], a[1], a[2], a[3], a[4], a[5], a[6]
+	ttl, err := x.int(3)
+	if err != nil {
+		return nil, err
+	}
+	updTTL, err := x.int(8)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{}
+	// Row 1, the lease: VALUES evaluates LAST_INSERT_ID(1) first.
+	lid := uint64(1)
+	lref := x.ref(name, 'L')
+	if old := x.s.read(x.c, lref); old == nil {
+		exp, err := plus(x.now, ttl, "expires_at")
+		if err != nil {
+			return nil, err
+		}
+		x.s.write(x.c, lref, &row{owner: token, holder: holder, acquired: x.now, expires: exp})
+		out.affected++
+	} else {
+		r := *old
+		mark := uint64(0)
+		switch {
+		case old.owner == updOwner:
+			mark = 2
+		case old.expires <= x.now:
+			mark = 1
+		}
+		lid = mark + old.fence
+		r.fence = 0
+		if lid == 1 {
+			r.acquired = x.now
+		}
+		if lid == 1 || lid == 2 {
+			r.holder = updHolder
+		}
+		if lid == 1 {
+			r.owner = updOwner2
+		}
+		if lid == 1 || lid == 2 {
+			if r.expires, err = plus(x.now, updTTL, "expires_at"); err != nil {
+				return nil, err
+			}
+		}
+		if x.s.write(x.c, lref, &r) {
+			out.affected += 2
+		}
+	}
+	// Row 2, the fence.
+	first := uint64(0)
+	if lid == 1 {
+		lid = uint64(x.now) // TIMESTAMPDIFF(MICROSECOND, epoch, UTC_TIMESTAMP(6))
+		first = lid
+	}
+	fref := x.ref(fname, 'F')
+	if old := x.s.read(x.c, fref); old == nil {
+		x.s.write(x.c, fref, &row{fence: first, acquired: x.now, expires: x.now})
+		out.affected++
+	} else {
+		r := *old
+		switch {
+		case lid == 2:
+			lid = old.fence
+		case lid > 2:
+			if old.fence == 1<<64-1 {
+				return nil, errOutOfRange("(`" + x.p.table + "`.`fence` + 1)")
+			}
+			lid = max(old.fence+1, lid)
+			r.fence = lid
+		}
+		if x.s.write(x.c, fref, &r) {
+			out.affected += 2
+		}
+	}
+	out.lastID = lid
+	return out, nil
+}
+
+// leaseRow returns the lease row of name if token owns it (and, with live,
+// if it has not expired), for the UPDATEs on it.
+func (x *call) leaseRow(name, token string, live bool) *row {
+	r := x.s.read(x.c, x.ref(name, 'L'))
+	if r == nil || r.owner != token || live && r.expires <= x.now {
+		return nil
+	}
+	return r
+}
+
+// refresh: args ttl µs, name, token.
+func refresh(x *call) (*outcome, error) {
+	return bump(x, func(r *row, us int64) error {
+		var err error
+		r.expires, err = plus(x.now, us, "expires_at")
+		return err
+	}, true)
+}
+
+// release_at_least: args min hold µs, name, token.
+func releaseAtLeast(x *call) (*outcome, error) {
+	return bump(x, func(r *row, us int64) error {
+		var err error
+		r.expires, err = plus(r.acquired, us, "expires_at")
+		return err
+	}, false)
+}
+
+// bump runs refresh and release_at_least, which differ in the expiry they
+// set and in whether the lease must be live: the insert id is the fence
+// plus one (1) when the row matched, and the fence column stays 0.
+func bump(x *call, set func(*row, int64) error, live bool) (*outcome, error) {
+	us, err := x.int(0)
+	if err != nil {
+		return nil, err
+	}
+	a, err := x.strs(1, 2)
+	if err != nil {
+		return nil, err
+	}
+	r := x.leaseRow(a[0], a[1], live)
+	if r == nil {
+		return &outcome{}, nil
+	}
+	if r.fence == 1<<64-1 {
+		return nil, errOutOfRange("(`" + x.p.table + "`.`fence` + 1)")
+	}
+	out := &outcome{lastID: r.fence + 1}
+	r.fence = 0
+	if err := set(r, us); err != nil {
+		return nil, err
+	}
+	if x.s.write(x.c, x.ref(a[0], 'L'), r) {
+		out.affected = 1
+	}
+	return out, nil
+}
+
+// release: args name, token.
+func release(x *call) (*outcome, error) {
+	a, err := x.strs(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	if x.leaseRow(a[0], a[1], false) == nil {
+		return &outcome{}, nil
+	}
+	x.s.write(x.c, x.ref(a[0], 'L'), nil)
+	return &outcome{affected: 1}, nil
+}
+
+// check: args name, token; sent inside the user's transaction.
+func check(x *call) (*outcome, error) {
+	a, err := x.strs(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	r := x.leaseRow(a[0], a[1], true)
+	if r == nil {
+		// InnoDB locks the row it read even when the WHERE rejects it.
+		x.s.lockRow(x.c, x.ref(a[0], 'L'))
+		return &outcome{}, nil
+	}
+	if r.acquired%2 == 0 {
+		r.acquired++
+	} else {
+		r.acquired--
+	}
+	x.s.write(x.c, x.ref(a[0], 'L'), r)
+	return &outcome{affected: 1}, nil
+}
+
+// inspect: args name. One row when the name has a fence row.
+func inspect(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{cols: []string{"holder", "fence", "live", "left_us"}}
+	f := x.s.read(x.c, x.ref(name, 'F'))
+	if f == nil {
+		return out, nil
+	}
+	l := x.s.read(x.c, x.ref(name, 'L'))
+	if l == nil {
+		out.rows = append(out.rows, []driver.Value{nil, fenceValue(f.fence), nil, nil})
+		return out, nil
+	}
+	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now})
+	return out, nil
+}
+
+// list: every live lease, in name order (VARBINARY compares bytes).
+func list(x *call) (*outcome, error) {
+	out := &outcome{cols: []string{"name", "holder", "fence", "left_us"}}
+	var names []string
+	for _, k := range x.s.keys(x.c, x.p.table) {
+		if k.kind == 'L' {
+			names = append(names, k.name)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		l := x.s.read(x.c, x.ref(n, 'L'))
+		if l == nil || l.expires <= x.now {
+			continue
+		}
+		var fence uint64
+		if f := x.s.read(x.c, x.ref(n, 'F')); f != nil {
+			fence = f.fence
+		}
+		out.rows = append(out.rows, []driver.Value{[]byte(n), []byte(l.holder), fenceValue(fence), l.expires - x.now})
+	}
+	return out, nil
+}
+
+// lease: args name. The lease row, live or not, with its fence.
+func lease(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{cols: []string{"owner", "holder", "fence", "live", "left_us"}}
+	l := x.s.read(x.c, x.ref(name, 'L'))
+	if l == nil {
+		return out, nil
+	}
+	var fence uint64
+	if f := x.s.read(x.c, x.ref(name, 'F')); f != nil {
+		fence = f.fence
+	}
+	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(fence), boolValue(l.expires > x.now), l.expires - x.now})
+	return out, nil
+}
+
+// once_done: args name.
+func onceDone(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{cols: []string{"1"}}
+	if x.s.read(x.c, x.ref(name, 'D')) != nil {
+		out.rows = append(out.rows, []driver.Value{int64(1)})
+	}
+	return out, nil
+}
+
+// once_record: args name, token. The lease row is read FOR UPDATE.
+func onceRecord(x *call) (*outcome, error) {
+	a, err := x.strs(0, 1)
+	if err != nil {
+		return nil, err
+	}
+	x.s.lockRow(x.c, x.ref(a[0], 'L'))
+	l := x.leaseRow(a[0], a[1], false)
+	if l == nil {
+		return &outcome{}, nil
+	}
+	dref := x.ref(a[0], 'D')
+	if x.s.read(x.c, dref) != nil {
+		return nil, errDuplicate(x.p.table, a[0], 'D')
+	}
+	if l.fence == 1<<64-1 {
+		return nil, errOutOfRange("(`l`.`fence` + 1)")
+	}
+	x.s.write(x.c, dref, &row{owner: l.owner, holder: l.holder, acquired: x.now, expires: x.now})
+	return &outcome{lastID: l.fence + 1, affected: 1}, nil
+}
+
+// once_reset: args name.
+func onceReset(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	ref := x.ref(name, 'D')
+	if x.s.read(x.c, ref) == nil {
+		return &outcome{}, nil
+	}
+	x.s.write(x.c, ref, nil)
+	return &outcome{affected: 1}, nil
+}
+
+// proof_clear: args name. Every row of the name, whatever its kind.
+func proofClear(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{}
+	for _, k := range x.s.keys(x.c, x.p.table) {
+		if k.name == name && x.s.read(x.c, x.ref(name, k.kind)) != nil {
+			x.s.write(x.c, x.ref(name, k.kind), nil)
+			out.affected++
+		}
+	}
+	return out, nil
+}
+
+// version: SELECT VERSION().
+func version(x *call) (*outcome, error) {
+	return &outcome{cols: []string{"VERSION()"}, rows: [][]driver.Value{{[]byte(x.s.version)}}}, nil
+}
+
+// createTable: schema.sql's CREATE TABLE IF NOT EXISTS.
+func createTable(x *call) (*outcome, error) {
+	if x.table == nil {
+		x.s.tables[x.p.table] = newTable()
+	}
+	return &outcome{}, nil
+}
+
+// dropTable: DROP TABLE [IF EXISTS], which test harnesses send to clean up.
+func dropTable(x *call) (*outcome, error) {
+	if x.table == nil {
+		if x.p.t.name == "drop_table" {
+			return nil, errUnknownTable(x.p.table)
+		}
+		return &outcome{}, nil
+	}
+	for ref, h := range x.s.rowLks {
+		if ref.table == x.p.table && h != x.c {
+			return nil, LockWaitTimeout // MySQL waits for the metadata lock
+		}
+	}
+	delete(x.s.tables, x.p.table)
+	return &outcome{}, nil
+}
+
+// firstUse: the session and server, then the table as information_schema
+// describes it: schema.sql's, as MySQL 8.4 shows it.
+func firstUse(x *call) (*outcome, error) {
+	out := &outcome{cols: []string{"what", "f1", "f2", "f3", "f4", "f5", "f6"}}
+	out.rows = append(out.rows, []driver.Value{[]byte("server"), int64(1), []byte(x.s.version), int64(0), nil, nil, nil})
+	if x.table == nil {
+		return out, nil
+	}
+	t := []byte(x.p.table)
+	out.rows = append(out.rows, []driver.Value{[]byte("table"), t, []byte("InnoDB"), nil, nil, nil, nil})
+	for _, c := range [][2]string{
+		{"name", "varbinary(255)"}, {"kind", "binary(1)"}, {"owner", "varbinary(32)"},
+		{"holder", "varbinary(255)"}, {"fence", "bigint unsigned"},
+		{"acquired_at", "datetime(6)"}, {"expires_at", "datetime(6)"},
+	} {
+		out.rows = append(out.rows, []driver.Value{[]byte("column"), t, []byte(c[0]), []byte(c[1]), []byte("NO"), nil, nil})
+	}
+	for i, c := range []string{"name", "kind"} {
+		out.rows = append(out.rows, []driver.Value{[]byte("index"), t, []byte("PRIMARY"), int64(0), int64(i + 1), []byte(c), nil})
+	}
+	return out, nil
+}
+
+// setFence: the library's fence tests' own UPDATE; args fence, then the
+// name unless the statement names it.
+func setFence(x *call) (*outcome, error) {
+	v := x.args[0]
+	var fence uint64
+	switch f := v.(type) {
+	case uint64:
+		fence = f
+	case int64:
+		if f < 0 {
+			return nil, errOutOfRange("fence")
+		}
+		fence = uint64(f)
+	default:
+		return nil, fmt.Errorf("sqllocktest: %s: the fence is %T, want a whole number", x.p.t.name, v)
+	}
+	name := "g"
+	if x.p.t.name == "test_set_fence" {
+		var err error
+		if name, err = x.str(1); err != nil {
+			return nil, err
+		}
+	}
+	out := &outcome{}
+	for _, k := range x.s.keys(x.c, x.p.table) {
+		if k.name != name {
+			continue
+		}
+		ref := x.ref(name, k.kind)
+		r := x.s.read(x.c, ref)
+		if r == nil {
+			continue
+		}
+		r.fence = 0
+		if k.kind == 'F' {
+			r.fence = fence
+		}
+		r.expires = x.now - 1_000_000
+		if x.s.write(x.c, ref, r) {
+			out.affected++
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,366 @@
+-- Every statement sqllock sends, each under a "-- name:" marker. The Go side
+-- splits this file once, puts the configured table name in place of
+-- `sqllock`, and prepares each statement once per Client.
+--
+-- A name has two rows (schema.sql): its lease ('L'), which Release deletes,
+-- and its fence ('F'), which outlives every release so that fences keep
+-- growing across release and re-acquire. Once adds a third, its completion
+-- record ('D'); no other statement reads or writes it.
+--
+-- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
+-- statement and does not depend on the session time_zone.
+--
+-- Results are read from the OK packet's insert id, set with
+-- LAST_INSERT_ID(expr): the table has no AUTO_INCREMENT column, so the id is
+-- the last LAST_INSERT_ID(expr) the statement evaluated, or 0 if it evaluated
+-- none. Within a statement, LAST_INSERT_ID() returns the last value set, which
+-- carries a mark from the lease row to the fence row. Affected rows are never
+-- used to decide anything: the DSN flag clientFoundRows changes their meaning.
+--
+-- Where a LAST_INSERT_ID(expr) sits in a branch that may not be taken, expr
+-- refers to a column, so that no server can fold the call into a constant and
+-- run it whether or not the branch is taken.
+
+-- name: acquire
+-- Args: name, token, holder, ttl µs, name; then token, holder, token, ttl µs.
+-- Insert id: the fence when acquired, 0 when another owner's live lease
+-- stands.
+--
+-- The two rows are written in order, each under its row lock until commit:
+-- 1. The lease row sets the mark: 1 when it is inserted (the VALUES part) or
+--    taken over because it expired, 2 when it is already ours (a retry after
+--    an unknown outcome), 0 when another owner's lease is live. Only the first
+--    assignment reads the old row; the rest read the mark. So the row comes
+--    out the same whether the server assigns left to right (MySQL, MariaDB's
+--    default) or every assignment against the old row (MariaDB's
+--    SIMULTANEOUS_ASSIGNMENT).
+-- 2. The fence row, when the mark is 1, takes the greater of its old fence
+--    plus one and the server's clock in microseconds. It is read under its
+--    row lock, so fences follow the order in which acquisitions commit,
+--    whatever the clock says; the clock only seeds a name's first fence and
+--    keeps fences readable as times. When the mark is 2 it reports the fence
+--    unchanged; when 0 it changes nothing, so a refused attempt writes nothing.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES
+  (?, 'L', ?, ?, LAST_INSERT_ID(1) * 0,
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+  (?, 'F', '', '',
+   IF(LAST_INSERT_ID() = 1, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))), 0),
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+  -- Lease row: the mark (its fence column stays 0). Fence row: the fence.
+  fence = IF(kind = 'L',
+             LAST_INSERT_ID(IF(owner = ?, 2, IF(expires_at <= UTC_TIMESTAMP(6), 1, 0)) + fence) * 0,
+             IF(LAST_INSERT_ID() = 2, LAST_INSERT_ID(fence),
+                IF(LAST_INSERT_ID() > 2, LAST_INSERT_ID(GREATEST(fence + 1, LAST_INSERT_ID())), fence))),
+  acquired_at = IF(kind = 'L' AND LAST_INSERT_ID() = 1, UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), ?, holder),
+  owner = IF(kind = 'L' AND LAST_INSERT_ID() = 1, ?, owner),
+  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at);
+
+-- The acquire's bound on waiting for the lease row, on MariaDB, which takes
+-- a per-statement setting: put before the acquire. The row waits only behind
+-- another transaction that wrote it: an acquire of the name committing
+-- (milliseconds), or a holder's Lock.Check transaction, which keeps the row
+-- locked until it ends. Past a second the acquire fails with 1205 and the
+-- Client reports the name held, instead of waiting out
+-- innodb_lock_wait_timeout (50 s by default). MySQL refuses this variable
+-- in a SET_VAR hint (warning 3637), so there the caller's context bounds
+-- the wait, and a 1205 is reported held too. TiDB's autocommit statements
+-- run optimistically and do not wait.
+
+-- name: lock_wait_mariadb
+SET STATEMENT innodb_lock_wait_timeout = 1 FOR
+
+-- name: refresh
+-- Args: ttl µs, name, token. Insert id: 1 when extended, 0 when the lease is
+-- not ours or has expired (LAST_INSERT_ID in SET is evaluated only for a row
+-- that matches; a lease row's fence is 0, so the column does not change).
+UPDATE `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) * 0
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- name: release
+-- Args: name, token. Affected rows: 1 when the row was ours, 0 when not (a
+-- DELETE counts the same with or without clientFoundRows). An expired lease
+-- that nobody took over is still ours to release. The fence row stays.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: inspect
+-- Args: name. No row when the name was never taken; the lease columns are
+-- NULL when it was released.
+SELECT l.holder, f.fence, l.expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM `sqllock` AS f
+LEFT JOIN `sqllock` AS l ON l.name = f.name AND l.kind = 'L'
+WHERE f.name = ? AND f.kind = 'F';
+
+-- name: first_use
+-- No args: the Client puts its table's name (checked as every table name
+-- is) in place of 'sqllock', so this is one plain query. Sent once per
+-- Client, before its first statement, and read by tablecheck.go: one row
+-- about the session and the server (autocommit: with it off, a DSN's
+-- autocommit=0 or the server's default, no statement here would ever
+-- commit; the version: TiDB takes its own forms, Vitess is refused), then the table's engine, columns
+-- and indexes as information_schema describes them, to hold against
+-- schema.sql. Each part reads one view filtered by constant schema and
+-- table names, which servers answer from the table's definition alone; no
+-- joins. TABLE_NAME comes back so that Go can compare it exactly (the views
+-- may compare names without regard to case).
+SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names, NULL, NULL, NULL
+UNION ALL
+SELECT 'table', TABLE_NAME, ENGINE, NULL, NULL, NULL, NULL
+FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock'
+UNION ALL
+SELECT 'column', TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLLATION_NAME, NULL
+FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock'
+UNION ALL
+SELECT 'index', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART
+FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
+
+-- name: proof_clear
+-- Args: a proof name. Deletes every row of the name, the fence too, which
+-- no other statement does: a Client's first use proves the statements
+-- under a name of its own (proof.go) and leaves nothing of it behind.
+DELETE FROM `sqllock` WHERE name = ?;
+
+-- name: release_at_least
+-- Args: min hold µs, name, token. Insert id: 1 when the lease was ours (not
+-- 0 on TiDB, whose form sets the fence plus one), 0 when not (as in refresh). Release for Do's WithMinHold: instead of deleting
+-- the lease, it sets the expiry to acquired_at plus the minimum hold. Later
+-- than now, that keeps the name taken until then; in the past, it leaves an
+-- expired lease, which blocks nobody, in the same round trip. Like release it
+-- ignores expires_at: a lease that expired but that nobody took is still
+-- ours, and nobody held the name in between. acquired_at is set only by an
+-- acquire that took the name, so renewals do not move the minimum, and it is
+-- not assigned here, so both assignment orders agree.
+UPDATE `sqllock`
+SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) * 0
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: check
+-- Args: name, token. Sent inside the user's transaction by Lock.Check.
+-- Affected rows: 1 when the lease is ours and live by the server's clock, 0
+-- otherwise. It writes the lease row, so the row stays locked until the
+-- transaction ends and no takeover commits before it (acquire, refresh and
+-- release all write this row). The write is also what a multi-writer cluster
+-- (Galera, Group Replication multi-primary) certifies at commit: a shared
+-- lock is local to one node, a written row is in the transaction's write
+-- set, so a takeover committed on another node makes the user's commit fail.
+-- The write flips the lowest bit of acquired_at's microseconds, which no
+-- decision reads (WithMinHold's release moves by 1 µs at most). A row that
+-- changes counts as affected with and without clientFoundRows, so the answer
+-- does not depend on the DSN. acquired_at is the only column assigned, so
+-- both assignment orders agree.
+UPDATE `sqllock`
+SET acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- name: list
+-- No args. Every live lease, in name order, with its name's fence (0 if the
+-- fence row was deleted by hand) and the lease left by the server's clock.
+-- It reads the whole table: kind is the second column of the primary key.
+SELECT l.name, l.holder, COALESCE(f.fence, 0),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM `sqllock` AS l
+LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
+ORDER BY l.name;
+
+-- name: once_done
+-- Args: name. A row when the name has Once's completion record ('D').
+SELECT 1 FROM `sqllock` WHERE name = ? AND kind = 'D';
+
+-- name: once_record
+-- Args: name, token. Insert id: the lease row's fence plus one when the
+-- completion record was written (1: a lease row's fence is 0, except on TiDB),
+-- 0 when the lease is not ours, and then nothing is written. The record is
+-- copied from our lease row, so no record is written for a runner whose
+-- lease someone took over: that someone runs fn again. FOR UPDATE makes the
+-- read of the lease row a locking read at every isolation level (under READ
+-- COMMITTED a plain read in INSERT ... SELECT takes no lock), so the row is
+-- read as committed and stays ours until the record commits: a takeover
+-- waits for it. A duplicate key (1062) means the record is there already,
+-- written by an earlier attempt whose reply was lost: the SELECT found our
+-- lease row, or there would have been nothing to insert. No ON DUPLICATE KEY
+-- UPDATE: with it, INSERT ... SELECT is unsafe for statement-based
+-- replication (Note 1592); without it, it is safe.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+SELECT l.name, 'D', l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM `sqllock` AS l
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
+FOR UPDATE;
+
+-- name: lease
+-- Args: name. The lease row whoever holds it, live or expired, with its
+-- owner token and its name's fence: what Client.ForceRelease deletes, by that
+-- token through release, so a takeover between the two is never deleted.
+SELECT l.owner, l.holder, COALESCE(f.fence, 0), l.expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+FROM `sqllock` AS l
+LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+WHERE l.name = ? AND l.kind = 'L';
+
+-- name: once_reset
+-- Args: name. Affected rows: 1 when Once's completion record was deleted, so
+-- that the next Once runs its function again; 0 when there was none.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'D';
+
+-- name: wake_wait
+-- Args: the lease name as a hex literal (X'...'), twice, then the timeout in
+-- whole seconds. The wake-up channel of a name (wake.go): a server named lock
+-- beside the lease, held by the process that waited for the lease and took
+-- it, on which processes waiting for the name block instead of polling. It
+-- is advice only: no decision reads it; the lease row decides.
+-- It runs as text on the channel's own connection, never prepared, so the
+-- Go side puts literals in place of the placeholders (values it made: hex
+-- digits and a number) and the table's name, as first_use does, in place of
+-- 'sqllock'. The lock's name hashes the database, the table and the lease
+-- name, so two tables never share a channel and any name fits GET_LOCK's 64
+-- characters. One row: whether the channel was free just before (1: nobody
+-- held it, so this process did not queue behind anyone), and GET_LOCK's
+-- answer (1 granted, 0 timed out). Servers grant GET_LOCK's waiters in the
+-- order they came.
+SELECT IS_FREE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56))),
+       GET_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)), ?);
+
+-- name: wake_release
+-- Args: the lease name as a hex literal. Sent as wake_wait is, on the
+-- channel's connection, after the lease's release: it wakes the first
+-- process waiting in wake_wait. 1 when the channel was held here.
+SELECT RELEASE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));
+
+-- name: wake_probe
+-- Args: the lease name as a hex literal. Sent as wake_wait is, on any
+-- connection, after the release of a Lock whose Acquire did not wait: the
+-- id of the connection that holds the channel, or NULL. Another process
+-- holds it only while it waits for the name, so this Client's next Acquire
+-- of the name queues behind it.
+SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));
+
+-- TiDB. Its LAST_INSERT_ID() returns the value from before the statement, so
+-- no mark set on one row reaches another, and a LAST_INSERT_ID(expr) whose
+-- argument is fixed for the statement takes effect even in a branch not
+-- taken; one whose argument reads a column is evaluated per row, as on MySQL
+-- (MYSQL-FACTS.md). On TiDB a name therefore has one row, its lease row
+-- ('L'), which carries the fence and is never deleted: release empties the
+-- owner instead. Every statement reads and writes that row only, and reads
+-- an insert id set from a column. The statements below take the place of
+-- those of the same name without the prefix when a Client's first use finds
+-- TiDB (tablecheck.go); the others serve TiDB as they are. A table is used
+-- by one kind of server: rows the two-row statements left ('F') are not
+-- read here.
+--
+-- TiDB runs an autocommit statement optimistically and, on a write conflict
+-- at commit, runs it again itself, up to tidb_retry_limit times (10 by
+-- default), answering with the insert id of the first run: an acquire that
+-- took a free name, lost the race at commit and found the name taken when
+-- run again would be told it had the lease. Every statement here that writes
+-- sets tidb_retry_limit to 0 for itself (SET_VAR), so a conflict comes back
+-- as error 9007, which the Client sends again like any rolled-back
+-- statement, and the answer is that of the run that committed.
+
+-- name: tidb_acquire
+-- Args: name, token, holder, ttl µs. Insert id: the fence when acquired, 0
+-- when another owner's live lease stands.
+-- A new name's row is inserted with the server's clock in microseconds as
+-- its first fence. Otherwise the row is there (a release keeps it), and the
+-- fence is written under the row's lock, so fences follow the order in which
+-- acquisitions commit: one more than the last when the lease is free
+-- (released, owner '', or expired) and not ours, the same when it is ours (a
+-- retry after an unknown outcome), and 0 given to LAST_INSERT_ID when
+-- another owner's lease is live, which GREATEST keeps from the column. The
+-- argument reads columns, so TiDB evaluates it for this row. Assignments run
+-- left to right and each sees the ones before: all but the last read only
+-- columns not yet assigned, and expires_at, last, reads the new owner, which
+-- is ours exactly when the lease was taken or was ours. VALUES() is the row
+-- the INSERT would have written, so the arguments are given once.
+INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES (?, 'L', ?, ?, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+ON DUPLICATE KEY UPDATE
+  fence = GREATEST(fence, LAST_INSERT_ID(
+            IF(owner = VALUES(owner), fence,
+               IF(owner = '' OR expires_at <= UTC_TIMESTAMP(6), fence + 1, 0)))),
+  acquired_at = IF(owner <> VALUES(owner) AND (owner = '' OR expires_at <= UTC_TIMESTAMP(6)),
+                   UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(owner = VALUES(owner) OR owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(holder), holder),
+  owner = IF(owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
+  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at);
+
+-- name: tidb_refresh
+-- Args: ttl µs, name, token. As refresh, with the fence kept: the insert id
+-- is the fence plus one, never 0, and the column is written back unchanged.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) - 1
+WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+
+-- name: tidb_release
+-- Args: name, token. Affected rows: 1 when the lease was ours (the owner
+-- changes, so the row counts with and without clientFoundRows), 0 when not.
+-- The row and its fence stay; an empty owner marks the name free.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET owner = '', holder = '', expires_at = UTC_TIMESTAMP(6)
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: tidb_release_at_least
+-- Args: min hold µs, name, token. As release_at_least, with the fence kept
+-- as in tidb_refresh.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
+    fence = LAST_INSERT_ID(fence + 1) - 1
+WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: tidb_inspect
+-- Args: name. As inspect: no row when the name was never taken, the lease
+-- columns NULL when it was released.
+SELECT IF(owner = '', NULL, holder), fence,
+       IF(owner = '', NULL, expires_at > UTC_TIMESTAMP(6)),
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+FROM `sqllock`
+WHERE name = ? AND kind = 'L';
+
+-- name: tidb_list
+-- No args. As list.
+SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM `sqllock`
+WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6)
+ORDER BY name;
+
+-- name: tidb_lease
+-- Args: name. As lease: nothing when the name is free.
+SELECT owner, holder, fence, expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM `sqllock`
+WHERE name = ? AND kind = 'L' AND owner <> '';
+
+-- name: tidb_once_record
+-- Args: name, token. Insert id: the lease row's fence plus one when the
+-- completion record is there, 0 when the lease is not ours, and then nothing
+-- is written. TiDB runs an autocommit statement optimistically, taking no
+-- lock before commit, and FOR UPDATE inside INSERT ... SELECT does not make
+-- it check the lease row then: a record could commit after a takeover, and
+-- the new holder would run fn again. So the statement writes the lease row
+-- too, flipping the lowest bit of acquired_at's microseconds as check does
+-- (the one ON DUPLICATE KEY UPDATE assignment, which leaves a record that is
+-- there already as it is). A takeover committed after the statement read the
+-- lease row then fails its commit with a write conflict (9007), and the
+-- statement sent again finds the lease not ours. A record already there was
+-- written by an earlier attempt of ours, whose reply was lost: a record
+-- another holder wrote first would have stopped fn from running.
+INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+SELECT l.name, k.kind_, l.owner, l.holder, LAST_INSERT_ID(l.fence + 1) * 0,
+       UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)
+FROM `sqllock` AS l JOIN (SELECT 'D' AS kind_ UNION ALL SELECT 'L') AS k
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
+ON DUPLICATE KEY UPDATE
+  acquired_at = IF(`sqllock`.kind = 'L',
+                   `sqllock`.acquired_at + INTERVAL IF(MICROSECOND(`sqllock`.acquired_at) % 2 = 0, 1, -1) MICROSECOND,
+                   `sqllock`.acquired_at);

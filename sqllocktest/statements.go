@@ -1,0 +1,313 @@
+package sqllocktest
+
+import (
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// queries.sql and schema.sql here are copies of the library's own files: the
+// fake knows a statement by its text, exactly, with only the table's name
+// (and, in the statements the library sends as text, the literals it puts in
+// place of the placeholders) free. The library's tests hold the copies
+// against the originals (fake_test.go in the root package), so a statement
+// changed there and not here fails a test, and every statement the library
+// sends is one the fake recognises or refuses by name.
+
+//go:embed queries.sql
+var queriesSQL string
+
+//go:embed schema.sql
+var schemaSQL string
+
+// notImplemented are the statements of queries.sql that the fake does not
+// run, and why; every other statement of the file has a handler in handlers.go.
+var notImplemented = map[string]string{
+	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
+}
+
+// tidbPrefix begins the names of TiDB's forms, which a Client chooses only
+// when the server says it is TiDB: the fake says it is MySQL.
+const tidbPrefix = "tidb_"
+
+// textStatements are sent as text with literals in place of their
+// placeholders; the rest are prepared and take bound arguments.
+var textStatements = map[string]bool{"wake_wait": true, "wake_release": true, "wake_probe": true}
+
+// A hole is a part of a statement's text that may vary.
+type hole int
+
+const (
+	holeNone        hole = iota
+	holeTable            // `name`: the Client's table
+	holeTableString      // 'name': the table's name in a string literal
+	holeLiteral          // X'hex' or a whole number, put in place of a placeholder
+)
+
+type segment struct {
+	text string // when hole is holeNone
+	hole hole
+}
+
+// A template is a statement the fake recognises.
+type template struct {
+	name     string // as in queries.sql, or one of the fake's own (schema, version, ...)
+	segments []segment
+	params   int  // bound placeholders
+	mariadb  bool // the acquire with MariaDB's lock-wait prefix
+	tidb     bool // TiDB's form of a statement, refused
+}
+
+// A parsed statement is a template matched against a statement's text.
+type parsed struct {
+	t     *template
+	table string   // the table's name, without quotes; "" if none
+	lits  []string // the literals' values, decoded
+}
+
+// Statements of the fake's own, outside queries.sql: the schema's CREATE
+// TABLE, and the few a test harness sends around the library's.
+var ownStatements = map[string]string{
+	"version":              "SELECT VERSION()",
+	"drop_table":           "DROP TABLE `sqllock`",
+	"drop_table_if_exists": "DROP TABLE IF EXISTS `sqllock`",
+	// Which connection holds a table's wake-up channel for a name: the
+	// library's own tests ask it.
+	"wake_holder": "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))",
+	// A fence set ahead and the lease expired, as two of the library's
+	// fence tests do (integration_test.go), by name bound or 'g'.
+	"test_set_fence":   "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?",
+	"test_set_fence_g": "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'",
+	// How many other sessions wait in wake_wait: the same tests ask the
+	// processlist this one question, and the fake knows no other.
+	"wake_waiters": "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()",
+}
+
+var templates = mustTemplates()
+
+func mustTemplates() []*template {
+	qs, err := splitQueries(queriesSQL)
+	if err != nil {
+		panic(err)
+	}
+	schema, err := splitQueries("-- name: schema\n" + schemaSQL)
+	if err != nil {
+		panic(err)
+	}
+	var out []*template
+	add := func(name, text string, mariadb bool) {
+		out = append(out, newTemplate(name, text, textStatements[name], mariadb))
+	}
+	for name, text := range qs {
+		switch {
+		case strings.HasPrefix(name, tidbPrefix):
+			t := newTemplate(name, text, false, false)
+			t.tidb = true // recognised, to be refused by name
+			out = append(out, t)
+			continue
+		case notImplemented[name] != "":
+			continue
+		case handlers[name] == nil:
+			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in handlers.go or say why in notImplemented", name))
+		}
+		add(name, text, false)
+	}
+	add("acquire", qs["lock_wait_mariadb"]+"\n"+qs["acquire"], true)
+	add("schema", schema["schema"], false)
+	for name, text := range ownStatements {
+		add(name, text, false)
+	}
+	// Longest first, so that a statement is never taken for a shorter one
+	// it begins with.
+	sort.Slice(out, func(i, j int) bool { return len(out[i].segments) > len(out[j].segments) })
+	return out
+}
+
+// splitQueries splits text into its "-- name: X" sections as the library
+// does (queries.go): comments and blank lines dropped, the final semicolon cut.
+func splitQueries(text string) (map[string]string, error) {
+	out := map[string]string{}
+	var name string
+	var body []string
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSuffix(strings.TrimSpace(strings.Join(body, "\n")), ";")
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(trimmed, "-- name:"); ok {
+			flush()
+			name, body = strings.TrimSpace(rest), nil
+			continue
+		}
+		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+			continue
+		}
+		if name == "" {
+			return nil, fmt.Errorf("sqllocktest: statement text before the first name marker")
+		}
+		body = append(body, line)
+	}
+	flush()
+	return out, nil
+}
+
+// normalize collapses every run of white space to one space: the fake
+// compares statements word for word, not by layout.
+func normalize(q string) string { return strings.Join(strings.Fields(q), " ") }
+
+func newTemplate(name, text string, literals, mariadb bool) *template {
+	t := &template{name: name, mariadb: mariadb}
+	rest := normalize(text)
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			t.segments = append(t.segments, segment{text: lit.String()})
+			lit.Reset()
+		}
+	}
+	for rest != "" {
+		switch {
+		case strings.HasPrefix(rest, "`sqllock`"):
+			flush()
+			t.segments = append(t.segments, segment{hole: holeTable})
+			rest = rest[len("`sqllock`"):]
+		case strings.HasPrefix(rest, "'sqllock'"):
+			flush()
+			t.segments = append(t.segments, segment{hole: holeTableString})
+			rest = rest[len("'sqllock'"):]
+		case rest[0] == '?' && literals:
+			flush()
+			t.segments = append(t.segments, segment{hole: holeLiteral})
+			rest = rest[1:]
+		default:
+			if rest[0] == '?' {
+				t.params++
+			}
+			lit.WriteByte(rest[0])
+			rest = rest[1:]
+		}
+	}
+	flush()
+	return t
+}
+
+// parse finds the template query is, or returns an error naming the
+// statement the fake does not implement.
+func parse(query string) (*parsed, error) {
+	q := normalize(query)
+	for _, t := range templates {
+		if p, ok := t.match(q); ok {
+			if t.tidb {
+				return nil, fmt.Errorf("sqllocktest: not implemented: %s, TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL)", t.name)
+			}
+			return p, nil
+		}
+	}
+	const max = 200
+	if len(q) > max {
+		q = q[:max] + "..."
+	}
+	return nil, fmt.Errorf("sqllocktest: not implemented: the fake runs only the statements sqllock sends (queries.sql and schema.sql), not: %s", q)
+}
+
+func (t *template) match(q string) (*parsed, bool) {
+	p := &parsed{t: t}
+	for _, s := range t.segments {
+		switch s.hole {
+		case holeNone:
+			if !strings.HasPrefix(q, s.text) {
+				return nil, false
+			}
+			q = q[len(s.text):]
+			continue
+		case holeTable, holeTableString:
+			quote := byte('`')
+			if s.hole == holeTableString {
+				quote = '\''
+			}
+			if q == "" || q[0] != quote {
+				return nil, false
+			}
+			end := strings.IndexByte(q[1:], quote)
+			if end < 0 || !validTable(q[1:1+end]) {
+				return nil, false
+			}
+			name := q[1 : 1+end]
+			if p.table != "" && p.table != name {
+				return nil, false // one statement, one table
+			}
+			p.table = name
+			q = q[end+2:]
+		case holeLiteral:
+			v, n, ok := readLiteral(q)
+			if !ok {
+				return nil, false
+			}
+			p.lits = append(p.lits, v)
+			q = q[n:]
+		}
+	}
+	return p, q == ""
+}
+
+// validTable reports whether name is one the library accepts (WithTable).
+func validTable(name string) bool {
+	if len(name) < 1 || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// readLiteral reads X'hex' or a whole number at the start of q: the
+// literals the library binds into its text statements (wake.go).
+func readLiteral(q string) (val string, n int, ok bool) {
+	if strings.HasPrefix(q, "X'") {
+		end := strings.IndexByte(q[2:], '\'')
+		if end < 0 {
+			return "", 0, false
+		}
+		b, err := hex.DecodeString(q[2 : 2+end])
+		if err != nil {
+			return "", 0, false
+		}
+		return string(b), end + 3, true
+	}
+	i := 0
+	if i < len(q) && q[i] == '-' {
+		i++
+	}
+	for i < len(q) && q[i] >= '0' && q[i] <= '9' {
+		i++
+	}
+	if i == 0 || q[:i] == "-" {
+		return "", 0, false
+	}
+	if _, err := strconv.ParseInt(q[:i], 10, 64); err != nil {
+		return "", 0, false
+	}
+	return q[:i], i, true
+}
+
+// statementNames are the names Fault.Statement accepts.
+func statementNames() []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, t := range templates {
+		if !seen[t.name] && !t.tidb {
+			seen[t.name] = true
+			names = append(names, t.name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
