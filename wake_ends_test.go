@@ -51,6 +51,7 @@ func TestWakeups_nothingLeftAfterEveryEnd(t *testing.T) {
 				}
 			}},
 			{"killed channel connection", wakeTTL, func(t *testing.T, c *Client, l *Lock, table, name string) {
+				skipFakeFor(t, e, "it KILLs the channel's connection")
 				id := channelHolder(t, e.db, table, name)
 				if _, err := e.db.Exec(fmt.Sprintf("KILL CONNECTION %d", id)); err != nil {
 					t.Fatal(err)

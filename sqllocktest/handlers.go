@@ -19,6 +19,7 @@ var handlers = map[string]*handler{
 	"check":                {needsTable: true, writes: true, locks: refsOf(0, "L"), run: check},
 	"inspect":              {needsTable: true, run: inspect},
 	"list":                 {needsTable: true, run: list},
+	"look":                 {needsTable: true, run: look},
 	"lease":                {needsTable: true, run: lease},
 	"once_done":            {needsTable: true, run: onceDone},
 	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
@@ -234,6 +235,23 @@ func inspect(x *call) (*outcome, error) {
 		return out, nil
 	}
 	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now})
+	return out, nil
+}
+
+// look: the names of the list whose lease is live; a name listed twice
+// comes back once, as IN does.
+func look(x *call) (*outcome, error) {
+	out := &outcome{cols: []string{"name"}}
+	seen := make(map[string]bool, len(x.p.lits))
+	for _, name := range x.p.lits {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if l := x.s.read(x.c, x.ref(name, 'L')); l != nil && l.owner != "" && l.expires > x.now {
+			out.rows = append(out.rows, []driver.Value{[]byte(name)})
+		}
+	}
 	return out, nil
 }
 

@@ -244,6 +244,20 @@ SELECT RELEASE_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 -- of the name queues behind it.
 SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sqllock', ?), 256), 56)));
 
+-- name: look
+-- Args: the names as hex literals, at most 64, which the Go side puts in
+-- place of the one placeholder, separated by commas. The names whose lease
+-- is live by the server's clock. A Client's waiting Acquire calls ask it for
+-- every name due at one time (poll.go) instead of sending each its acquire,
+-- and send the acquire only for a name not listed, which decides: this
+-- reads, writes nothing and takes no lock, and a stale answer only delays or
+-- wastes one acquire. owner <> '' serves TiDB's one-row form too, where a
+-- released name keeps its row with an empty owner; a lease row of the
+-- two-row form always has an owner. Sent as text, never prepared, as
+-- wake_wait is: the list's length varies.
+SELECT name FROM `sqllock`
+WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
+
 -- TiDB. Its LAST_INSERT_ID() returns the value from before the statement, so
 -- no mark set on one row reaches another, and a LAST_INSERT_ID(expr) whose
 -- argument is fixed for the statement takes effect even in a branch not

@@ -35,7 +35,11 @@ const tidbPrefix = "tidb_"
 
 // textStatements are sent as text with literals in place of their
 // placeholders; the rest are prepared and take bound arguments.
-var textStatements = map[string]bool{"wake_wait": true, "wake_release": true, "wake_probe": true}
+var textStatements = map[string]bool{"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true}
+
+// listStatements take a list of literals, separated by commas, in place of
+// their one placeholder.
+var listStatements = map[string]bool{"look": true}
 
 // A hole is a part of a statement's text that may vary.
 type hole int
@@ -45,6 +49,7 @@ const (
 	holeTable            // `name`: the Client's table
 	holeTableString      // 'name': the table's name in a string literal
 	holeLiteral          // X'hex' or a whole number, put in place of a placeholder
+	holeLiteralList      // one literal or more, separated by ", "
 )
 
 type segment struct {
@@ -99,7 +104,15 @@ func mustTemplates() []*template {
 	}
 	var out []*template
 	add := func(name, text string, mariadb bool) {
-		out = append(out, newTemplate(name, text, textStatements[name], mariadb))
+		t := newTemplate(name, text, textStatements[name], mariadb)
+		if listStatements[name] {
+			for i := range t.segments {
+				if t.segments[i].hole == holeLiteral {
+					t.segments[i].hole = holeLiteralList
+				}
+			}
+		}
+		out = append(out, t)
 	}
 	for name, text := range qs {
 		switch {
@@ -250,6 +263,20 @@ func (t *template) match(q string) (*parsed, bool) {
 			}
 			p.lits = append(p.lits, v)
 			q = q[n:]
+		case holeLiteralList:
+			for {
+				v, n, ok := readLiteral(q)
+				if !ok {
+					return nil, false
+				}
+				p.lits = append(p.lits, v)
+				q = q[n:]
+				rest, more := strings.CutPrefix(q, ", ")
+				if !more {
+					break
+				}
+				q = rest
+			}
 		}
 	}
 	return p, q == ""
