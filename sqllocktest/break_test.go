@@ -304,3 +304,60 @@ func TestServer_expireUnderCheck(t *testing.T) {
 		t.Fatalf("Inspect after the rollback: got %+v, %v; want the lease expired", info, err)
 	}
 }
+
+// A statement that fails after it waited inside the fake (a GET_LOCK whose
+// context ended) undoes nothing: the writes committed while it waited stay.
+// The fake once undid the last writing statement's rows then, and a release
+// came back as a live lease.
+func TestServer_failedWaitUndoesNoOtherWrite(t *testing.T) {
+	srv := sqllocktest.New(t)
+	ctx := ctxFor(t)
+	p, h, w, o := newClient(t, srv), newClient(t, srv), newClient(t, srv), newClient(t, srv)
+	// h takes "n" after waiting for p, so its Lock holds the channel.
+	first, err := p.TryAcquire(ctx, "n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *sqllock.Lock, 1)
+	go func() {
+		l, err := h.Acquire(ctx, "n", time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	for srv.Count("wake_wait") < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	// w waits in GET_LOCK behind h's Lock, until its context ends.
+	wctx, cancel := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(wctx, "n", time.Minute)
+		waited <- err
+	}()
+	for srv.Count("wake_wait") < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// Meanwhile a lease is taken and released.
+	l, err := o.TryAcquire(ctx, "other", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled wait: got %v, want context.Canceled", err)
+	}
+	info, err := o.Inspect(ctx, "other")
+	if err != nil || info.Held {
+		t.Errorf("Inspect of the released name after the failed wait: got %+v, %v; want not held", info, err)
+	}
+}

@@ -96,7 +96,11 @@ func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Valu
 			x.now = s.nowMicros()
 			s.undo = s.undo[:0]
 			out, err := h.run(x)
-			if err != nil {
+			if err != nil && h.writes {
+				// Only a statement that writes has anything to undo. One
+				// that does not may have waited inside run (GET_LOCK lets
+				// go of s.mu while it waits), and s.undo is then another
+				// statement's, long committed.
 				s.undoStatement()
 			}
 			return out, err
