@@ -120,13 +120,7 @@ func TestClient_Acquire_pollsThroughPassableErrors(t *testing.T) {
 			e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
 			tok := &tokenArg{}
 			args := acquireArgs("job", mockHolder, 1_000_000, tok)
-			// After the refusal, each attempt is a look, which finds the
-			// name free, and then the acquire.
-			e.expectExec("acquire", args, errReply(tc.err), okReply(0, 1))
-			e.expectLook("job", false)
-			e.expectExec("acquire", args, errReply(tc.err))
-			e.expectLook("job", false)
-			e.expectExec("acquire", args, okReply(7, 1))
+			e.expectExec("acquire", args, errReply(tc.err), okReply(0, 1), errReply(tc.err), okReply(7, 1))
 			l, err := e.c.Acquire(t.Context(), "job", time.Second)
 			if err != nil {
 				t.Fatalf("Acquire: got %v, want nil", err)

@@ -22,11 +22,15 @@ import (
 //     statement); heads that come due while it runs wait for the next one.
 //     Only a name found free is sent the acquire, which decides.
 //
-// A head sends the acquire without looking first when its answer is likely
-// yes or must come from the acquire: its call has not been refused yet, the
-// channel (wake.go) woke it, a Release in this Client woke it, or the
-// Client has an orphan to delete for the name (orphans.go), which only the
-// acquire's path deletes.
+// A head sends the acquire without looking first while its Client waits
+// for lookAbove names or fewer: the acquire is then the poll, and a name
+// let go of is taken one round trip after a poll sees it free, not two
+// (with a holder that takes it back at once, that round trip decides
+// who gets it). It does too when its answer is likely yes or must come
+// from the acquire: its call has not been refused yet, the channel
+// (wake.go) woke it, a Release in this Client woke it, or the Client has an
+// orphan to delete for the name (orphans.go), which only the acquire's path
+// deletes.
 //
 // So a Client's waiting calls take at most DefaultWakeups (the channels,
 // WithWakeups) + maxWaitingAttempts + 1 (the look) connections at once,
@@ -41,6 +45,9 @@ const (
 	maxWaitingAttempts = 8
 	// maxLookNames bounds the names one look statement asks about.
 	maxLookNames = 64
+	// lookAbove is how many names a Client waits for at most before its
+	// heads poll with the look statement instead of their acquires.
+	lookAbove = 4
 	// lookTimeout bounds one look statement; a head whose look fails sends
 	// its acquire instead.
 	lookTimeout = 5 * time.Second

@@ -205,17 +205,6 @@ func (e *mockEnv) expectExec(name string, args []driver.Value, replies ...reply)
 	}
 }
 
-// expectLook expects the look statement of a waiting Acquire for name
-// (poll.go), answered with name held or not.
-func (e *mockEnv) expectLook(name string, held bool) {
-	rows := sqlmock.NewRows([]string{"name"})
-	if held {
-		rows.AddRow([]byte(name))
-	}
-	q := strings.Replace(withTable(queries["look"], e.table), "?", hexLiteral(name), 1)
-	e.mock.ExpectQuery(q).WithoutArgs().WillReturnRows(rows)
-}
-
 // expectInspect expects the inspect statement for name, answered by rows.
 func (e *mockEnv) expectInspect(name string, rows *sqlmock.Rows) {
 	if e.prepared["inspect"] == nil {
@@ -1151,18 +1140,10 @@ func TestClient_Acquire_retryStrategy(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t, WithRetry(tt.strategy))
-			// One token serves every attempt. After the first refusal,
-			// each attempt is a look, and an acquire only when the look
-			// finds the name free.
+			// One token serves every attempt: with one name waited
+			// for, each poll is the acquire (poll.go).
 			tok := &tokenArg{}
-			args := acquireArgs("job", mockHolder, 1_000_000, tok)
-			e.expectExec("acquire", args, tt.replies[0])
-			for _, r := range tt.replies[1:] {
-				e.expectLook("job", r == held)
-				if r != held {
-					e.expectExec("acquire", args, r)
-				}
-			}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), tt.replies...)
 			l, err := e.c.Acquire(t.Context(), "job", time.Second)
 			switch {
 			case tt.wantErr != nil:
@@ -1189,9 +1170,7 @@ func TestClient_Acquire_deadline(t *testing.T) {
 		return time.Hour, true
 	})
 	e := newMockEnv(t, WithRetry(strategy))
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(0, 1))
-	e.expectLook("job", true)
-	e.expectLook("job", true)
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
 	// Long enough for the three attempts on a loaded machine under -race
 	// (300 ms was not); the hour-long wait is what the deadline must cut.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)

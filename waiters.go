@@ -245,10 +245,11 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 			continue
 		}
 
-		if refusedBefore && !granted && !kicked && !c.orphans.has(name) {
-			// The name was held at the last answer: ask whether it is
-			// free, with the other names due now, in one statement
-			// (poll.go), and send the acquire only if it is.
+		if refusedBefore && !granted && !kicked && ws.queued.Load() > lookAbove && !c.orphans.has(name) {
+			// The name was held at the last answer, and this Client
+			// waits for many: ask whether it is free, with the other
+			// names due now, in one statement (poll.go), and send the
+			// acquire only if it is.
 			held, err := c.lookHeld(ctx, name)
 			if err != nil && (errors.Is(err, ErrClosed) || ctxErr(ctx) != nil) {
 				ws.leave(name, q, w)
