@@ -314,7 +314,8 @@ func BenchmarkHandoff(b *testing.B) {
 // BenchmarkCrossProcess is 4 Clients (processes) with one goroutine each
 // that hand one name around: after releasing, a Client does not try again
 // until another has taken the name, so every handoff goes to another
-// process, which learns of the release only by polling. It measures what a
+// process, which learns of the release only by polling (wake-up channels
+// off: with them, the release wakes the next process, BenchmarkContention). It measures what a
 // RetryStrategy trades: handoff latency (p50, p99) against polling load
 // (polls/s/waiter: refused statements per second per waiting process).
 // With hold=0 the waiters have just begun and poll fast; with a hold of
@@ -329,7 +330,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 		} {
 			b.Run(fmt.Sprintf("hold=%v/backoff=%v-%v", hold, s.min, s.max), func(b *testing.B) {
 				benchHandoff(b, e, handoffRun{clients: 4, goroutines: 4, rotate: true, hold: hold,
-					retry: ExponentialBackoff(s.min, s.max)})
+					retry: ExponentialBackoff(s.min, s.max), noWakeups: true})
 			})
 		}
 	}
@@ -342,6 +343,8 @@ type handoffRun struct {
 	// of another Client has taken the name.
 	rotate bool
 	hold   time.Duration // how long a holder keeps the name
+	// noWakeups turns wake-up channels off: waiting processes poll.
+	noWakeups bool
 }
 
 // benchAcquire acquires "hot" for benchTTL and returns the Lock, when it
@@ -368,6 +371,9 @@ func benchHandoff(b *testing.B, e *testEnv, r handoffRun) {
 		var opts []Option
 		if r.retry != nil {
 			opts = append(opts, WithRetry(r.retry))
+		}
+		if r.noWakeups {
+			opts = append(opts, WithWakeups(0))
 		}
 		cs[i] = e.client(b, db, table, opts...)
 		mustAcquire(b, cs[i], "warm", time.Second).Release(context.Background())

@@ -213,3 +213,48 @@ func TestLook_close(t *testing.T) {
 		}
 	})
 }
+
+// Close racing a Client that waits for many names (its heads polling with
+// looks) ends every wait with ErrClosed, and no look is left running: the
+// sender goroutine has returned when Close does.
+func TestLook_closeRacesManyWaiters(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		const names = 40
+		table := e.newTable(t)
+		holder := e.client(t, e.openDB(t), table)
+		for i := range names {
+			mustAcquire(t, holder, fmt.Sprintf("n%02d", i), time.Minute)
+		}
+		for round := range 3 {
+			c, err := New(e.openDB(t), WithTable(table), WithRetry(LinearBackoff(time.Millisecond)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, names)
+			for i := range names {
+				go func() {
+					_, err := c.Acquire(testCtx(t), fmt.Sprintf("n%02d", i), time.Minute)
+					got <- err
+				}()
+			}
+			waitFor(t, time.Minute, "every name is waited for", func() bool {
+				return c.waiters.queued.Load() == names
+			})
+			time.Sleep(time.Duration(round) * 7 * time.Millisecond)
+			if err := within(t, "Close", c.Close); err != nil {
+				t.Fatal(err)
+			}
+			c.looks.mu.Lock()
+			running := c.looks.running
+			c.looks.mu.Unlock()
+			if running {
+				t.Error("a look sender still runs after Close returned")
+			}
+			for range names {
+				if err := <-got; !errors.Is(err, ErrClosed) {
+					t.Errorf("Acquire when Close ended its wait: got %v, want ErrClosed", err)
+				}
+			}
+		}
+	})
+}
