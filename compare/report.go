@@ -253,8 +253,10 @@ func (r *results) markdown(w io.Writer) {
 	}
 	fmt.Fprintln(w, "How each lock waits:")
 	fmt.Fprintln(w)
+	seen := make(map[string]bool) // a lock runs on each server: say it once
 	for _, l := range r.Locks {
-		if !l.PairOnly {
+		if !l.PairOnly && !seen[l.Label] {
+			seen[l.Label] = true
 			fmt.Fprintf(w, "- %s: %s\n", l.Label, l.Settings)
 		}
 	}
