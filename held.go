@@ -44,6 +44,7 @@ func (h *held) add(l *Lock) bool {
 		for o := range h.locks {
 			if !o.knownLive(now) {
 				delete(h.locks, o)
+				o.holdEnded(HoldLapsed, nil) // unless its release or loss was told
 			}
 		}
 		h.sweepAt = max(2*len(h.locks), 64)
