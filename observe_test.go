@@ -408,6 +408,9 @@ func TestObserver_lapsed(t *testing.T) {
 // with an Observer whose funcs do nothing as with none (BenchmarkObserver
 // measures the time).
 func TestObserver_noAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts vary under the race detector, which drops sync.Pool's items at random")
+	}
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		noop := Observer{
 			AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
@@ -467,4 +470,96 @@ func BenchmarkObserver_calls(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A lease left to lapse ends as lapsed when the Client's registry of Locks
+// grows to its sweep.
+func TestObserver_lapsedSwept(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		r := newEventRecorder()
+		c := e.newClient(t, WithObserver(r.observer()))
+		mustAcquire(t, c, "lapses", 20*time.Millisecond) // the first add sweeps; the next sweep is at 64
+		time.Sleep(50 * time.Millisecond)
+		for i := range 63 {
+			mustAcquire(t, c, fmt.Sprint("n", i), time.Minute)
+		}
+		r.mu.Lock()
+		got := r.counts["end lapses lapsed"]
+		r.mu.Unlock()
+		if got != 1 {
+			t.Errorf("ends of the lapsed lease: got %d, want 1", got)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		starts, ends := 0, 0
+		for k, n := range r.counts {
+			switch {
+			case strings.HasPrefix(k, "start "):
+				starts += n
+			case strings.HasPrefix(k, "end "):
+				ends += n
+			}
+		}
+		r.mu.Unlock()
+		if starts != 64 || ends != 64 {
+			t.Errorf("starts and ends: got %d and %d, want 64 of each", starts, ends)
+		}
+	})
+}
+
+// Goroutines acquire, keep alive and release while Close runs: every lease
+// whose start was told has its end told once, whichever call ends it
+// (run with -race).
+func TestObserver_racingClose(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var mu sync.Mutex
+		held := map[uint64]int{} // fence: starts minus ends
+		o := Observer{
+			HoldStart: func(ev HoldEvent) { mu.Lock(); held[ev.Fence]++; mu.Unlock() },
+			HoldEnd:   func(ev HoldEvent) { mu.Lock(); held[ev.Fence]--; mu.Unlock() },
+		}
+		c := e.newClient(t, WithObserver(o), WithRetry(LinearBackoff(time.Millisecond)))
+		ctx := testCtx(t)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					l, err := c.Acquire(actx, fmt.Sprint("n", (g+i)%3), time.Second)
+					cancel()
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil {
+						continue
+					}
+					if i%2 == 0 {
+						l.KeepAlive(ctx)
+					}
+					if i%3 != 0 { // the others are left for Close
+						_ = l.Release(ctx)
+					}
+				}
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(held) == 0 {
+			t.Fatal("no lease was taken")
+		}
+		for fence, n := range held {
+			if n != 0 {
+				t.Errorf("lease with fence %d: starts minus ends %d, want 0", fence, n)
+			}
+		}
+	})
 }
