@@ -25,8 +25,9 @@ import (
 // so an observer's bug never leaves a lease half acquired or released.
 type Observer struct {
 	// AcquireDone is called when a TryAcquire or Acquire call (also the
-	// acquire of Do and TryDo) returns, after anything was sent: not for
-	// a name, ttl or option refused before.
+	// acquire of Do, TryDo and Once) returns, unless it refused its name
+	// or ttl. Elect's attempts are not acquire calls: their leases are
+	// told by HoldStart and HoldEnd.
 	AcquireDone func(AcquireEvent)
 	// HoldStart is called when a lease is taken, by any call (also
 	// Elect's and Once's), before the call returns the Lock.
