@@ -49,13 +49,13 @@ type Lock struct {
 	// lets go of (wake.go). contended: its Acquire waited for the name.
 	// probe: its release asks whether another process waits (wake.go).
 	// Close may release the Lock before its Acquire has set them. They sit
-	// in releaseUnknown's padding, so that a Lock stays in its allocation
-	// size class.
+	// in releaseUnknown's padding, as does endObserved (the Observer was
+	// told the lease ended; observe.go), so that with heldSince (when it
+	// was told it started, on monoBase's clock) a Lock stays in its
+	// allocation size class, 208 bytes.
 	wake, contended, probe bool
-	// endObserved: the Observer was told the lease ended (observe.go);
-	// heldSince is when it was told it started, on monoBase's clock.
-	endObserved bool
-	heldSince   time.Duration
+	endObserved            bool
+	heldSince              time.Duration
 	// lapse lets go of the channel if the lease lapses unreleased (wake.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go

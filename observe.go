@@ -389,11 +389,11 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 
 // waitWoke reports a wait on name's wake-up channel, begun at began, that
 // ended in st with err. A wait that did not start (the channel was held in
-// this Client already) or that the caller's context or Close ended is not
-// reported.
+// this Client already, or the channels are off) or that the caller's
+// context or Close ended is not reported.
 func (c *Client) waitWoke(name string, st wakeState, err error, began time.Time) {
-	if c.obs.Wakeup == nil || err != nil {
-		return
+	if c.obs.Wakeup == nil || err != nil || st == wakeFailed && c.wake.refused.Load() {
+		return // the channels' turning off was told once
 	}
 	switch st {
 	case wakeGranted:

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -562,4 +563,12 @@ func TestObserver_racingClose(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The Observer's fields in a Lock keep it in its allocation size class, so
+// that a Client without an Observer allocates no more bytes per acquire.
+func TestObserver_lockSize(t *testing.T) {
+	if got := unsafe.Sizeof(Lock{}); got > 208 {
+		t.Errorf("size of a Lock: got %d bytes, want at most 208 (its size class)", got)
+	}
 }
