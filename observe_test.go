@@ -572,3 +572,28 @@ func TestObserver_lockSize(t *testing.T) {
 		t.Errorf("size of a Lock: got %d bytes, want at most 208 (its size class)", got)
 	}
 }
+
+// A server that refuses GET_LOCK turns the channels off, which is told
+// once; the waiter's polls after it tell nothing of the channels.
+func TestObserver_wakeupsOff(t *testing.T) {
+	r := newEventRecorder()
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(DefaultWakeups), WithObserver(r.observer()))
+	tok := &tokenArg{}
+	args := acquireArgs("job", mockHolder, 1_000_000, tok)
+	e.expectExec("acquire", args, okReply(0, 1))
+	wait := strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'")
+	wait = strings.Replace(strings.Replace(wait, "?", "X'6a6f62'", 2), "?", "1", 1)
+	e.mock.ExpectQuery(wait).WithoutArgs().WillReturnError(mysqlErr(erNotSupportedYet, "42000", "This version of MariaDB doesn't yet support 'GET_LOCK in cluster (WSREP_ON=ON)'"))
+	e.expectLook("job", true)
+	e.expectLook("job", true)
+	e.expectLook("job", false)
+	e.expectExec("acquire", args, okReply(7, 1))
+	if _, err := e.c.Acquire(t.Context(), "job", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.done()
+	r.want(t, map[string]int{
+		"wakeup  off":                     1,
+		"acquire job acquired attempts=2": 1, "start job": 1,
+	})
+}
