@@ -20,10 +20,10 @@
 //   - sqllock.lease.lost (counter, {lease}): leases lost while held, the one
 //     to alert on: work ran on without its lock, or was stopped;
 //   - sqllock.refresh.remaining (histogram, s): how much of the lease was
-//     left when each renewal was sent, by sqllock.outcome (acquired: renewed,
-//     held: found lost); a keep-alive sends at two thirds of the ttl left,
-//     so values near zero (0: the lease could have expired) mean renewals
-//     run late;
+//     left when each renewal was sent, by sqllock.outcome (acquired:
+//     renewed, held: found lost, or an error's); a keep-alive sends at two
+//     thirds of the ttl left, so values near zero (0: the lease could have
+//     expired) mean renewals run late;
 //   - sqllock.statement.retries (counter, {retry}): statements that failed
 //     in a way the Client retries, by sqllock.statement and sqllock.outcome
 //     (rolled_back, broken);

@@ -268,3 +268,37 @@ func TestWithLockNames(t *testing.T) {
 		}
 	})
 }
+
+// The events a real server cannot be made to give on demand (a retried
+// deadlock, an unknown outcome, wake-ups) land on their instruments with
+// their attributes. No server: the Observer's funcs are called directly.
+func TestObserver_eventsWithoutServer(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	obs, err := NewObserver(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.Retried(sqllock.RetryEvent{Statement: "acquire", Name: "n", Outcome: sqllock.OutcomeRolledBack})
+	obs.Retried(sqllock.RetryEvent{Statement: "refresh", Name: "n", Outcome: sqllock.OutcomeBroken})
+	obs.Unknown(sqllock.UnknownEvent{Name: "n"})
+	obs.Unknown(sqllock.UnknownEvent{Name: "n", Settled: true})
+	obs.Unknown(sqllock.UnknownEvent{Name: "n", Settled: true})
+	obs.Wakeup(sqllock.WakeupEvent{Name: "n", State: sqllock.WakeupGranted, Wait: time.Second})
+	obs.Wakeup(sqllock.WakeupEvent{State: sqllock.WakeupOff})
+	obs.Refreshed(sqllock.RefreshEvent{Name: "n", Left: -time.Second, Outcome: sqllock.OutcomeHeld})
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	wantCount(t, rm, 1, "sqllock.statement.retries", KeyStatement.String("acquire"), KeyOutcome.String("rolled_back"))
+	wantCount(t, rm, 1, "sqllock.statement.retries", KeyStatement.String("refresh"), KeyOutcome.String("broken"))
+	wantCount(t, rm, 1, "sqllock.acquire.unknown", KeySettled.Bool(false))
+	wantCount(t, rm, 2, "sqllock.acquire.unknown", KeySettled.Bool(true))
+	wantCount(t, rm, 1, "sqllock.wakeups", KeyWakeup.String("granted"))
+	wantCount(t, rm, 1, "sqllock.wakeups", KeyWakeup.String("off"))
+	// A renewal sent after the lease could have expired counts as 0.
+	m, _ := find(rm, "sqllock.refresh.remaining")
+	if p := m.Data.(metricdata.Histogram[float64]).DataPoints; len(p) != 1 || p[0].Sum != 0 || p[0].Count != 1 {
+		t.Errorf("sqllock.refresh.remaining: got %+v, want one measurement of 0", p)
+	}
+}
