@@ -66,7 +66,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	return a.attempt(ctx)
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	l, err := a.attempt(ctx)
+	c.acquireDone(ctx, &a, start, l, err)
+	return l, err
 }
 
 // Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
@@ -95,12 +98,17 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	var l *Lock
 	if _, ok := c.retry.Backoff(1); !ok {
 		// A strategy that never retries makes Acquire a TryAcquire; a
 		// queue would only delay its one answer.
-		return a.attempt(ctx)
+		l, err = a.attempt(ctx)
+	} else {
+		l, err = c.acquireQueued(ctx, &a)
 	}
-	return c.acquireQueued(ctx, &a)
+	c.acquireDone(ctx, &a, start, l, err)
+	return l, err
 }
 
 // An acquireCall is one call that takes a lease on name for ttl (TryAcquire,
@@ -137,6 +145,7 @@ type acquireCall struct {
 	ttl      time.Duration
 	token    string
 	tokenErr error // renew could not draw a token
+	attempts int   // acquire statements sent, for the Observer
 }
 
 // newAcquireCall checks an acquire's arguments, before anything is sent,
@@ -175,6 +184,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	nameArg, tokenArg := l.keyArgs()
 	us := any(ttl.Microseconds())
 	sent := time.Now()
+	a.attempts++
 	res, maybeApplied, err := c.exec(ctx, qAcquire,
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
@@ -234,9 +244,11 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	if maybeApplied {
 		l.lateUntil = sent.Add(orphanWait) // rule 3
 	}
+	l.holdStarted()
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
 		a.cleanup(ctx, sent)
+		l.holdEnded(HoldClosed, ErrClosed)
 		return nil, ErrClosed
 	}
 	return l, nil
@@ -262,6 +274,7 @@ func (a *acquireCall) cleanup(ctx context.Context, sent time.Time) {
 func (a *acquireCall) retire(sent time.Time) {
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", a.name)
 	a.c.orphans.remember(a.name, a.token, a.ttl, sent)
+	a.c.unknown(a.name, false)
 	if a.c.isClosed() {
 		// Close's pass over the orphan list may have run already.
 		a.c.releaseOrphansOf(a.name)

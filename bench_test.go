@@ -695,3 +695,18 @@ func benchWarmPair(b *testing.B, c *Client) {
 		}
 	}
 }
+
+// BenchmarkObserver is BenchmarkPair's sqllock variant without an Observer,
+// with an empty one, and with one whose every func does nothing: what
+// observing costs the library, not the observer.
+func BenchmarkObserver(b *testing.B) {
+	e := benchEnv(b)
+	noop := Observer{
+		AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
+		Refreshed: func(RefreshEvent) {}, Released: func(ReleaseEvent) {}, Retried: func(RetryEvent) {},
+		Unknown: func(UnknownEvent) {}, Wakeup: func(WakeupEvent) {},
+	}
+	b.Run("none", func(b *testing.B) { benchWarmPair(b, e.newClient(b)) })
+	b.Run("empty", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(Observer{}))) })
+	b.Run("noop", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(noop))) })
+}

@@ -31,22 +31,30 @@ type held struct {
 // add registers l; it returns false when the Client is closing.
 func (h *held) add(l *Lock) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.closing {
+		h.mu.Unlock()
 		return false
 	}
 	if h.locks == nil {
 		h.locks = make(map[*Lock]struct{})
 	}
 	h.locks[l] = struct{}{}
+	var lapsed []*Lock // for the Observer, told after h.mu
 	if len(h.locks) >= h.sweepAt {
 		now := time.Now()
 		for o := range h.locks {
 			if !o.knownLive(now) {
 				delete(h.locks, o)
+				if o.c.obs.HoldEnd != nil {
+					lapsed = append(lapsed, o)
+				}
 			}
 		}
 		h.sweepAt = max(2*len(h.locks), 64)
+	}
+	h.mu.Unlock()
+	for _, o := range lapsed {
+		o.holdEnded(HoldLapsed, nil) // unless its release or loss was told
 	}
 	return true
 }

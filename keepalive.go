@@ -172,6 +172,7 @@ func (l *Lock) lose(ka *keepAlive, cause error) {
 	cause = ka.cause
 	l.mu.Unlock()
 	l.logLost(cause)
+	l.holdEnded(HoldLost, cause)
 	l.c.held.remove(l)
 }
 

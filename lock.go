@@ -31,7 +31,6 @@ type Lock struct {
 	// set the expiry, plus its ttl. The server computed the expiry from a
 	// later instant, so the lease is ours at least until then.
 	validUntil time.Time
-	released   bool
 	// endCause is set when the first release starts (by Release, Do's end
 	// or Close), before its statement is sent: from then on no keep-alive
 	// runs, and a KeepAlive's context ends with it at once.
@@ -43,15 +42,20 @@ type Lock struct {
 	// earlier send may still commit until then; the release hands the token
 	// to the Client's orphan list (acquire.go, rule 3). Zero when sent once.
 	lateUntil time.Time
-	// releaseUnknown: a Release failed in a way that may have deleted the row.
-	releaseUnknown bool
+	// released: the lease was released. releaseUnknown: a Release failed in
+	// a way that may have deleted the row.
+	released, releaseUnknown bool
 	// wake: the Lock holds its name's wake-up channel, which its release
 	// lets go of (wake.go). contended: its Acquire waited for the name.
 	// probe: its release asks whether another process waits (wake.go).
 	// Close may release the Lock before its Acquire has set them. They sit
-	// in releaseUnknown's padding, so that a Lock stays in its allocation
-	// size class.
+	// in releaseUnknown's padding, as does endObserved (the Observer was
+	// told the lease ended; observe.go), so that with heldSince (when it
+	// was told it started, on monoBase's clock) a Lock stays in its
+	// allocation size class, 208 bytes.
 	wake, contended, probe bool
+	endObserved            bool
+	heldSince              time.Duration
 	// lapse lets go of the channel if the lease lapses unreleased (wake.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go
@@ -118,29 +122,36 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	defer func() { <-l.refreshing }()
 	sent := time.Now()
 	name, token := l.keyArgs()
-	res, _, err := l.c.execUntil(ctx, l.ValidUntil(), qRefresh, ttl.Microseconds(), name, token)
+	until := l.ValidUntil()
+	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
 	if err != nil {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.
 		l.mu.Lock()
 		l.setValidUntil(minTime(l.validUntil, sent.Add(ttl)))
 		l.mu.Unlock()
+		l.refreshed(sent, until, false, err)
 		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
+		l.refreshed(sent, until, false, err)
 		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
 	}
 	if id == 0 {
 		// The lease lapsed: the name may be free for a caller waiting in
 		// this Client.
 		l.c.waiters.kick(l.name)
-		return fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+		err := fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+		l.refreshed(sent, until, true, err)
+		l.holdEnded(HoldLost, err)
+		return err
 	}
 	l.mu.Lock()
 	l.setValidUntil(sent.Add(ttl))
 	l.mu.Unlock()
 	l.c.held.readd(l) // after l.mu: the registry's lock comes first
+	l.refreshed(sent, until, false, nil)
 	return nil
 }
 
@@ -210,7 +221,9 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 	// Before the statement: a renewal racing the delete would report loss,
 	// and a keep-alive's context must not outlive the lease.
 	l.stopKeepAlive(ka)
+	sent := l.c.obsNow(l.c.obs.Released != nil || l.c.obs.HoldEnd != nil)
 	err := l.sendRelease(ctx, minHold)
+	l.releaseDone(sent, err)
 	l.mu.Lock()
 	l.releasing = nil
 	l.mu.Unlock()

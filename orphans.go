@@ -205,7 +205,11 @@ func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
 	if err != nil {
 		return false
 	}
-	return n == 1 || sent.After(x.settled)
+	settled := n == 1 || sent.After(x.settled)
+	if settled {
+		c.unknown(name, true)
+	}
+	return settled
 }
 
 // claimOrphans deletes the leases that acquires of name with an unknown

@@ -43,6 +43,7 @@ type Client struct {
 	holderArg any
 	retry     RetryStrategy
 	log       *slog.Logger // logging.go
+	obs       Observer     // observe.go
 
 	sql   [numStmts]string // statement text with the table name in place; the server's forms from the first use on (under mu until then)
 	tidb  atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)

@@ -218,7 +218,9 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 		}
 		granted := false // the channel woke this head: the name was let go of
 		if head && useWake {
+			began := c.obsNow(c.obs.Wakeup != nil)
 			st, queued, err := c.waitWake(ctx, name, ttl)
+			c.waitWoke(name, st, err, began)
 			if err != nil {
 				ws.leave(name, q, w)
 				return nil, c.waitEnded(name, err, lastErr)

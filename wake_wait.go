@@ -109,6 +109,7 @@ func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeS
 	if n, ok := serverErrno(err); ok && n == erNotSupportedYet {
 		if !c.wake.refused.Swap(true) {
 			c.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
+			c.wokeUp("", WakeupOff, 0)
 		}
 		return wakeFailed, false, nil
 	}
@@ -194,6 +195,7 @@ func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
 	if capped < time.Second {
 		if !ws.refused.Swap(true) {
 			c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
+			c.wokeUp("", WakeupOff, 0)
 		}
 		return
 	}

@@ -1,0 +1,599 @@
+package sqllock
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// eventRecorder is an Observer that counts its events by a key that says what
+// each event was: "acquire n held attempts=1", "end n lost", ...
+type eventRecorder struct {
+	mu       sync.Mutex
+	counts   map[string]int
+	acquires []AcquireEvent
+	ends     []HoldEvent
+	refresh  []RefreshEvent
+}
+
+func newEventRecorder() *eventRecorder { return &eventRecorder{counts: map[string]int{}} }
+
+func (r *eventRecorder) add(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.counts[key]++
+}
+
+func (r *eventRecorder) observer() Observer {
+	return Observer{
+		AcquireDone: func(ev AcquireEvent) {
+			r.add(fmt.Sprintf("acquire %s %s attempts=%d", ev.Name, ev.Outcome, ev.Attempts))
+			r.mu.Lock()
+			r.acquires = append(r.acquires, ev)
+			r.mu.Unlock()
+		},
+		HoldStart: func(ev HoldEvent) { r.add(fmt.Sprintf("start %s", ev.Name)) },
+		HoldEnd: func(ev HoldEvent) {
+			r.add(fmt.Sprintf("end %s %s", ev.Name, ev.End))
+			r.mu.Lock()
+			r.ends = append(r.ends, ev)
+			r.mu.Unlock()
+		},
+		Refreshed: func(ev RefreshEvent) {
+			r.add(fmt.Sprintf("refresh %s %s", ev.Name, ev.Outcome))
+			r.mu.Lock()
+			r.refresh = append(r.refresh, ev)
+			r.mu.Unlock()
+		},
+		Released: func(ev ReleaseEvent) { r.add(fmt.Sprintf("release %s err=%t", ev.Name, ev.Err != nil)) },
+		Retried: func(ev RetryEvent) {
+			r.add(fmt.Sprintf("retry %s %s %s", ev.Statement, ev.Name, ev.Outcome))
+		},
+		Unknown: func(ev UnknownEvent) { r.add(fmt.Sprintf("unknown %s settled=%t", ev.Name, ev.Settled)) },
+		Wakeup:  func(ev WakeupEvent) { r.add(fmt.Sprintf("wakeup %s %s", ev.Name, ev.State)) },
+	}
+}
+
+// want checks that the events counted are exactly want.
+func (r *eventRecorder) want(t *testing.T, want map[string]int) {
+	t.Helper()
+	r.mu.Lock()
+	got := maps.Clone(r.counts)
+	r.mu.Unlock()
+	if !maps.Equal(got, want) {
+		t.Errorf("events:\n got %s\nwant %s", showCounts(got), showCounts(want))
+	}
+}
+
+func showCounts(m map[string]int) string {
+	var lines []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		lines = append(lines, fmt.Sprintf("%s ×%d", k, m[k]))
+	}
+	return "[" + strings.Join(lines, "; ") + "]"
+}
+
+// An uncontended acquire and release: one attempt, the hold's start and
+// end, and the release, with the fence and times the Lock has.
+func TestObserver_uncontendedPair(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		r := newEventRecorder()
+		c := e.newClient(t, WithObserver(r.observer()))
+		ctx := testCtx(t)
+		before := time.Now()
+		l, err := c.TryAcquire(ctx, "n", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.want(t, map[string]int{"acquire n acquired attempts=1": 1, "start n": 1})
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.want(t, map[string]int{"acquire n acquired attempts=1": 1, "start n": 1, "release n err=false": 1, "end n released": 1})
+		ev := r.acquires[0]
+		if ev.Fence != l.Fence() || ev.Err != nil || ev.Start.Before(before) || ev.Wait <= 0 || ev.Wait > time.Since(before) || ev.Ctx != ctx {
+			t.Errorf("AcquireEvent: got %+v, want fence %d, no error, a wait within the call", ev, l.Fence())
+		}
+		if end := r.ends[0]; end.Fence != l.Fence() || end.TTL != time.Minute || end.Held <= 0 || end.Held > time.Since(before) {
+			t.Errorf("HoldEnd: got %+v, want fence %d, ttl 1m, held within the test", end, l.Fence())
+		}
+		// A second Release sends nothing and ends nothing.
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		r.want(t, map[string]int{"acquire n acquired attempts=1": 1, "start n": 1, "release n err=false": 1, "end n released": 1})
+	})
+}
+
+// A TryAcquire refused, an Acquire that waits out its context, then a
+// TryAcquire that succeeds after the holder's Release.
+func TestObserver_refusedThenAcquired(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		holder := e.client(t, e.db, table)
+		r := newEventRecorder()
+		c := e.client(t, e.db, table, WithObserver(r.observer()), WithWakeups(0),
+			WithRetry(LinearBackoff(20*time.Millisecond)))
+		h := mustAcquire(t, holder, "n", time.Minute)
+		_, err := c.TryAcquire(ctx, "n", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.Acquire(wctx, "n", time.Minute)
+		cancel()
+		wantErrIs(t, err, ErrNotAcquired)
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, c, "n", time.Minute)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		waited := r.acquires[1]
+		r.mu.Unlock()
+		if waited.Outcome != OutcomeHeld || waited.Wait < 300*time.Millisecond || waited.Attempts != 1 {
+			// The Acquire's later polls are looks (poll.go), not attempts.
+			t.Errorf("the Acquire that waited: got %+v, want held after 300ms with 1 attempt", waited)
+		}
+		r.want(t, map[string]int{
+			"acquire n held attempts=1":     2,
+			"acquire n acquired attempts=1": 1,
+			"start n":                       1, "release n err=false": 1, "end n released": 1,
+		})
+	})
+}
+
+// A lease taken over under KeepAlive: the renewal that finds it gone, one
+// end (lost), and a Release after that which ends nothing more.
+func TestObserver_leaseLostUnderKeepAlive(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		r := newEventRecorder()
+		c := e.client(t, e.db, table, WithObserver(r.observer()))
+		const ttl = 600 * time.Millisecond
+		l := mustAcquire(t, c, "n", ttl)
+		kctx := l.KeepAlive(ctx)
+		waitFor(t, 10*time.Second, "a renewal", func() bool {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return len(r.refresh) > 0
+		})
+		// Another owner takes the lease over, as after an expiry.
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET owner = 'someone else' WHERE name = 'n' AND kind = 'L'"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-kctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the keep-alive's context is live 10s after the takeover")
+		}
+		wantErrIs(t, context.Cause(kctx), ErrLockLost)
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		r.mu.Lock()
+		renewed := r.counts["refresh n acquired"]
+		first := r.refresh[0]
+		end := r.ends[0]
+		r.mu.Unlock()
+		if renewed < 1 {
+			t.Fatalf("renewals: got %d, want at least 1", renewed)
+		}
+		// A keep-alive renews every ttl/3: about 2/3 of the lease is left.
+		if first.Left <= 0 || first.Left > ttl || first.Took <= 0 || first.Err != nil {
+			t.Errorf("first renewal: got %+v, want lease left in (0, %v]", first, ttl)
+		}
+		if !errors.Is(end.Err, ErrNotHeld) {
+			t.Errorf("the end's error: got %v, want ErrNotHeld", end.Err)
+		}
+		r.want(t, map[string]int{
+			"acquire n acquired attempts=1": 1, "start n": 1,
+			"refresh n acquired": renewed, "refresh n held": 1,
+			"end n lost":         1,
+			"release n err=true": 1, // Release found it taken over
+		})
+	})
+}
+
+// Close with three leases held: each is released, and ends as closed.
+func TestObserver_closeWithHeldLocks(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		r := newEventRecorder()
+		c := e.newClient(t, WithObserver(r.observer()))
+		names := []string{"a", "b", "c"}
+		for _, n := range names {
+			mustAcquire(t, c, n, time.Minute)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{}
+		for _, n := range names {
+			want["acquire "+n+" acquired attempts=1"] = 1
+			want["start "+n] = 1
+			want["release "+n+" err=false"] = 1
+			want["end "+n+" closed"] = 1
+		}
+		r.want(t, want)
+		// An acquire after Close sends nothing: it is reported, and takes
+		// no lease.
+		_, err := c.TryAcquire(testCtx(t), "d", time.Minute)
+		wantErrIs(t, err, ErrClosed)
+		want["acquire d closed attempts=0"] = 1
+		r.want(t, want)
+	})
+}
+
+// A release of one Client hands the name to another's Acquire waiting on
+// the wake-up channel: the waiter's wait ends granted.
+func TestObserver_wakeupHandoff(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		r := newEventRecorder()
+		w := e.client(t, e.openDB(t), table, WithObserver(r.observer()))
+		_, held, got := channelQueue(t, e, table, "n", w)
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := mustGet(t, got)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.want(t, map[string]int{
+			"wakeup n granted":              1,
+			"acquire n acquired attempts=2": 1, // refused once, then granted
+			"start n":                       1, "release n err=false": 1, "end n released": 1,
+		})
+	})
+}
+
+// A deadlock rolls the acquire back twice; the third send takes the lease.
+// sqlmock, since a real server deadlocks only by chance.
+func TestObserver_retriedRollback(t *testing.T) {
+	r := newEventRecorder()
+	e := newMockEnv(t, WithObserver(r.observer()))
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok),
+		errReply(errDeadlock), errReply(errDeadlock), okReply(42, 1))
+	l, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.done()
+	if l.Fence() != 42 {
+		t.Errorf("fence: got %d, want 42", l.Fence())
+	}
+	r.want(t, map[string]int{
+		"retry acquire job rolled_back":   2,
+		"acquire job acquired attempts=1": 1, "start job": 1,
+	})
+}
+
+// A broken connection leaves an acquire's outcome unknown: the Client
+// retires its token and deletes its lease, which settles it.
+func TestObserver_unknownOutcomeSettled(t *testing.T) {
+	r := newEventRecorder()
+	e := newMockEnv(t, WithObserver(r.observer()))
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok),
+		repeatReply(errReply(mysql.ErrInvalidConn), maxTransientAttempts)...)
+	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+	if err == nil {
+		t.Fatal("TryAcquire: got nil, want the broken connection's error")
+	}
+	e.done()
+	r.want(t, map[string]int{
+		"retry acquire job broken":      maxTransientAttempts,
+		"unknown job settled=true":      1,
+		"acquire job broken attempts=1": 1,
+	})
+}
+
+// An observer that panics in every func: each call goes on, the lease is
+// taken and given back, and the panics are logged.
+func TestObserver_panicking(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
+		boom := func(string) { panic("observer bug") }
+		o := Observer{
+			AcquireDone: func(AcquireEvent) { boom("") }, HoldStart: func(HoldEvent) { boom("") },
+			HoldEnd: func(HoldEvent) { boom("") }, Released: func(ReleaseEvent) { boom("") },
+			Refreshed: func(RefreshEvent) { boom("") },
+		}
+		c := e.newClient(t, WithObserver(o), WithLogger(log))
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "n", time.Minute)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if got := c.Held(); !slices.Equal(got, []string{"n"}) {
+			t.Errorf("Held: got %v, want [n]", got)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := c.Held(); len(got) != 0 {
+			t.Errorf("Held after Release: got %v, want none", got)
+		}
+		l = mustAcquire(t, c, "n", time.Minute) // the name is free
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		mu.Lock()
+		n := strings.Count(logs.String(), "an Observer func panicked")
+		mu.Unlock()
+		// acquire, start, refresh, release, end; acquire, start, release, end.
+		if n != 9 {
+			t.Errorf("panics logged: got %d, want 9", n)
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// An Outcome, a HoldEnd and a WakeupState have names for every value, and
+// a name for a value out of range.
+func TestObserver_names(t *testing.T) {
+	for o := OutcomeAcquired; o <= OutcomeFailed; o++ {
+		if s := o.String(); s == "unknown" || s == "" {
+			t.Errorf("Outcome(%d): got %q", o, s)
+		}
+	}
+	if s := Outcome(99).String(); s != "unknown" {
+		t.Errorf("Outcome(99): got %q, want unknown", s)
+	}
+	if s := HoldLapsed.String(); s != "lapsed" {
+		t.Errorf("HoldLapsed: got %q, want lapsed", s)
+	}
+	if s := WakeupTimedOut.String(); s != "timed_out" {
+		t.Errorf("WakeupTimedOut: got %q, want timed_out", s)
+	}
+	for _, tc := range []struct {
+		err  error
+		want Outcome
+	}{
+		{nil, OutcomeAcquired},
+		{fmt.Errorf("x: %w", ErrNotAcquired), OutcomeHeld},
+		{errors.Join(ErrNotAcquired, context.DeadlineExceeded), OutcomeHeld},
+		{context.Canceled, OutcomeCanceled},
+		{ErrClosed, OutcomeClosed},
+		{errDeadlock, OutcomeRolledBack},
+		{mysql.ErrInvalidConn, OutcomeBroken},
+		{errSyntax, OutcomeFailed},
+	} {
+		if got := acquireOutcome(tc.err); got != tc.want {
+			t.Errorf("acquireOutcome(%v): got %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A lease left to lapse, which nobody took, ends as lapsed at its Release.
+func TestObserver_lapsed(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		r := newEventRecorder()
+		c := e.newClient(t, WithObserver(r.observer()))
+		l := mustAcquire(t, c, "n", 50*time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		r.want(t, map[string]int{"acquire n acquired attempts=1": 1, "start n": 1, "release n err=false": 1, "end n lapsed": 1})
+	})
+}
+
+// Observing costs no allocation: an acquire and release allocate as much
+// with an Observer whose funcs do nothing as with none (BenchmarkObserver
+// measures the time).
+func TestObserver_noAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts vary under the race detector, which drops sync.Pool's items at random")
+	}
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		noop := Observer{
+			AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
+			Refreshed: func(RefreshEvent) {}, Released: func(ReleaseEvent) {}, Retried: func(RetryEvent) {},
+			Unknown: func(UnknownEvent) {}, Wakeup: func(WakeupEvent) {},
+		}
+		ctx := testCtx(t)
+		allocs := func(c *Client) float64 {
+			mustAcquire(t, c, "warm", time.Second).Release(ctx)
+			return testing.AllocsPerRun(50, func() {
+				l, err := c.TryAcquire(ctx, "n", time.Minute)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		plain := allocs(e.newClient(t))
+		observed := allocs(e.newClient(t, WithObserver(noop)))
+		t.Logf("allocations per acquire and release: %v without an Observer, %v with a no-op one", plain, observed)
+		if observed > plain {
+			t.Errorf("allocations per acquire and release: got %v with a no-op Observer, want at most %v as without one", observed, plain)
+		}
+	})
+}
+
+// BenchmarkObserver_calls is the library's side of the events of one
+// acquire and release (AcquireDone, HoldStart, Released, HoldEnd), without
+// a server: with no Observer each costs a nil check.
+func BenchmarkObserver_calls(b *testing.B) {
+	noop := Observer{
+		AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
+		Released: func(ReleaseEvent) {},
+	}
+	for _, v := range []struct {
+		name string
+		o    Observer
+	}{{"none", Observer{}}, {"noop", noop}} {
+		b.Run(v.name, func(b *testing.B) {
+			c, err := New(&sql.DB{}, WithObserver(v.o))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			a := acquireCall{c: c, name: "n", ttl: time.Minute, attempts: 1}
+			l := newLock(c, "n", "t", 1, time.Minute, time.Now().Add(time.Minute))
+			b.ReportAllocs()
+			for b.Loop() {
+				l.endObserved = false
+				start := c.obsNow(c.obs.AcquireDone != nil)
+				l.holdStarted()
+				c.acquireDone(ctx, &a, start, l, nil)
+				sent := c.obsNow(c.obs.Released != nil || c.obs.HoldEnd != nil)
+				l.releaseDone(sent, nil)
+			}
+		})
+	}
+}
+
+// A lease left to lapse ends as lapsed when the Client's registry of Locks
+// grows to its sweep.
+func TestObserver_lapsedSwept(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		r := newEventRecorder()
+		c := e.newClient(t, WithObserver(r.observer()))
+		mustAcquire(t, c, "lapses", 20*time.Millisecond) // the first add sweeps; the next sweep is at 64
+		time.Sleep(50 * time.Millisecond)
+		for i := range 63 {
+			mustAcquire(t, c, fmt.Sprint("n", i), time.Minute)
+		}
+		r.mu.Lock()
+		got := r.counts["end lapses lapsed"]
+		r.mu.Unlock()
+		if got != 1 {
+			t.Errorf("ends of the lapsed lease: got %d, want 1", got)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		starts, ends := 0, 0
+		for k, n := range r.counts {
+			switch {
+			case strings.HasPrefix(k, "start "):
+				starts += n
+			case strings.HasPrefix(k, "end "):
+				ends += n
+			}
+		}
+		r.mu.Unlock()
+		if starts != 64 || ends != 64 {
+			t.Errorf("starts and ends: got %d and %d, want 64 of each", starts, ends)
+		}
+	})
+}
+
+// Goroutines acquire, keep alive and release while Close runs: every lease
+// whose start was told has its end told once, whichever call ends it
+// (run with -race).
+func TestObserver_racingClose(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var mu sync.Mutex
+		held := map[uint64]int{} // fence: starts minus ends
+		o := Observer{
+			HoldStart: func(ev HoldEvent) { mu.Lock(); held[ev.Fence]++; mu.Unlock() },
+			HoldEnd:   func(ev HoldEvent) { mu.Lock(); held[ev.Fence]--; mu.Unlock() },
+		}
+		c := e.newClient(t, WithObserver(o), WithRetry(LinearBackoff(time.Millisecond)))
+		ctx := testCtx(t)
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					actx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+					l, err := c.Acquire(actx, fmt.Sprint("n", (g+i)%3), time.Second)
+					cancel()
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if err != nil {
+						continue
+					}
+					if i%2 == 0 {
+						l.KeepAlive(ctx)
+					}
+					if i%3 != 0 { // the others are left for Close
+						_ = l.Release(ctx)
+					}
+				}
+			}()
+		}
+		time.Sleep(300 * time.Millisecond)
+		if err := c.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(held) == 0 {
+			t.Fatal("no lease was taken")
+		}
+		for fence, n := range held {
+			if n != 0 {
+				t.Errorf("lease with fence %d: starts minus ends %d, want 0", fence, n)
+			}
+		}
+	})
+}
+
+// The Observer's fields in a Lock keep it in its allocation size class, so
+// that a Client without an Observer allocates no more bytes per acquire.
+func TestObserver_lockSize(t *testing.T) {
+	if got := unsafe.Sizeof(Lock{}); got > 208 {
+		t.Errorf("size of a Lock: got %d bytes, want at most 208 (its size class)", got)
+	}
+}
+
+// A server that refuses GET_LOCK turns the channels off, which is told
+// once; the waiter's polls after it tell nothing of the channels.
+func TestObserver_wakeupsOff(t *testing.T) {
+	r := newEventRecorder()
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(DefaultWakeups), WithObserver(r.observer()))
+	tok := &tokenArg{}
+	args := acquireArgs("job", mockHolder, 1_000_000, tok)
+	e.expectExec("acquire", args, okReply(0, 1))
+	wait := strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'")
+	wait = strings.Replace(strings.Replace(wait, "?", "X'6a6f62'", 2), "?", "1", 1)
+	e.mock.ExpectQuery(wait).WithoutArgs().WillReturnError(mysqlErr(erNotSupportedYet, "42000", "This version of MariaDB doesn't yet support 'GET_LOCK in cluster (WSREP_ON=ON)'"))
+	e.expectLook("job", true)
+	e.expectLook("job", true)
+	e.expectLook("job", false)
+	e.expectExec("acquire", args, okReply(7, 1))
+	if _, err := e.c.Acquire(t.Context(), "job", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	e.done()
+	r.want(t, map[string]int{
+		"wakeup  off":                     1,
+		"acquire job acquired attempts=2": 1, "start job": 1,
+	})
+}

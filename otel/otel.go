@@ -1,0 +1,241 @@
+// Package sqllockotel reports what a sqllock Client does as OpenTelemetry
+// metrics and traces: [NewObserver] returns a [sqllock.Observer] to pass to
+// [sqllock.WithObserver].
+//
+//	obs, err := sqllockotel.NewObserver() // the global providers
+//	locks, err := sqllock.New(db, sqllock.WithObserver(obs))
+//
+// The instruments, all under the meter "github.com/sqllock/sqllock/otel":
+//
+//   - sqllock.acquire.duration (histogram, s): how long each TryAcquire or
+//     Acquire call (also Do's) took, waits included, by sqllock.outcome
+//     (acquired, held, canceled, closed, rolled_back, broken, refused,
+//     failed);
+//   - sqllock.acquire.attempts (counter, {attempt}): the acquire statements
+//     those calls sent, by sqllock.outcome;
+//   - sqllock.lease.held (up-down counter, {lease}): the leases this process
+//     holds now;
+//   - sqllock.lease.duration (histogram, s): how long each lease was held,
+//     by sqllock.lease.end (released, lost, lapsed, closed);
+//   - sqllock.lease.lost (counter, {lease}): leases lost while held, the one
+//     to alert on: work ran on without its lock, or was stopped;
+//   - sqllock.refresh.remaining (histogram, s): how much of the lease was
+//     left when each renewal was sent, by sqllock.outcome (acquired:
+//     renewed, held: found lost, or an error's); a keep-alive sends at two
+//     thirds of the ttl left, so values near zero (0: the lease could have
+//     expired) mean renewals run late;
+//   - sqllock.statement.retries (counter, {retry}): statements that failed
+//     in a way the Client retries, by sqllock.statement and sqllock.outcome
+//     (rolled_back, broken);
+//   - sqllock.acquire.unknown (counter, {acquire}): acquires whose outcome
+//     stayed unknown (sqllock.settled false) and deletes that settled one
+//     (true);
+//   - sqllock.wakeups (counter, {wakeup}): waits on a wake-up channel that
+//     ended, by sqllock.wakeup.state (granted, timed_out, failed), and the
+//     Client turning its channels off (off).
+//
+// Lock names may be unbounded (a name per user or per job run), and every
+// distinct attribute value is a time series a metrics backend keeps: so
+// metrics carry no lock name unless [WithLockNames] says how to map names
+// to a bounded set. Spans, which are not aggregated, always carry it.
+//
+// Each acquire call is a span, "sqllock.acquire", from the call's start to
+// its return, a child of the span in the call's context, with the name,
+// the outcome, the attempts and the fence as attributes; a call that failed
+// other than by finding the name held has an error status. The span is
+// made when the call returns, with the call's start as its start time, so
+// statements the call sent are not its children.
+//
+// It is a module of its own, so that the sqllock library depends on nothing
+// outside the standard library.
+package sqllockotel
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sqllock/sqllock"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the name of the meter and the tracer.
+const ScopeName = "github.com/sqllock/sqllock/otel"
+
+// Attribute keys.
+const (
+	KeyLockName  = attribute.Key("sqllock.lock.name")
+	KeyOutcome   = attribute.Key("sqllock.outcome")
+	KeyLeaseEnd  = attribute.Key("sqllock.lease.end")
+	KeyStatement = attribute.Key("sqllock.statement")
+	KeySettled   = attribute.Key("sqllock.settled")
+	KeyWakeup    = attribute.Key("sqllock.wakeup.state")
+	KeyAttempts  = attribute.Key("sqllock.attempts")
+	KeyFence     = attribute.Key("sqllock.fence")
+)
+
+// An Option configures [NewObserver].
+type Option func(*config)
+
+type config struct {
+	mp    metric.MeterProvider
+	tp    trace.TracerProvider
+	names func(string) string
+}
+
+// WithMeterProvider makes the observer take its meter from mp instead of
+// otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// WithTracerProvider makes the observer take its tracer from tp instead of
+// otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithLockNames adds sqllock.lock.name to the metrics of one lock, with the
+// value f returns for its name; "" leaves the attribute off. f must map the
+// names the process uses to a small set: each value is a time series of
+// its own in each metric. For a fixed set of job names,
+// func(n string) string { return n } will do; for names with an id in them,
+// cut the id off.
+func WithLockNames(f func(name string) string) Option {
+	return func(c *config) { c.names = f }
+}
+
+// NewObserver returns an Observer that records a Client's events as the
+// package documents. It fails only if an instrument cannot be made.
+func NewObserver(opts ...Option) (sqllock.Observer, error) {
+	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	o, err := newObserver(cfg)
+	if err != nil {
+		return sqllock.Observer{}, err
+	}
+	return sqllock.Observer{
+		AcquireDone: o.acquireDone,
+		HoldStart:   o.holdStart,
+		HoldEnd:     o.holdEnd,
+		Refreshed:   o.refreshed,
+		Retried:     o.retried,
+		Unknown:     o.unknown,
+		Wakeup:      o.wakeup,
+	}, nil
+}
+
+// secondsBuckets are the histograms' bounds, in seconds: from a fast
+// acquire's round trip (about a millisecond) to a wait of minutes.
+var secondsBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600}
+
+type observer struct {
+	names    func(string) string
+	tracer   trace.Tracer
+	acquire  metric.Float64Histogram
+	attempts metric.Int64Counter
+	held     metric.Int64UpDownCounter
+	leaseDur metric.Float64Histogram
+	lost     metric.Int64Counter
+	refresh  metric.Float64Histogram
+	retries  metric.Int64Counter
+	unknowns metric.Int64Counter
+	wakeups  metric.Int64Counter
+}
+
+func newObserver(cfg config) (*observer, error) {
+	m := cfg.mp.Meter(ScopeName)
+	o := &observer{names: cfg.names, tracer: cfg.tp.Tracer(ScopeName)}
+	var errs [9]error
+	seconds := metric.WithExplicitBucketBoundaries(secondsBuckets...)
+	o.acquire, errs[0] = m.Float64Histogram("sqllock.acquire.duration", metric.WithUnit("s"), seconds,
+		metric.WithDescription("How long acquire calls took, waits included."))
+	o.attempts, errs[1] = m.Int64Counter("sqllock.acquire.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Acquire statements sent by acquire calls."))
+	o.held, errs[2] = m.Int64UpDownCounter("sqllock.lease.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases held now."))
+	o.leaseDur, errs[3] = m.Float64Histogram("sqllock.lease.duration", metric.WithUnit("s"), seconds,
+		metric.WithDescription("How long leases were held, by how they ended."))
+	o.lost, errs[4] = m.Int64Counter("sqllock.lease.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases lost while held."))
+	o.refresh, errs[5] = m.Float64Histogram("sqllock.refresh.remaining", metric.WithUnit("s"), seconds,
+		metric.WithDescription("Lease left when a renewal was sent."))
+	o.retries, errs[6] = m.Int64Counter("sqllock.statement.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Statements that failed in a way that is retried."))
+	o.unknowns, errs[7] = m.Int64Counter("sqllock.acquire.unknown", metric.WithUnit("{acquire}"),
+		metric.WithDescription("Acquires whose outcome stayed unknown, and those settled."))
+	o.wakeups, errs[8] = m.Int64Counter("sqllock.wakeups", metric.WithUnit("{wakeup}"),
+		metric.WithDescription("Waits on wake-up channels that ended, by how."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// attrs is the attribute set of a metric of lock name with extra.
+func (o *observer) attrs(name string, extra ...attribute.KeyValue) metric.MeasurementOption {
+	if o.names != nil {
+		if v := o.names(name); v != "" {
+			extra = append(extra, KeyLockName.String(v))
+		}
+	}
+	return metric.WithAttributes(extra...)
+}
+
+func (o *observer) acquireDone(ev sqllock.AcquireEvent) {
+	ctx := ev.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	outcome := KeyOutcome.String(ev.Outcome.String())
+	o.acquire.Record(ctx, ev.Wait.Seconds(), o.attrs(ev.Name, outcome))
+	o.attempts.Add(ctx, int64(ev.Attempts), o.attrs(ev.Name, outcome))
+
+	_, span := o.tracer.Start(ctx, "sqllock.acquire", trace.WithTimestamp(ev.Start),
+		trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(KeyLockName.String(ev.Name), outcome, KeyAttempts.Int(ev.Attempts)))
+	if ev.Fence != 0 {
+		span.SetAttributes(KeyFence.Int64(int64(ev.Fence)))
+	}
+	if ev.Err != nil && ev.Outcome != sqllock.OutcomeHeld {
+		span.SetStatus(codes.Error, ev.Err.Error())
+	}
+	span.End(trace.WithTimestamp(ev.Start.Add(ev.Wait)))
+}
+
+func (o *observer) holdStart(ev sqllock.HoldEvent) {
+	o.held.Add(context.Background(), 1, o.attrs(ev.Name))
+}
+
+func (o *observer) holdEnd(ev sqllock.HoldEvent) {
+	ctx := context.Background()
+	o.held.Add(ctx, -1, o.attrs(ev.Name))
+	o.leaseDur.Record(ctx, ev.Held.Seconds(), o.attrs(ev.Name, KeyLeaseEnd.String(ev.End.String())))
+	if ev.End == sqllock.HoldLost {
+		o.lost.Add(ctx, 1, o.attrs(ev.Name))
+	}
+}
+
+func (o *observer) refreshed(ev sqllock.RefreshEvent) {
+	// A renewal sent after the lease could have expired counts as 0: a
+	// histogram takes no negative values.
+	o.refresh.Record(context.Background(), max(ev.Left.Seconds(), 0), o.attrs(ev.Name, KeyOutcome.String(ev.Outcome.String())))
+}
+
+func (o *observer) retried(ev sqllock.RetryEvent) {
+	o.retries.Add(context.Background(), 1, o.attrs(ev.Name,
+		KeyStatement.String(ev.Statement), KeyOutcome.String(ev.Outcome.String())))
+}
+
+func (o *observer) unknown(ev sqllock.UnknownEvent) {
+	o.unknowns.Add(context.Background(), 1, o.attrs(ev.Name, KeySettled.Bool(ev.Settled)))
+}
+
+func (o *observer) wakeup(ev sqllock.WakeupEvent) {
+	o.wakeups.Add(context.Background(), 1, o.attrs(ev.Name, KeyWakeup.String(ev.State.String())))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sqllock
+
+const raceEnabled = false
