@@ -24,11 +24,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 )
+
+// serverLine is how the test binary names the server it runs on
+// (internal/testdsn).
+var serverLine = regexp.MustCompile(`^sqllock tests: \S+ is (.+)$`)
 
 func main() {
 	log.SetFlags(0)
@@ -132,9 +137,10 @@ func run(root string, count int) ([]byte, error) {
 			return nil, fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
 		}
 		for line := range strings.Lines(string(out)) {
-			// The test binary logs the server it found: "... env is VERSION".
-			if _, v, ok := strings.Cut(line, "sqllock tests: env is "); ok && server == "" {
-				server = strings.TrimSpace(v)
+			// The test binary logs the server it found: "sqllock tests:
+			// LABEL is VERSION".
+			if m := serverLine.FindStringSubmatch(line); m != nil && server == "" {
+				server = strings.TrimSpace(m[1])
 				fmt.Fprintf(&buf, "# server: %s\n", server)
 			}
 			if strings.HasPrefix(line, "Benchmark") || (s.what == steps[0].what && isHeader(line)) {
