@@ -171,7 +171,7 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 	if err != nil {
 		return nil, false, err
 	}
-	if i == qAcquire && c.tidb.Load() {
+	if i == qAcquire && c.oneRow.Load() {
 		args = args[:tidbAcquireArgs]
 	}
 	var rowBusy error

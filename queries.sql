@@ -102,13 +102,20 @@ WHERE f.name = ? AND f.kind = 'F';
 -- Client, before its first statement, and read by tablecheck.go: one row
 -- about the session and the server (autocommit: with it off, a DSN's
 -- autocommit=0 or the server's default, no statement here would ever
--- commit; the version: TiDB takes its own forms, Vitess is refused), then the table's engine, columns
--- and indexes as information_schema describes them, to hold against
--- schema.sql. Each part reads one view filtered by constant schema and
+-- commit; the version: TiDB takes its own forms; and whether
+-- LAST_INSERT_ID() sees the value a LAST_INSERT_ID(expr) set earlier in the
+-- same statement, which the two-row acquire relies on: the fifth column
+-- sets the session's value with its lowest bit flipped, and the sixth reads
+-- it back, the same on MySQL and MariaDB; TiDB reads the value from before
+-- the statement, and Vitess's vtgate puts its own session's value in place
+-- of every LAST_INSERT_ID() without an argument, so there the two differ),
+-- then the table's engine, columns and indexes as information_schema
+-- describes them, to hold against schema.sql. Each part reads one view filtered by constant schema and
 -- table names, which servers answer from the table's definition alone; no
 -- joins. TABLE_NAME comes back so that Go can compare it exactly (the views
 -- may compare names without regard to case).
-SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names, NULL, NULL, NULL
+SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names,
+       LAST_INSERT_ID(LAST_INSERT_ID() XOR 1), LAST_INSERT_ID(), NULL
 UNION ALL
 SELECT 'table', TABLE_NAME, ENGINE, NULL, NULL, NULL, NULL
 FROM information_schema.TABLES

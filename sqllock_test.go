@@ -49,6 +49,7 @@ type mockEnv struct {
 	checked  bool   // the autocommit check has been expected
 	proven   bool   // the proof of the statements has been expected (proof.go)
 	tidb     bool   // the first-use check answered TiDB
+	vitess   bool   // the first-use check saw LAST_INSERT_ID() miss its statement's value (Vitess)
 	prepared map[string]*sqlmock.ExpectedPrepare
 }
 
@@ -84,6 +85,9 @@ func (e *mockEnv) sql(name string) string {
 	if name == "acquire" {
 		return queries["lock_wait_mariadb"] + "\n" + withTable(queries[name], e.table)
 	}
+	if e.vitess {
+		return withTable(strings.ReplaceAll(queries[name], tidbHint, ""), e.table)
+	}
 	return withTable(queries[name], e.table)
 }
 
@@ -100,10 +104,15 @@ func (e *mockEnv) expectAutocommit(v int) {
 }
 
 // firstUseRows answers the first_use query for a server of the given
-// version whose table is schema.sql's.
-func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
+// version whose table is schema.sql's. The server's LAST_INSERT_ID() reads
+// back 5, the value its statement set, unless read gives another (Vitess).
+func firstUseRows(autocommit int, version, table string, read ...int) *sqlmock.Rows {
+	back := 5
+	if len(read) > 0 {
+		back = read[0]
+	}
 	rows := sqlmock.NewRows([]string{"what", "a", "b", "c", "d", "e", "f"}).
-		AddRow("server", autocommit, version, 0, nil, nil, nil).
+		AddRow("server", autocommit, version, 0, 5, back, nil).
 		AddRow("table", table, "InnoDB", nil, nil, nil, nil)
 	for _, col := range schemaColumns {
 		typ := strings.ToLower(strings.TrimSuffix(col.def, " NOT NULL"))
@@ -120,17 +129,21 @@ func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 func (e *mockEnv) expectProof() {
 	const fence = 7
 	sql := func(name string) string {
-		if e.tidb && slices.Contains(tidbStmts, slices.Index(stmtNames[:], name)) {
+		if (e.tidb || e.vitess) && slices.Contains(tidbStmts, slices.Index(stmtNames[:], name)) {
 			name = tidbPrefix + name
 		}
 		return e.sql(name)
 	}
 	acquireArgs := 9
-	if e.tidb {
+	version := "10.11.19-MariaDB"
+	if e.tidb || e.vitess {
 		acquireArgs = tidbAcquireArgs
 	}
+	if e.vitess {
+		version = "8.4.6-Vitess"
+	}
 	anyArgs := func(n int) []driver.Value { return slices.Repeat([]driver.Value{sqlmock.AnyArg()}, n) }
-	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow(version))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 2))
 	e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
 		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us"}).AddRow(mockHolder, fence, 1, 60_000_000))

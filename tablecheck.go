@@ -54,10 +54,13 @@ var schemaKey = []string{"name", "kind"}
 type firstUse struct {
 	autocommit bool
 	version    string
-	found      bool   // the table exists
-	engine     string // of the table
-	columns    map[string]foundColumn
-	indexes    map[string]*foundIndex
+	// carries: LAST_INSERT_ID() saw the value set earlier in the same
+	// statement, which the two-row acquire needs (queries.sql, first_use)
+	carries bool
+	found   bool   // the table exists
+	engine  string // of the table
+	columns map[string]foundColumn
+	indexes map[string]*foundIndex
 }
 
 type foundColumn struct {
@@ -91,10 +94,10 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
-	if err := refuseByVersion(fu.version); err != nil {
+	c.chooseForms(fu.version, fu.carries)
+	if err := c.refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
-	c.chooseForms(fu.version)
 	if !fu.found {
 		return false, nil
 	}
@@ -110,10 +113,14 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 // (queries.sql), so a name has one row there. The wake-up channels stay
 // off there: TiDB's GET_LOCK, built on its own transactions, neither
 // granted waiters in the order they came nor freed a killed connection's
-// lock at once in the tests (wake_test.go), so waiting processes poll. On
-// MariaDB: the acquire waits at most a second for its row (queries.sql,
+// lock at once in the tests (wake_test.go), so waiting processes poll.
+// Elsewhere, where the first-use check saw LAST_INSERT_ID() miss the value
+// its own statement set (!carries: Vitess, whose vtgate puts its session's
+// value in its place), the same one-row forms, without TiDB's hint. The
+// proof then holds them to what they must report (proof.go). On MariaDB:
+// the acquire waits at most a second for its row (queries.sql,
 // lock_wait_mariadb).
-func (c *Client) chooseForms(version string) {
+func (c *Client) chooseForms(version string, carries bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.formsChosen {
@@ -129,6 +136,20 @@ func (c *Client) chooseForms(version string) {
 		}
 		c.wake.refused.Store(true)
 		c.tidb.Store(true)
+		c.oneRow.Store(true)
+	case !carries:
+		for _, i := range tidbStmts {
+			if i != qOnceRecord { // the plain once_record reads the one row as well
+				c.sql[i] = c.substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))
+			}
+		}
+		c.oneRow.Store(true)
+		c.onceByRows.Store(true)
+		// Unproven there: vtgate runs every locking function of a session
+		// on a connection it reserves on one shard, and the tests that
+		// would show the channels right read the processlist and KILL
+		// connections, which vtgate does not pass on. Waiters poll.
+		c.wake.refused.Store(true)
 	case strings.Contains(version, "MariaDB"):
 		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
 	}
@@ -164,6 +185,7 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 			fu.autocommit = f[0].String == "1"
 			fu.version = f[1].String
 			foldNames = f[2].String != "0"
+			fu.carries = f[3].Valid && f[3].String == f[4].String
 			continue
 		}
 		// The views may match table names without regard to case; a
