@@ -100,19 +100,25 @@ func withTable(stmt, table string) string {
 func (e *mockEnv) expectAutocommit(v int) {
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(v, "10.11.19-MariaDB", e.table))
+	if v == 1 {
+		expectCarries(e.mock, 5)
+	}
 	e.checked = v == 1
 }
 
+// expectCarries expects the carries query after the first-use check, its
+// LAST_INSERT_ID() reading back read after the statement set 5: 5 on MySQL
+// and MariaDB, another value through Vitess.
+func expectCarries(mock sqlmock.Sqlmock, read int) {
+	mock.ExpectQuery(queries["carries"]).WithArgs(1).
+		WillReturnRows(sqlmock.NewRows([]string{"set", "read"}).AddRow(5, read))
+}
+
 // firstUseRows answers the first_use query for a server of the given
-// version whose table is schema.sql's. The server's LAST_INSERT_ID() reads
-// back 5, the value its statement set, unless read gives another (Vitess).
-func firstUseRows(autocommit int, version, table string, read ...int) *sqlmock.Rows {
-	back := 5
-	if len(read) > 0 {
-		back = read[0]
-	}
+// version whose table is schema.sql's.
+func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 	rows := sqlmock.NewRows([]string{"what", "a", "b", "c", "d", "e", "f"}).
-		AddRow("server", autocommit, version, 0, 5, back, nil).
+		AddRow("server", autocommit, version, 0, nil, nil, nil).
 		AddRow("table", table, "InnoDB", nil, nil, nil, nil)
 	for _, col := range schemaColumns {
 		typ := strings.ToLower(strings.TrimSuffix(col.def, " NOT NULL"))
@@ -381,7 +387,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "carries", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -401,7 +407,7 @@ func TestSplitQueries_names(t *testing.T) {
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
-	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
 		"lease": 1, "once_reset": 1, "proof_clear": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
@@ -415,7 +421,7 @@ func TestSplitQueries_statements(t *testing.T) {
 				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
 			}
 			onTable := strings.Contains(stmt, "`sqllock`")
-			if want := name != "first_use" && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_"); onTable != want {
+			if want := name != "first_use" && name != "carries" && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_"); onTable != want {
 				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
 			}
 		})

@@ -55,12 +55,31 @@ type firstUse struct {
 	autocommit bool
 	version    string
 	// carries: LAST_INSERT_ID() saw the value set earlier in the same
-	// statement, which the two-row acquire needs (queries.sql, first_use)
+	// statement, which the two-row acquire needs (queries.sql, carries)
 	carries bool
 	found   bool   // the table exists
 	engine  string // of the table
 	columns map[string]foundColumn
 	indexes map[string]*foundIndex
+}
+
+// erNativeFunctionRefused is MySQL Router's refusal of LAST_INSERT_ID on a
+// connection that connection sharing may move (queries.sql, carries).
+const erNativeFunctionRefused = 3566
+
+// readCarries sends the carries query. A layer that refuses it (MySQL
+// Router, 3566) does not rewrite it either: the two-row forms stay, and
+// the proof holds them to their answers.
+func (c *Client) readCarries(ctx context.Context) (bool, error) {
+	var set, read sql.NullString
+	err := c.db.QueryRowContext(ctx, queries["carries"], 1).Scan(&set, &read)
+	if n, ok := serverErrno(err); ok && n == erNativeFunctionRefused {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return set.Valid && set.String == read.String, nil
 }
 
 type foundColumn struct {
@@ -83,6 +102,9 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	err = retryTransient(ctx, func() error {
 		var err error
 		fu, err = c.readFirstUse(ctx, table)
+		if err == nil && fu.autocommit && !c.formsAreChosen() {
+			fu.carries, err = c.readCarries(ctx)
+		}
 		return err
 	})
 	if err != nil {
@@ -155,6 +177,13 @@ func (c *Client) chooseForms(version string, carries bool) {
 	}
 }
 
+// formsAreChosen reports whether chooseForms has run.
+func (c *Client) formsAreChosen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.formsChosen
+}
+
 // firstUseSQL returns the first_use query about table, a name tableNameRE
 // allows, which needs no quoting inside a string literal.
 func firstUseSQL(table string) string {
@@ -185,7 +214,6 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 			fu.autocommit = f[0].String == "1"
 			fu.version = f[1].String
 			foldNames = f[2].String != "0"
-			fu.carries = f[3].Valid && f[3].String == f[4].String
 			continue
 		}
 		// The views may match table names without regard to case; a

@@ -174,6 +174,7 @@ func TestClient_TiDB_sendsItsForms(t *testing.T) {
 	e := newMockEnv(t)
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(1, "8.0.11-TiDB-v8.4.0", e.table))
+	expectCarries(e.mock, 5)
 	e.checked, e.tidb = true, true
 	tok := &tokenArg{}
 	e.expectExec("tidb_acquire", acquireArgs("job", mockHolder, 60_000_000, tok)[:4], okReply(1795469000000001, 1))
