@@ -270,6 +270,7 @@ type killEnv struct {
 
 func newKillEnv(t *testing.T, e *testEnv) *killEnv {
 	t.Helper()
+	skipOnVitess(t, e, vitessNoKill)
 	table := e.newTable(t)
 	db := e.openDB(t)
 	db.SetMaxOpenConns(1)

@@ -200,6 +200,9 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 				// What the proof keeps out: the same layer, unproven.
 				unproven := e.client(t, db, table)
 				unproven.proven, unproven.checked = true, true
+				if e.server.Vitess {
+					unproven.chooseForms(e.server.Version, false) // as its first-use check would
+				}
 				switch m.mode {
 				case previous:
 					got, err := unproven.TryAcquire(ctx, "job", time.Minute)

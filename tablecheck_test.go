@@ -122,8 +122,8 @@ func TestClient_badTable(t *testing.T) {
 			table := e.tableFrom(t, column("expires_at", "TIMESTAMP(6) NOT NULL"))
 			c := e.client(t, e.db, strings.ToUpper(table[:1])+table[1:])
 			_, err := c.TryAcquire(ctx, "job", time.Minute)
-			if n, _ := serverErrno(err); n != erNoSuchTable {
-				t.Fatalf("got %v, want the server's 1146", err)
+			if n, _ := serverErrno(err); n != e.noSuchTable() {
+				t.Fatalf("got %v, want the server's %d", err, e.noSuchTable())
 			}
 		})
 	})
