@@ -138,8 +138,9 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 // lock at once in the tests (wake_test.go), so waiting processes poll.
 // Elsewhere, where the first-use check saw LAST_INSERT_ID() miss the value
 // its own statement set (!carries: Vitess, whose vtgate puts its session's
-// value in its place), the same one-row forms, without TiDB's hint. The
-// proof then holds them to what they must report (proof.go). On MariaDB:
+// value in its place, in front of MySQL), the same one-row forms, without
+// TiDB's hint. The proof then holds them to what they must report
+// (proof.go). On MariaDB:
 // the acquire waits at most a second for its row (queries.sql,
 // lock_wait_mariadb).
 func (c *Client) chooseForms(version string, carries bool) {
@@ -159,7 +160,11 @@ func (c *Client) chooseForms(version string, carries bool) {
 		c.wake.refused.Store(true)
 		c.tidb.Store(true)
 		c.oneRow.Store(true)
-	case !carries:
+	case !carries && !strings.Contains(version, "MariaDB"):
+		// Not behind MariaDB: under its SIMULTANEOUS_ASSIGNMENT the one-row
+		// acquire's last assignment would not see the new owner, and a
+		// takeover would leave the lease expired. There the two-row forms
+		// stay, and the proof refuses them.
 		for _, i := range tidbStmts {
 			if i != qOnceRecord { // the plain once_record reads the one row as well
 				c.sql[i] = c.substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))

@@ -245,3 +245,21 @@ func TestVitess_wakeupsOff(t *testing.T) {
 		}
 	})
 }
+
+// A layer that keeps LAST_INSERT_ID() from carrying in front of MariaDB
+// gets no one-row forms: under MariaDB's SIMULTANEOUS_ASSIGNMENT their
+// takeover would leave the lease expired. The two-row forms stay, and the
+// proof refuses them there.
+func TestClient_rewritingLayerBeforeMariaDB_keepsTwoRowForms(t *testing.T) {
+	e := newMockEnv(t)
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
+		WillReturnRows(firstUseRows(1, "10.11.19-MariaDB", e.table))
+	expectCarries(e.mock, 4)
+	if _, err := e.c.checkFirstUse(t.Context()); err != nil {
+		t.Fatalf("checkFirstUse: %v", err)
+	}
+	if e.c.oneRow.Load() || e.c.sql[qAcquire] != e.sql("acquire") {
+		t.Errorf("forms: oneRow %v, acquire %q; want the two-row forms", e.c.oneRow.Load(), e.c.sql[qAcquire])
+	}
+	e.done()
+}
