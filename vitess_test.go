@@ -21,6 +21,7 @@ const (
 	vitessNoIdleKill = "vtgate does not close a client's session when its wait_timeout passes: the setting goes to the tablet's connections, not to vtgate's"
 	vitessNoChannels = "the wake-up channels stay off through Vitess (TestVitess_wakeupsOff)"
 	vitessNoProxy    = "these tests are of the fault proxy itself, not of sqllock, and vtgate cannot prepare their DO ? (1815)"
+	vitessCancelsCut = "vtgate cancelled the acquire when its client's connection was cut, before it committed, so no lease was left to clean up (it may also commit first: then the test runs)"
 )
 
 // noSuchTable is the error number a statement on a missing table gets:
