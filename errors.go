@@ -59,6 +59,7 @@ const (
 	// Final, with a hint of their own in serverError.
 	erNoSuchTable = 1146
 	erBadField    = 1054 // unknown column
+	erUnknown     = 1105 // vtgate's own errors: "table X not found" when its vschema lacks the table
 
 	// A server that refuses GET_LOCK (MariaDB Galera with wsrep on): the
 	// Client's wake-up channels stay off (wake.go).

@@ -57,6 +57,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				if e.server.TiDB {
 					t.Skip("TiDB has no read-only transactions: transaction_read_only is a no-op function it refuses (1235)")
 				}
+				skipOnVitess(t, e, vitessNoReadOnly)
 				v := "transaction_read_only"
 				if e.server.MariaDB {
 					v = "tx_read_only" // MariaDB 10.11's name
@@ -68,15 +69,17 @@ func TestClassify_realServerErrors(t *testing.T) {
 			}, failedRefused},
 			{"no such table", func(t *testing.T, e *testEnv) error {
 				_, err := e.client(t, e.db, "sqllock_no_such_table").TryAcquire(testCtx(t), "job", time.Second)
-				return wantErrno(t, err, 1146)
+				return wantErrno(t, err, e.noSuchTable())
 			}, failedFinal},
 			{"access denied", func(t *testing.T, e *testEnv) error {
+				skipOnVitess(t, e, vitessNoAuth)
 				db := e.openDBWith(t, func(c *mysql.Config) { c.User, c.Passwd = "sqllock_no_such_user", "wrong" })
 				_, err := e.client(t, db, "sqllock").TryAcquire(testCtx(t), "job", time.Second)
 				return wantErrno(t, err, 1045)
 			}, failedFinal},
 			{"statement time limit", statementTimeLimit, failedRolledBack},
 			{"connection killed while a statement runs", func(t *testing.T, e *testEnv) error {
+				skipOnVitess(t, e, vitessNoKill)
 				ctx := testCtx(t)
 				conn, err := e.db.Conn(ctx)
 				if err != nil {
@@ -94,6 +97,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				return conn.QueryRowContext(ctx, "SELECT SLEEP(10)").Scan(&n)
 			}, failedUnknown},
 			{"idle session closed by the server", func(t *testing.T, e *testEnv) error {
+				skipOnVitess(t, e, vitessNoIdleKill)
 				ctx := testCtx(t)
 				conn, err := e.db.Conn(ctx)
 				if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -171,7 +172,7 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 	if err != nil {
 		return nil, false, err
 	}
-	if i == qAcquire && c.tidb.Load() {
+	if i == qAcquire && c.oneRow.Load() {
 		args = args[:tidbAcquireArgs]
 	}
 	var rowBusy error
@@ -335,6 +336,12 @@ func (c *Client) serverError(op string, err error) error {
 			return errorf("%s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
 		case erBadField:
 			return errorf("%s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
+		case erUnknown:
+			if strings.Contains(err.Error(), "table "+strings.Trim(c.table, "`")+" not found") {
+				return errorf("%s: Vitess knows no table %s in this keyspace: create it with Client.CreateTable or by running schema.sql, "+
+					"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace.%s ADD VINDEX xxhash(name) USING xxhash; docs/servers.md): %w",
+					op, c.table, strings.Trim(c.table, "`"), err)
+			}
 		}
 	}
 	if isConnectError(err) {

@@ -27,6 +27,7 @@ type faultEnv struct {
 	c       *Client // through the proxy
 	witness *Client
 	table   string
+	vitess  bool // through vtgate (vitess_test.go)
 }
 
 func newFaultEnv(t *testing.T, e *testEnv) *faultEnv {
@@ -37,7 +38,7 @@ func newFaultEnv(t *testing.T, e *testEnv) *faultEnv {
 		c.Addr = p.Addr()
 		c.TLS, c.TLSConfig = nil, "false"
 	})
-	return &faultEnv{p: p, c: e.client(t, db, table, WithHolder("faulty")), witness: e.client(t, e.openDB(t), table, WithHolder("witness")), table: table}
+	return &faultEnv{p: p, c: e.client(t, db, table, WithHolder("faulty")), witness: e.client(t, e.openDB(t), table, WithHolder("witness")), table: table, vitess: e.server.Vitess}
 }
 
 // wantHeldBy checks, through the witness, that l's lease is live on the
@@ -270,6 +271,7 @@ type killEnv struct {
 
 func newKillEnv(t *testing.T, e *testEnv) *killEnv {
 	t.Helper()
+	skipOnVitess(t, e, vitessNoKill)
 	table := e.newTable(t)
 	db := e.openDB(t)
 	db.SetMaxOpenConns(1)

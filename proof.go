@@ -57,15 +57,18 @@ const proofTTL = time.Minute
 // writes begins with, then the proof's own random token.
 const proofPrefix = "\x00sqllock proof "
 
-// vitessRefusal says why a Client refuses Vitess before it sends a write.
-const vitessRefusal = "vttablet hands back the insert id of a statement that calls LAST_INSERT_ID(expr) by reading " +
-	"SELECT last_insert_id() afterwards, which on a pooled connection can be a value another statement left, " +
-	"so two clients could both be told they hold one name"
+// vitessRefusal says why a Client refuses Vitess with the two-row forms.
+const vitessRefusal = "vtgate puts its own session's last insert id in place of every LAST_INSERT_ID() without an argument, " +
+	"so the two-row acquire, which reads there the mark its first row set, decides on another value, " +
+	"and two clients could both be told they hold one name"
 
 // refuseByVersion returns an error wrapping ErrUnsupportedServer for a
-// server known by its version string to run the statements unsafely.
-func refuseByVersion(version string) error {
-	if strings.Contains(strings.ToLower(version), "vitess") {
+// server known by its version string to run the statements unsafely: Vitess,
+// unless the first-use check chose the one-row forms, which read no
+// LAST_INSERT_ID() (tablecheck.go) and which the proof then holds to their
+// answers.
+func (c *Client) refuseByVersion(version string) error {
+	if strings.Contains(strings.ToLower(version), "vitess") && !c.oneRow.Load() {
 		return errorf("%w: Vitess (%s): %s; no lease was taken", ErrUnsupportedServer, version, vitessRefusal)
 	}
 	return nil
@@ -170,7 +173,7 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 	}); err != nil {
 		return err
 	}
-	if err := refuseByVersion(version); err != nil {
+	if err := c.refuseByVersion(version); err != nil {
 		return err
 	}
 	return c.proveStatements(ctx, conn, text, version, name, a, b)
@@ -182,7 +185,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	us := proofTTL.Microseconds()
 	acquire := func(token string) (uint64, error) {
 		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.tidb.Load() {
+		if c.oneRow.Load() {
 			args = args[:tidbAcquireArgs]
 		}
 		id, err := proofExec(ctx, conn, text[qAcquire], args...)

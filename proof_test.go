@@ -200,6 +200,9 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 				// What the proof keeps out: the same layer, unproven.
 				unproven := e.client(t, db, table)
 				unproven.proven, unproven.checked = true, true
+				if e.server.Vitess {
+					unproven.chooseForms(e.server.Version, false) // as its first-use check would
+				}
 				switch m.mode {
 				case previous:
 					got, err := unproven.TryAcquire(ctx, "job", time.Minute)
@@ -232,6 +235,7 @@ func TestClient_firstUse_refusesVitess(t *testing.T) {
 	e := newMockEnv(t)
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(1, "8.4.6-Vitess", e.table))
+	expectCarries(e.mock, 5)
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 	wantErrIs(t, err, ErrUnsupportedServer)
 	assertErrContains(t, err, "Vitess (8.4.6-Vitess)")
@@ -247,6 +251,7 @@ func TestClient_firstUse_refusesVitessBehindItsServer(t *testing.T) {
 	e := newMockEnv(t)
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(1, "9.7.4-2", e.table))
+	expectCarries(e.mock, 5)
 	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("8.4.6-Vitess"))
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 	wantErrIs(t, err, ErrUnsupportedServer)

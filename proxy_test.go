@@ -439,6 +439,9 @@ func (s *packetScanner) scan(b []byte) (k int, cut bool) {
 func eachProxyConfig(t *testing.T, f func(t *testing.T, cfg *mysql.Config)) {
 	t.Helper()
 	eachServer(t, func(t *testing.T, s testServer) {
+		if s.Vitess {
+			t.Skipf("%s is %s: %s", s.Label, s.Version, vitessNoProxy)
+		}
 		cfg, err := mysql.ParseDSN(s.DSN)
 		if err != nil {
 			t.Fatalf("%s: %v", dsnEnv, err)

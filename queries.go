@@ -130,10 +130,14 @@ var stmtNames = [numStmts]string{
 // others on TiDB (tablecheck.go): a name has one row there.
 const tidbPrefix = "tidb_"
 
+// tidbHint begins each TiDB form that writes; other servers that take the
+// one-row forms (tablecheck.go) take them without it.
+const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
+
 // tidbStmts are the statements with a TiDB form; the rest serve TiDB as
 // they are.
 var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord}
 
-// tidbAcquireArgs is how many of the acquire's arguments TiDB's form takes:
-// the first four, which both forms begin with (queries.sql).
+// tidbAcquireArgs is how many of the acquire's arguments the one-row form
+// (TiDB's) takes: the first four, which both forms begin with (queries.sql).
 const tidbAcquireArgs = 4

@@ -14,8 +14,11 @@
 -- LAST_INSERT_ID(expr): the table has no AUTO_INCREMENT column, so the id is
 -- the last LAST_INSERT_ID(expr) the statement evaluated, or 0 if it evaluated
 -- none. Within a statement, LAST_INSERT_ID() returns the last value set, which
--- carries a mark from the lease row to the fence row. Affected rows are never
--- used to decide anything: the DSN flag clientFoundRows changes their meaning.
+-- carries a mark from the lease row to the fence row (not through Vitess,
+-- whose vtgate puts its session's value in place of LAST_INSERT_ID(): there
+-- the one-row forms below serve). Affected rows decide only where the DSN
+-- flag clientFoundRows cannot change their meaning: a DELETE, an INSERT
+-- without ON DUPLICATE KEY UPDATE, a row that changes.
 --
 -- Where a LAST_INSERT_ID(expr) sits in a branch that may not be taken, expr
 -- refers to a column, so that no server can fold the call into a constant and
@@ -102,8 +105,8 @@ WHERE f.name = ? AND f.kind = 'F';
 -- Client, before its first statement, and read by tablecheck.go: one row
 -- about the session and the server (autocommit: with it off, a DSN's
 -- autocommit=0 or the server's default, no statement here would ever
--- commit; the version: TiDB takes its own forms, Vitess is refused), then the table's engine, columns
--- and indexes as information_schema describes them, to hold against
+-- commit; the version: TiDB takes its own forms), then the table's engine,
+-- columns and indexes as information_schema describes them, to hold against
 -- schema.sql. Each part reads one view filtered by constant schema and
 -- table names, which servers answer from the table's definition alone; no
 -- joins. TABLE_NAME comes back so that Go can compare it exactly (the views
@@ -121,6 +124,21 @@ UNION ALL
 SELECT 'index', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART
 FROM information_schema.STATISTICS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
+
+-- name: carries
+-- Args: 1. Sent after first_use, once per Client, before any statement is
+-- prepared: whether LAST_INSERT_ID() reads back the value a
+-- LAST_INSERT_ID(expr) set earlier in the same statement, which the two-row
+-- acquire relies on. The first column sets the session's value with its
+-- lowest bit flipped and the second reads it back: the same on MySQL and
+-- MariaDB. TiDB reads the value from before the statement, and Vitess's
+-- vtgate puts its own session's value in place of every LAST_INSERT_ID()
+-- without an argument, so there the two differ and the Client takes the
+-- one-row forms (tablecheck.go). The argument makes go-sql-driver prepare
+-- it by default, which pins the connection under MySQL Router's connection
+-- sharing: the router refuses LAST_INSERT_ID (3566) on a connection it
+-- may move, and then the Client keeps the two-row forms.
+SELECT LAST_INSERT_ID(LAST_INSERT_ID() XOR ?), LAST_INSERT_ID();
 
 -- name: proof_clear
 -- Args: a proof name. Deletes every row of the name, the fence too, which
@@ -179,7 +197,10 @@ SELECT 1 FROM `sqllock` WHERE name = ? AND kind = 'D';
 -- name: once_record
 -- Args: name, token. Insert id: the lease row's fence plus one when the
 -- completion record was written (1: a lease row's fence is 0, except on TiDB),
--- 0 when the lease is not ours, and then nothing is written. The record is
+-- 0 when the lease is not ours, and then nothing is written. Affected rows
+-- say the same (1 or 0), and decide through Vitess: in a sharded keyspace
+-- vtgate runs this as the SELECT ... FOR UPDATE and an INSERT of its values,
+-- in one transaction on the name's shard, and hands back no insert id. The record is
 -- copied from our lease row, so no record is written for a runner whose
 -- lease someone took over: that someone runs fn again. FOR UPDATE makes the
 -- read of the lease row a locking read at every isolation level (under READ
@@ -267,9 +288,12 @@ WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (
 -- owner instead. Every statement reads and writes that row only, and reads
 -- an insert id set from a column. The statements below take the place of
 -- those of the same name without the prefix when a Client's first use finds
--- TiDB (tablecheck.go); the others serve TiDB as they are. A table is used
--- by one kind of server: rows the two-row statements left ('F') are not
--- read here.
+-- TiDB (tablecheck.go); the others serve TiDB as they are. Through Vitess,
+-- whose vtgate puts its session's value in place of LAST_INSERT_ID() (so a
+-- mark cannot pass between rows there either), a Client takes them without
+-- the SET_VAR hint, all but tidb_once_record: once_record serves there. A
+-- table is used by one kind of server: rows the two-row statements left
+-- ('F') are not read here.
 --
 -- TiDB runs an autocommit statement optimistically and, on a write conflict
 -- at commit, runs it again itself, up to tidb_retry_limit times (10 by

@@ -149,6 +149,8 @@ type variant struct {
 	mariadbOnly string // why the variant is MariaDB's only, if it is
 	tidbOnly    string // why the variant is TiDB's only, if it is
 	notTiDB     string // why TiDB cannot take the variant, if it cannot
+	vitessOnly  string // why the variant is Vitess's only, if it is
+	notVitess   string // why Vitess cannot take the variant, if it cannot
 	apply       func(*mysql.Config)
 	isolation   string // a session isolation level, set by the server's own variable
 }
@@ -175,12 +177,19 @@ var variants = []variant{
 	}},
 	// Everything at once, with a lenient sql_mode that truncates long values
 	// instead of failing, and the quoting modes that change how SQL parses.
-	{name: "allAtOnce", apply: func(c *mysql.Config) {
+	{name: "allAtOnce", notVitess: "vtgate refuses the ANSI_QUOTES, NO_BACKSLASH_ESCAPES and PIPES_AS_CONCAT sql_modes (1235); allAtOnceVitess is the rest", apply: func(c *mysql.Config) {
 		c.ClientFoundRows = true
 		c.InterpolateParams = true
 		c.ParseTime = true
 		setParam(c, "time_zone", "'-11:00'")
 		setParam(c, "sql_mode", "'ANSI_QUOTES,NO_BACKSLASH_ESCAPES,PIPES_AS_CONCAT'")
+	}},
+	{name: "allAtOnceVitess", vitessOnly: "allAtOnce with the lenient sql_mode '': vtgate refuses ANSI_QUOTES, NO_BACKSLASH_ESCAPES and PIPES_AS_CONCAT (1235)", apply: func(c *mysql.Config) {
+		c.ClientFoundRows = true
+		c.InterpolateParams = true
+		c.ParseTime = true
+		setParam(c, "time_zone", "'-11:00'")
+		setParam(c, "sql_mode", "''")
 	}},
 }
 
@@ -200,13 +209,17 @@ type testEnv struct {
 }
 
 // fenceKind is the kind of the row that holds a name's fence: 'F' (a row of
-// its own), or on TiDB, where a name has one row, 'L' (queries.sql).
+// its own), or on TiDB and Vitess, where a name has one row, 'L'
+// (queries.sql).
 func (e *testEnv) fenceKind() string {
-	if e.server.TiDB {
+	if e.oneRow() {
 		return "L"
 	}
 	return "F"
 }
+
+// oneRow reports whether the server takes the one-row forms (tablecheck.go).
+func (e *testEnv) oneRow() bool { return e.server.TiDB || e.server.Vitess }
 
 // eachEnv runs f as a subtest for every server and every variant.
 func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
@@ -225,6 +238,12 @@ func eachEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
 				}
 				if v.name != variants[0].name && s.Fake {
 					t.Skip(fakeNoVariants)
+				}
+				if v.vitessOnly != "" && !s.Vitess {
+					t.Skipf("%s is %s: %s", s.Label, s.Version, v.vitessOnly)
+				}
+				if v.notVitess != "" && s.Vitess {
+					t.Skipf("%s is %s: %s", s.Label, s.Version, v.notVitess)
 				}
 				f(t, newEnv(t, s, v))
 			})
@@ -303,6 +322,7 @@ func (e *testEnv) newTable(t testing.TB) string {
 		base = base[len(base)-40:]
 	}
 	name := "t" + hex.EncodeToString(b[:]) + "_" + strings.Trim(base, "_")
+	e.vindex(t, name)
 	c, err := New(e.db, WithTable(name))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -316,6 +336,27 @@ func (e *testEnv) newTable(t testing.TB) string {
 		}
 	})
 	return name
+}
+
+// vindex gives table, in a sharded Vitess keyspace, the primary vindex on
+// name that it needs before it is created (docs/servers.md), and takes it
+// away when the test ends; elsewhere it does nothing.
+func (e *testEnv) vindex(t testing.TB, table string) { e.vindexOn(t, table, "name") }
+
+// vindexOn is vindex on column.
+func (e *testEnv) vindexOn(t testing.TB, table, column string) {
+	t.Helper()
+	if !e.server.Vitess || e.server.VitessShards < 2 {
+		return
+	}
+	var keyspace string
+	if err := e.db.QueryRow("SELECT DATABASE()").Scan(&keyspace); err != nil {
+		t.Fatalf("keyspace: %v", err)
+	}
+	if _, err := e.db.Exec("ALTER VSCHEMA ON `" + keyspace + "`.`" + table + "` ADD VINDEX xxhash(" + column + ") USING xxhash"); err != nil {
+		t.Fatalf("vindex on %s.%s: %v", keyspace, table, err)
+	}
+	t.Cleanup(func() { _, _ = e.db.Exec("ALTER VSCHEMA DROP TABLE `" + keyspace + "`.`" + table + "`") })
 }
 
 // client returns a Client on the table, closed when the test ends.

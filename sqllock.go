@@ -45,9 +45,11 @@ type Client struct {
 	log       *slog.Logger // logging.go
 	obs       Observer     // observe.go
 
-	sql   [numStmts]string // statement text with the table name in place; the server's forms from the first use on (under mu until then)
-	tidb  atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
-	stmts [numStmts]atomic.Pointer[sql.Stmt]
+	sql        [numStmts]string // statement text with the table name in place; the server's forms from the first use on (under mu until then)
+	tidb       atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
+	oneRow     atomic.Bool      // c.sql holds the one-row forms: TiDB's, or Vitess's (tablecheck.go)
+	onceByRows atomic.Bool      // once_record reports by the rows it inserted (tablecheck.go, once.go)
+	stmts      [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters  waiters       // Acquire calls waiting for a name (waiters.go)
 	wake     wakeups       // wake-up channels (wake.go)

@@ -49,6 +49,7 @@ type mockEnv struct {
 	checked  bool   // the autocommit check has been expected
 	proven   bool   // the proof of the statements has been expected (proof.go)
 	tidb     bool   // the first-use check answered TiDB
+	vitess   bool   // the first-use check saw LAST_INSERT_ID() miss its statement's value (Vitess)
 	prepared map[string]*sqlmock.ExpectedPrepare
 }
 
@@ -85,6 +86,9 @@ func (e *mockEnv) sql(name string) string {
 	if name == "acquire" {
 		return queries["lock_wait_mariadb"] + "\n" + withTable(queries[name], e.table)
 	}
+	if e.vitess {
+		return withTable(strings.ReplaceAll(queries[name], tidbHint, ""), e.table)
+	}
 	return withTable(queries[name], e.table)
 }
 
@@ -97,7 +101,18 @@ func withTable(stmt, table string) string {
 func (e *mockEnv) expectAutocommit(v int) {
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(v, "10.11.19-MariaDB", e.table))
+	if v == 1 {
+		expectCarries(e.mock, 5)
+	}
 	e.checked = v == 1
+}
+
+// expectCarries expects the carries query after the first-use check, its
+// LAST_INSERT_ID() reading back read after the statement set 5: 5 on MySQL
+// and MariaDB, another value through Vitess.
+func expectCarries(mock sqlmock.Sqlmock, read int) {
+	mock.ExpectQuery(queries["carries"]).WithArgs(1).
+		WillReturnRows(sqlmock.NewRows([]string{"set", "read"}).AddRow(5, read))
 }
 
 // firstUseRows answers the first_use query for a server of the given
@@ -121,17 +136,21 @@ func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 func (e *mockEnv) expectProof() {
 	const fence = 7
 	sql := func(name string) string {
-		if e.tidb && slices.Contains(tidbStmts, slices.Index(stmtNames[:], name)) {
+		if (e.tidb || e.vitess) && slices.Contains(tidbStmts, slices.Index(stmtNames[:], name)) {
 			name = tidbPrefix + name
 		}
 		return e.sql(name)
 	}
 	acquireArgs := 9
-	if e.tidb {
+	version := "10.11.19-MariaDB"
+	if e.tidb || e.vitess {
 		acquireArgs = tidbAcquireArgs
 	}
+	if e.vitess {
+		version = "8.4.6-Vitess"
+	}
 	anyArgs := func(n int) []driver.Value { return slices.Repeat([]driver.Value{sqlmock.AnyArg()}, n) }
-	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow(version))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 2))
 	e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
 		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us"}).AddRow(mockHolder, fence, 1, 60_000_000))
@@ -369,7 +388,7 @@ const manyConflicts = maxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "carries", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -389,7 +408,7 @@ func TestSplitQueries_names(t *testing.T) {
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
-	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0,
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
 		"lease": 1, "once_reset": 1, "proof_clear": 1, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
@@ -403,7 +422,7 @@ func TestSplitQueries_statements(t *testing.T) {
 				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
 			}
 			onTable := strings.Contains(stmt, "`sqllock`")
-			if want := name != "first_use" && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_"); onTable != want {
+			if want := name != "first_use" && name != "carries" && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_"); onTable != want {
 				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
 			}
 		})

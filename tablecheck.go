@@ -54,10 +54,32 @@ var schemaKey = []string{"name", "kind"}
 type firstUse struct {
 	autocommit bool
 	version    string
-	found      bool   // the table exists
-	engine     string // of the table
-	columns    map[string]foundColumn
-	indexes    map[string]*foundIndex
+	// carries: LAST_INSERT_ID() saw the value set earlier in the same
+	// statement, which the two-row acquire needs (queries.sql, carries)
+	carries bool
+	found   bool   // the table exists
+	engine  string // of the table
+	columns map[string]foundColumn
+	indexes map[string]*foundIndex
+}
+
+// erNativeFunctionRefused is MySQL Router's refusal of LAST_INSERT_ID on a
+// connection that connection sharing may move (queries.sql, carries).
+const erNativeFunctionRefused = 3566
+
+// readCarries sends the carries query. A layer that refuses it (MySQL
+// Router, 3566) does not rewrite it either: the two-row forms stay, and
+// the proof holds them to their answers.
+func (c *Client) readCarries(ctx context.Context) (bool, error) {
+	var set, read sql.NullString
+	err := c.db.QueryRowContext(ctx, queries["carries"], 1).Scan(&set, &read)
+	if n, ok := serverErrno(err); ok && n == erNativeFunctionRefused {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return set.Valid && set.String == read.String, nil
 }
 
 type foundColumn struct {
@@ -80,6 +102,9 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	err = retryTransient(ctx, func() error {
 		var err error
 		fu, err = c.readFirstUse(ctx, table)
+		if err == nil && fu.autocommit && !c.formsAreChosen() {
+			fu.carries, err = c.readCarries(ctx)
+		}
 		return err
 	})
 	if err != nil {
@@ -91,10 +116,10 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
-	if err := refuseByVersion(fu.version); err != nil {
+	c.chooseForms(fu.version, fu.carries)
+	if err := c.refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
-	c.chooseForms(fu.version)
 	if !fu.found {
 		return false, nil
 	}
@@ -110,10 +135,15 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 // (queries.sql), so a name has one row there. The wake-up channels stay
 // off there: TiDB's GET_LOCK, built on its own transactions, neither
 // granted waiters in the order they came nor freed a killed connection's
-// lock at once in the tests (wake_test.go), so waiting processes poll. On
-// MariaDB: the acquire waits at most a second for its row (queries.sql,
+// lock at once in the tests (wake_test.go), so waiting processes poll.
+// Elsewhere, where the first-use check saw LAST_INSERT_ID() miss the value
+// its own statement set (!carries: Vitess, whose vtgate puts its session's
+// value in its place, in front of MySQL), the same one-row forms, without
+// TiDB's hint. The proof then holds them to what they must report
+// (proof.go). On MariaDB:
+// the acquire waits at most a second for its row (queries.sql,
 // lock_wait_mariadb).
-func (c *Client) chooseForms(version string) {
+func (c *Client) chooseForms(version string, carries bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.formsChosen {
@@ -129,9 +159,34 @@ func (c *Client) chooseForms(version string) {
 		}
 		c.wake.refused.Store(true)
 		c.tidb.Store(true)
+		c.oneRow.Store(true)
+	case !carries && !strings.Contains(version, "MariaDB"):
+		// Not behind MariaDB: under its SIMULTANEOUS_ASSIGNMENT the one-row
+		// acquire's last assignment would not see the new owner, and a
+		// takeover would leave the lease expired. There the two-row forms
+		// stay, and the proof refuses them.
+		for _, i := range tidbStmts {
+			if i != qOnceRecord { // the plain once_record reads the one row as well
+				c.sql[i] = c.substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))
+			}
+		}
+		c.oneRow.Store(true)
+		c.onceByRows.Store(true)
+		// Unproven there: vtgate runs every locking function of a session
+		// on a connection it reserves on one shard, and the tests that
+		// would show the channels right read the processlist and KILL
+		// connections, which vtgate does not pass on. Waiters poll.
+		c.wake.refused.Store(true)
 	case strings.Contains(version, "MariaDB"):
 		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
 	}
+}
+
+// formsAreChosen reports whether chooseForms has run.
+func (c *Client) formsAreChosen() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.formsChosen
 }
 
 // firstUseSQL returns the first_use query about table, a name tableNameRE

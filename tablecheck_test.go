@@ -122,8 +122,8 @@ func TestClient_badTable(t *testing.T) {
 			table := e.tableFrom(t, column("expires_at", "TIMESTAMP(6) NOT NULL"))
 			c := e.client(t, e.db, strings.ToUpper(table[:1])+table[1:])
 			_, err := c.TryAcquire(ctx, "job", time.Minute)
-			if n, _ := serverErrno(err); n != erNoSuchTable {
-				t.Fatalf("got %v, want the server's 1146", err)
+			if n, _ := serverErrno(err); n != e.noSuchTable() {
+				t.Fatalf("got %v, want the server's %d", err, e.noSuchTable())
 			}
 		})
 	})
@@ -174,6 +174,7 @@ func TestClient_TiDB_sendsItsForms(t *testing.T) {
 	e := newMockEnv(t)
 	e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 		WillReturnRows(firstUseRows(1, "8.0.11-TiDB-v8.4.0", e.table))
+	expectCarries(e.mock, 5)
 	e.checked, e.tidb = true, true
 	tok := &tokenArg{}
 	e.expectExec("tidb_acquire", acquireArgs("job", mockHolder, 60_000_000, tok)[:4], okReply(1795469000000001, 1))

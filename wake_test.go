@@ -498,6 +498,7 @@ func skipChannelsOnTiDB(t *testing.T, e *testEnv) {
 	if e.server.TiDB {
 		t.Skipf("%s is %s: the wake-up channels stay off on TiDB, whose GET_LOCK neither granted waiters in order nor freed a killed connection's lock at once (TestWakeups_offOnTiDB)", e.server.Label, e.server.Version)
 	}
+	skipOnVitess(t, e, vitessNoChannels)
 }
 
 // On TiDB a Client asked for wake-up channels takes none: a waiting process

@@ -55,6 +55,9 @@ type conn struct {
 	broken     bool
 	tx         *txn
 	waitingFor *conn // the connection whose transaction holds a row this one waits for
+	// lastInsertID is the session's LAST_INSERT_ID() as the carries query
+	// sets and reads it.
+	lastInsertID uint64
 }
 
 // breakConn ends c on the server's side: its transaction rolls back and its

@@ -4,6 +4,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"sort"
+	"strconv"
 )
 
 // The statements of queries.sql, each as MySQL runs it: the same rows
@@ -30,10 +31,11 @@ var handlers = map[string]*handler{
 	"wake_release":         {run: wakeRelease},
 	"wake_probe":           {run: wakeProbe},
 	"wake_holder":          {run: wakeHolder},
-	"test_set_fence":       {needsTable: true, writes: true, locks: refsOf(1, "LFD"), run: setFence},
+	"test_set_fence":       {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: setFence},
 	"test_set_fence_g":     {needsTable: true, writes: true, run: setFence},
 	"wake_waiters":         {run: wakeWaiters},
 	"version":              {run: version},
+	"carries":              {run: carries},
 	"schema":               {writes: true, run: createTable},
 	"drop_table":           {writes: true, run: dropTable},
 	"drop_table_if_exists": {writes: true, run: dropTable},
@@ -364,6 +366,18 @@ func proofClear(x *call) (*outcome, error) {
 }
 
 // version: SELECT VERSION().
+// carries: LAST_INSERT_ID(LAST_INSERT_ID() XOR ?), then LAST_INSERT_ID():
+// as on MySQL, the second column reads back what the first set.
+func carries(x *call) (*outcome, error) {
+	flip, err := x.int(0)
+	if err != nil {
+		return nil, err
+	}
+	x.c.lastInsertID ^= uint64(flip)
+	v := int64(x.c.lastInsertID)
+	return &outcome{cols: []string{"set", "read"}, rows: [][]driver.Value{{v, v}}}, nil
+}
+
 func version(x *call) (*outcome, error) {
 	return &outcome{cols: []string{"VERSION()"}, rows: [][]driver.Value{{[]byte(x.s.version)}}}, nil
 }
@@ -419,7 +433,16 @@ func firstUse(x *call) (*outcome, error) {
 // setFence: the library's fence tests' own UPDATE; args fence, then the
 // name unless the statement names it.
 func setFence(x *call) (*outcome, error) {
-	v := x.args[0]
+	var v any
+	if x.p.t.name == "test_set_fence" {
+		u, err := strconv.ParseUint(x.p.lits[0], 10, 64) // matched as digits
+		if err != nil {
+			return nil, err
+		}
+		v = u
+	} else {
+		v = x.args[0]
+	}
 	var fence uint64
 	switch f := v.(type) {
 	case uint64:
@@ -435,7 +458,7 @@ func setFence(x *call) (*outcome, error) {
 	name := "g"
 	if x.p.t.name == "test_set_fence" {
 		var err error
-		if name, err = x.str(1); err != nil {
+		if name, err = x.str(0); err != nil {
 			return nil, err
 		}
 	}

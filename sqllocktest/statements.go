@@ -50,6 +50,7 @@ const (
 	holeTableString      // 'name': the table's name in a string literal
 	holeLiteral          // X'hex' or a whole number, put in place of a placeholder
 	holeLiteralList      // one literal or more, separated by ", "
+	holeUint             // an unsigned whole number written in the text (#UINT# in a template)
 )
 
 type segment struct {
@@ -84,7 +85,9 @@ var ownStatements = map[string]string{
 	"wake_holder": "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))",
 	// A fence set ahead and the lease expired, as two of the library's
 	// fence tests do (integration_test.go), by name bound or 'g'.
-	"test_set_fence":   "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?",
+	// The fence goes as text (#UINT#: an unsigned whole number), the name
+	// bound.
+	"test_set_fence":   "UPDATE `sqllock` SET fence = IF(kind = 'F', #UINT#, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?",
 	"test_set_fence_g": "UPDATE `sqllock` SET fence = IF(kind = 'F', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'",
 	// How many other sessions wait in wake_wait: the same tests ask the
 	// processlist this one question, and the fake knows no other.
@@ -193,6 +196,10 @@ func newTemplate(name, text string, literals, mariadb bool) *template {
 			flush()
 			t.segments = append(t.segments, segment{hole: holeTableString})
 			rest = rest[len("'sqllock'"):]
+		case strings.HasPrefix(rest, "#UINT#"):
+			flush()
+			t.segments = append(t.segments, segment{hole: holeUint})
+			rest = rest[len("#UINT#"):]
 		case rest[0] == '?' && literals:
 			flush()
 			t.segments = append(t.segments, segment{hole: holeLiteral})
@@ -262,6 +269,16 @@ func (t *template) match(q string) (*parsed, bool) {
 				return nil, false
 			}
 			p.lits = append(p.lits, v)
+			q = q[n:]
+		case holeUint:
+			n := 0
+			for n < len(q) && q[n] >= '0' && q[n] <= '9' {
+				n++
+			}
+			if _, err := strconv.ParseUint(q[:n], 10, 64); n == 0 || err != nil {
+				return nil, false
+			}
+			p.lits = append(p.lits, q[:n])
 			q = q[n:]
 		case holeLiteralList:
 			for {

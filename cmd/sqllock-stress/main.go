@@ -284,6 +284,13 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
 	cfg.table = cfg.table + "_" + hex.EncodeToString(suffix[:])
+	undo, err := vitessVindexes(ctx, lockDB, version, cfg.table, resourceTable(cfg.table))
+	if err != nil {
+		return summary{}, err
+	}
+	if undo != nil && !cfg.keep {
+		defer undo() // after the tables are dropped
+	}
 	if err := createTables(ctx, lockDB, cfg); err != nil {
 		return summary{}, err
 	}
@@ -475,7 +482,7 @@ func createTables(ctx context.Context, db *sql.DB, cfg config) error {
 		return err
 	}
 	for i := range cfg.names {
-		if _, err := db.ExecContext(ctx, "INSERT INTO `"+res+"` VALUES (?, 0, 0)", nameOf(i)); err != nil {
+		if _, err := db.ExecContext(ctx, "INSERT INTO `"+res+"` (name, fence, writes) VALUES (?, 0, 0)", nameOf(i)); err != nil {
 			return err
 		}
 	}

@@ -44,8 +44,13 @@ type Server struct {
 	Version string // VERSION(), when the server answered
 	MariaDB bool
 	TiDB    bool
-	Err     error // why the server did not answer; every test on it fails with it
-	Fake    bool  // FakeDSN: the in-memory server of package sqllocktest
+	// Vitess: the DSN reaches a Vitess vtgate (VERSION() on no table, which
+	// vtgate answers itself, says so), whose database is a keyspace;
+	// VitessShards is how many shards that keyspace has (SHOW VITESS_SHARDS).
+	Vitess       bool
+	VitessShards int
+	Err          error // why the server did not answer; every test on it fails with it
+	Fake         bool  // FakeDSN: the in-memory server of package sqllocktest
 }
 
 // FakeDSN, as a DSN in Env (fake=sqllocktest), names the in-memory server of
@@ -135,7 +140,41 @@ func Probe(label, dsn string) Server {
 	}
 	s.MariaDB = strings.Contains(s.Version, "MariaDB")
 	s.TiDB = strings.Contains(s.Version, "TiDB")
+	s.Vitess = strings.Contains(s.Version, "Vitess")
+	if s.Vitess {
+		s.VitessShards, s.Err = vitessShards(ctx, db)
+	}
 	return s
+}
+
+// vitessShards counts the shards of the keyspace db's DSN names.
+func vitessShards(ctx context.Context, db *sql.DB) (int, error) {
+	var keyspace string
+	if err := db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&keyspace); err != nil {
+		return 0, fmt.Errorf("vtgate's keyspace: %w", err)
+	}
+	rows, err := db.QueryContext(ctx, "SHOW VITESS_SHARDS")
+	if err != nil {
+		return 0, fmt.Errorf("vtgate's shards: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var shard string // keyspace/range
+		if err := rows.Scan(&shard); err != nil {
+			return 0, err
+		}
+		if strings.HasPrefix(shard, keyspace+"/") {
+			n++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("vtgate lists no shard of keyspace %q", keyspace)
+	}
+	return n, nil
 }
 
 var (
