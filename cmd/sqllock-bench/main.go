@@ -139,7 +139,7 @@ func run(root string, count int) ([]byte, error) {
 		for line := range strings.Lines(string(out)) {
 			// The test binary logs the server it found: "sqllock tests:
 			// LABEL is VERSION".
-			if m := serverLine.FindStringSubmatch(line); m != nil && server == "" {
+			if m := serverLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil && server == "" {
 				server = strings.TrimSpace(m[1])
 				fmt.Fprintf(&buf, "# server: %s\n", server)
 			}
