@@ -31,6 +31,7 @@ type runConfig struct {
 	killGrace    time.Duration
 	conflictCode int
 	verbose      bool
+	metrics      string // --metrics: where to serve the Client's metrics
 	name         string
 	argv         []string
 	start        time.Time // when the wait for the lease began
@@ -53,6 +54,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "SIGKILL the command's process group `DURATION` after SIGTERM (on a lost lease, and for what the command leaves running); kill-grace + ttl/10 must stay under ttl/2")
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
 	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
+	fs.StringVar(&c.metrics, "metrics", "", "serve the lock's metrics at http://`ADDR`/metrics, in Prometheus's text format, while the command runs (host:port)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
@@ -174,7 +176,18 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	db, client, err := c.open(c.ioLimit(), sqllock.WithRetry(retry), sqllock.WithLogger(logger))
+	clientOpts := []sqllock.Option{sqllock.WithRetry(retry), sqllock.WithLogger(logger)}
+	if c.metrics != "" {
+		m := newMetrics()
+		stop, err := serveMetrics(c.metrics, m)
+		if err != nil {
+			say("%v", err)
+			return exitUsage
+		}
+		defer stop()
+		clientOpts = append(clientOpts, sqllock.WithObserver(m.observer()))
+	}
+	db, client, err := c.open(c.ioLimit(), clientOpts...)
 	if err != nil {
 		say("%v", err)
 		return exitUsage
