@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,16 @@ type limit struct {
 	from string // "--timeout", "the DSN's readTimeout", ...
 }
 
-func (l limit) String() string { return fmt.Sprintf("%v (%s)", l.d, l.from) }
+// String says the bound as the message of a command's own bound does when
+// a flag set it ("--timeout 10s"), so that the two read the same when both
+// end at once (run's read bound and its start bound, by default); else the
+// bound, then what set it.
+func (l limit) String() string {
+	if strings.HasPrefix(l.from, "--") {
+		return fmt.Sprintf("%s %v", l.from, l.d)
+	}
+	return fmt.Sprintf("%v (%s)", l.d, l.from)
+}
 
 // serverLimits are the driver's bounds on each dial, read and write of a
 // command's connections. It is also the driver's logger, which is how it
