@@ -226,7 +226,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 			// other owner's lease ends (rule 2).
 			a.retire(sent)
 		}
-		return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+		return nil, heldError(name)
 	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
@@ -252,6 +252,12 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 		return nil, ErrClosed
 	}
 	return l, nil
+}
+
+// heldError is the error of an acquire of name refused because another
+// owner's lease is live.
+func heldError(name string) error {
+	return fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
 }
 
 // cleanup deletes the row the attempt sent at sent may have written (its

@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,7 +204,7 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 		ws.mu.Lock()
 		if w.gaveUp {
 			ws.mu.Unlock()
-			return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+			return nil, heldError(name)
 		}
 		head := q.waiters[0] == w
 		wait := time.Until(q.next)
@@ -263,7 +262,7 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 					c.wake.waited(name) // as a refused acquire does
 				}
 				if !ws.refused(name, q, w, c.retry) {
-					return nil, fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
+					return nil, heldError(name)
 				}
 				continue
 			}
@@ -280,8 +279,6 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 				// The channel the queue holds, if any, goes with the
 				// lease: whichever head waited on it.
 				c.wake.handTo(ctx, name, l)
-			}
-			if c.wake.on {
 				if waited {
 					c.wake.waited(name)
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -144,10 +145,10 @@ func (m *metrics) observer() sqllock.Observer {
 func (m *metrics) write(w io.Writer) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, name := range slices.Sorted(mapKeys(m.families)) {
+	for _, name := range slices.Sorted(maps.Keys(m.families)) {
 		f := m.families[name]
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", f.name, f.help, f.name, f.typ)
-		for _, lbl := range slices.Sorted(mapKeys(f.series)) {
+		for _, lbl := range slices.Sorted(maps.Keys(f.series)) {
 			s := f.series[lbl]
 			if f.typ != "histogram" {
 				fmt.Fprintf(w, "%s%s %s\n", f.name, braces(lbl), num(s.value))
@@ -160,16 +161,6 @@ func (m *metrics) write(w io.Writer) {
 			}
 			fmt.Fprintf(w, "%s_bucket%s %d\n", f.name, braces(join(lbl, labels("le", "+Inf"))), s.count)
 			fmt.Fprintf(w, "%s_sum%s %s\n%s_count%s %d\n", f.name, braces(lbl), num(s.sum), f.name, braces(lbl), s.count)
-		}
-	}
-}
-
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
 		}
 	}
 }
