@@ -22,6 +22,8 @@ func checkName(name string) error {
 		return errors.New("sqllock: empty lock name")
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("sqllock: lock name is %d bytes, longer than the %d the table holds", len(name), MaxNameLen)
+	case isSlotMarked(name):
+		return fmt.Errorf("sqllock: lock name %q ends with the bytes that mark a semaphore's rows (0x00 'slot', maybe with two digits): those names are the semaphores' (slots.go)", name)
 	}
 	return nil
 }

@@ -11,6 +11,9 @@ import (
 // Info describes the lease on one name as the server sees it.
 type Info struct {
 	Name string
+	// Slot is, for a slot of a counting semaphore ([Client.TryAcquireSlot]),
+	// the slot's number, 1 to n, and Name the semaphore's; 0 for a lock.
+	Slot int
 	// Holder is the description of the Client whose lease is on the name
 	// (see [WithHolder]), live or expired; empty once it was released.
 	Holder string
@@ -76,6 +79,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 			return nil, c.serverError("list", err)
 		}
 		info.TTL = time.Duration(us) * time.Microsecond
+		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is 0: see Client.InspectSlots
 		infos = append(infos, info)
 	}
 	if err := rows.Err(); err != nil {

@@ -109,7 +109,7 @@ func (c *Client) Held() []string {
 	var names []string
 	for _, l := range locks {
 		if l.knownLive(now) {
-			names = append(names, l.name)
+			names = append(names, l.Name())
 		}
 	}
 	slices.Sort(names)

@@ -74,8 +74,12 @@ func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, val
 		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
 }
 
-// Name returns the name the lease is on.
-func (l *Lock) Name() string { return l.name }
+// Name returns the name the lease is on: for a slot of a counting
+// semaphore, the semaphore's name (and [Lock.Slot] the slot's number).
+func (l *Lock) Name() string {
+	name, _ := splitSlotName(l.name)
+	return name
+}
 
 // Token returns the random owner token that identifies this lease.
 func (l *Lock) Token() string { return l.token }
@@ -267,7 +271,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	if !l.lateUntil.IsZero() && time.Now().Before(l.lateUntil) {
 		// A late send of the acquire could take the name again under this
 		// token, which nobody holds from now on (acquire.go, rule 3).
-		l.c.orphans.remember(l.name, l.token, l.ttl, l.lateUntil.Add(-orphanWait))
+		l.c.orphans.remember(orphanKey(l.name), l.token, l.ttl, l.lateUntil.Add(-orphanWait))
 	}
 	// Whatever the answer, the lease is no longer ours: a caller waiting
 	// for the name in this Client should try now.

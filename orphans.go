@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -186,6 +187,9 @@ func (o *orphans) remembered(name string) int {
 // that settles it: the DELETE removed the lease, or found none after the
 // acquire could still commit.
 func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
+	if strings.HasSuffix(name, slotMark) {
+		return c.deleteSlotOrphan(ctx, name, x) // a semaphore's: any of its slots
+	}
 	// Judged by when the DELETE was sent, not when its reply came: sent
 	// after the acquire could commit, finding no row proves none is left.
 	sent := time.Now()

@@ -389,6 +389,7 @@ const manyConflicts = maxTransientAttempts + 6
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
 	want := []string{"acquire", "carries", "check", "first_use", "inspect", "lease", "list", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "refresh", "release", "release_at_least",
+		"slot_acquire", "slot_list", "slot_release",
 		"tidb_acquire", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
@@ -411,6 +412,7 @@ func TestSplitQueries_statements(t *testing.T) {
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
 		"lease": 1, "once_reset": 1, "proof_clear": 1, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
+		"slot_acquire": 24, "slot_release": 3, "slot_list": 2,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1}
 	for name, stmt := range queries {

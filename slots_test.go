@@ -1,0 +1,506 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// ---------------------------------------------------------------------------
+// Counting semaphores: pure logic
+
+func TestSlotNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		slot int
+	}{{"jobs", 1}, {"jobs", 64}, {"", 7}, {"a\x00slot", 12}, {"\xff\x00", 9}} {
+		s := slotName(tc.name, tc.slot)
+		if got, slot := splitSlotName(s); got != tc.name || slot != tc.slot {
+			t.Errorf("splitSlotName(slotName(%q, %d)): got %q, %d", tc.name, tc.slot, got, slot)
+		}
+		if !isSlotMarked(s) {
+			t.Errorf("isSlotMarked(%q): got false, want true", s)
+		}
+		if p, q := slotRows(tc.name), slotRowsEnd(tc.name); !(p < s && s < q) || !strings.HasPrefix(s, p) {
+			t.Errorf("%q: got outside [%q, %q)", s, p, q)
+		}
+	}
+	for _, name := range []string{"jobs", "job\x00", "job\x00slo", "job\x00slot1", "job\x00slotab", "job\x00Slot01", "01"} {
+		if isSlotMarked(name) {
+			t.Errorf("isSlotMarked(%q): got true, want false", name)
+		}
+		if got, slot := splitSlotName(name); got != name || slot != 0 {
+			t.Errorf("splitSlotName(%q): got %q, %d, want it unchanged, 0", name, got, slot)
+		}
+		if err := checkName(name); err != nil {
+			t.Errorf("checkName(%q): got %v, want nil", name, err)
+		}
+	}
+	for _, name := range []string{"job\x00slot", "job\x00slot01", "\x00slot99"} {
+		if err := checkName(name); err == nil {
+			t.Errorf("checkName(%q): got nil, want an error: the name is a semaphore's", name)
+		}
+	}
+}
+
+func TestCheckSlotArgs(t *testing.T) {
+	long := strings.Repeat("s", MaxSemaphoreNameLen)
+	for _, tc := range []struct {
+		name string
+		n    int
+		ttl  time.Duration
+		want string // in the error; "" for none
+	}{
+		{"jobs", 1, time.Second, ""},
+		{long, MaxSlots, MaxTTL, ""},
+		{"", 3, time.Second, "empty semaphore name"},
+		{long + "s", 3, time.Second, "248"},
+		{"x\x00slot", 3, time.Second, "mark"},
+		{"jobs", 0, time.Second, "at least 1 slot"},
+		{"jobs", -1, time.Second, "at least 1 slot"},
+		{"jobs", MaxSlots + 1, time.Second, "MaxSlots"},
+		{"jobs", 3, 0, "below the minimum"},
+		{"jobs", 3, MaxTTL + 1, "beyond the maximum"},
+	} {
+		err := checkSlotArgs(tc.name, tc.n, tc.ttl)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("checkSlotArgs(%d bytes, %d, %v): got %v, want nil", len(tc.name), tc.n, tc.ttl, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("checkSlotArgs(%d bytes, %d, %v): got %v, want an error saying %q", len(tc.name), tc.n, tc.ttl, err, tc.want)
+		}
+	}
+	if MaxSemaphoreNameLen+len(slotMark)+2 != MaxNameLen {
+		t.Errorf("a slot's name of the longest semaphore name: got %d bytes, want %d", MaxSemaphoreNameLen+len(slotMark)+2, MaxNameLen)
+	}
+}
+
+// The statement is queries.sql's with its slot row repeated, and the
+// arguments match its placeholders for every visit.
+func TestSlotSQL_args(t *testing.T) {
+	s := &slotCall{acquireCall: acquireCall{c: &Client{holderArg: "h"}, name: slotRows("jobs"), ttl: time.Second, token: "t"}, sem: "jobs", n: 3}
+	for _, v := range []int{1, 3, MaxSlots} {
+		text := slotSQL("`t1`", false, v)
+		if got, want := strings.Count(text, "?"), len(s.args(v)); got != want {
+			t.Errorf("v=%d: placeholders %d, args %d", v, got, want)
+		}
+		if got := strings.Count(text, "'L', IF(LAST_INSERT_ID()"); got != v {
+			t.Errorf("v=%d: slot rows: got %d", v, got)
+		}
+		if !strings.Contains(text, "`t1`") || strings.Contains(text, "`sqllock`") {
+			t.Errorf("v=%d: table not in place: %s", v, text)
+		}
+	}
+	if text := slotSQL("`t1`", true, 2); !strings.HasPrefix(text, queries["lock_wait_mariadb"]) {
+		t.Errorf("MariaDB's: got %.60q..., want the lock wait bound first", text)
+	}
+	if got := slotSQL("`t1`", false, 1); got != withTable(queries["slot_acquire"], "t1") {
+		t.Errorf("v=1: got a statement other than queries.sql's")
+	}
+}
+
+// Bad arguments are refused before anything is sent: the mock expects
+// nothing, and would fail on any statement.
+func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
+	e := newMockEnv(t)
+	for _, tc := range []struct {
+		name string
+		n    int
+		ttl  time.Duration
+	}{
+		{"", 2, time.Second}, {strings.Repeat("x", MaxSemaphoreNameLen+1), 2, time.Second},
+		{"jobs", 0, time.Second}, {"jobs", MaxSlots + 1, time.Second}, {"jobs", 2, 0}, {"jobs", 2, -time.Second},
+		{"jobs\x00slot", 2, time.Second},
+	} {
+		if _, err := e.c.TryAcquireSlot(t.Context(), tc.name, tc.n, tc.ttl); err == nil {
+			t.Errorf("TryAcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
+		}
+		if _, err := e.c.AcquireSlot(t.Context(), tc.name, tc.n, tc.ttl); err == nil {
+			t.Errorf("AcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
+		}
+	}
+	if _, err := e.c.InspectSlots(t.Context(), ""); err == nil {
+		t.Errorf("InspectSlots(\"\"): got nil, want an error")
+	}
+	e.assertNothingPrepared()
+	e.done()
+}
+
+// On TiDB, and through Vitess, whose LAST_INSERT_ID() does not carry a value
+// between rows, a slot is refused with an error naming the server, after
+// the first-use check and before any slot statement.
+func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		read    int
+		want    string
+	}{{"8.0.11-TiDB-v8.4.0", 5, "TiDB"}, {"9.7.4-2", 4, "Vitess"}} {
+		e := newMockEnv(t)
+		e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().WillReturnRows(firstUseRows(1, tc.version, e.table))
+		expectCarries(e.mock, tc.read)
+		e.checked = true
+		e.tidb, e.vitess = tc.want == "TiDB", tc.want == "Vitess"
+		e.expectProof()
+		e.mock.ExpectPrepare(e.sql("tidb_release"))
+		_, err := e.c.TryAcquireSlot(t.Context(), "jobs", 2, time.Second)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not available") {
+			t.Errorf("%s: got %v, want an error naming %s", tc.version, err, tc.want)
+		}
+		e.done()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Counting semaphores on a real server
+
+// mustSlot takes a slot or fails the test.
+func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *Lock {
+	t.Helper()
+	l, err := c.TryAcquireSlot(testCtx(t), name, n, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquireSlot(%q, %d): got %v, want nil", name, n, err)
+	}
+	return l
+}
+
+// n holders at most: the slots fill in order, each with a fence above the
+// last; the n+1st is refused; a released slot and an expired one are taken
+// again; the slot Locks renew, check and release as any Lock; List and
+// InspectSlots show them.
+func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess: TestTryAcquireSlot_oneRowServers")
+		}
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		var locks []*Lock
+		var last uint64
+		for i := 1; i <= 3; i++ {
+			c := e.client(t, e.openDB(t), table, WithHolder("h"+string(rune('0'+i))))
+			l := mustSlot(t, c, "jobs", 3, time.Minute)
+			if l.Slot() != i || l.Name() != "jobs" {
+				t.Fatalf("slot %d: got %q slot %d", i, l.Name(), l.Slot())
+			}
+			if l.Fence() <= last {
+				t.Fatalf("fence: got %d, want above %d", l.Fence(), last)
+			}
+			last = l.Fence()
+			locks = append(locks, l)
+		}
+		other := e.client(t, e.db, table, WithHolder("other"))
+		if _, err := other.TryAcquireSlot(ctx, "jobs", 3, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
+			t.Fatalf("fourth: got %v, want ErrNotAcquired", err)
+		}
+		// A lock and a semaphore of one name are two things.
+		mustAcquire(t, other, "jobs", time.Minute).Release(ctx)
+
+		info, err := other.InspectSlots(ctx, "jobs")
+		if err != nil || info.N != 3 || info.Fence != last || len(info.Held) != 3 || info.Held[1].Slot != 2 || info.Held[1].Holder != "h2" {
+			t.Fatalf("InspectSlots: got %+v, %v", info, err)
+		}
+		list, err := other.List(ctx)
+		if err != nil || len(list) != 3 || list[2].Name != "jobs" || list[2].Slot != 3 {
+			t.Fatalf("List: got %+v, %v", list, err)
+		}
+
+		if err := locks[1].Refresh(ctx, 50*time.Millisecond); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		tx, err := e.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := locks[0].Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		_ = tx.Rollback()
+		if err := locks[0].Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		l := mustSlot(t, other, "jobs", 3, time.Minute)
+		if l.Slot() != 1 || l.Fence() <= last {
+			t.Fatalf("after a release: got slot %d fence %d, want slot 1 above %d", l.Slot(), l.Fence(), last)
+		}
+		last = l.Fence()
+		time.Sleep(100 * time.Millisecond) // slot 2's lease lapses
+		l2 := mustSlot(t, other, "jobs", 3, time.Minute)
+		if l2.Slot() != 2 || l2.Fence() <= last {
+			t.Fatalf("after a lapse: got slot %d fence %d, want slot 2 above %d", l2.Slot(), l2.Fence(), last)
+		}
+		if err := locks[1].Refresh(ctx, time.Minute); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh of the lapsed slot: got %v, want ErrNotHeld", err)
+		}
+	})
+}
+
+// A call with another n is refused while a slot is held, and resizes the
+// semaphore when none is, up or down.
+func TestTryAcquireSlot_otherN(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		l := mustSlot(t, c, "pool", 3, time.Minute)
+		for _, n := range []int{1, 2, 4, 64} {
+			_, err := c.TryAcquireSlot(ctx, "pool", n, time.Minute)
+			if !errors.Is(err, ErrSlotCount) || !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "has 3 slots") {
+				t.Fatalf("n=%d while one of 3 is held: got %v, want ErrSlotCount", n, err)
+			}
+		}
+		if _, err := c.AcquireSlot(ctx, "pool", 2, time.Minute); !errors.Is(err, ErrSlotCount) {
+			t.Fatalf("AcquireSlot with n=2: got %v, want ErrSlotCount at once", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{5, 2, 1} {
+			l := mustSlot(t, c, "pool", n, time.Minute)
+			info, err := c.InspectSlots(ctx, "pool")
+			if err != nil || info.N != n || len(info.Held) != 1 {
+				t.Fatalf("resized to %d: got %+v, %v", n, info, err)
+			}
+			if n == 1 {
+				if _, err := c.TryAcquireSlot(ctx, "pool", 1, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
+					t.Fatalf("second of 1: got %v, want ErrNotAcquired", err)
+				}
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A statement sent again with the same token (an exec retry after a lost
+// reply) holds one slot, not two: it takes its own slot again, or an
+// earlier free one and frees its own.
+func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		other := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+		first := mustSlot(t, other, "r", 3, time.Minute)
+		s, err := c.newSlotCall("r", 3, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l1, err := s.attempt(ctx)
+		if err != nil || l1.Slot() != 2 {
+			t.Fatalf("first send: got %v, %v, want slot 2", l1, err)
+		}
+		l2, err := s.attempt(ctx) // the same token again
+		if err != nil || l2.Slot() != 2 || l2.Fence() <= l1.Fence() {
+			t.Fatalf("same token again: got %v, %v, want slot 2 with a higher fence", l2, err)
+		}
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l3, err := s.attempt(ctx)
+		if err != nil || l3.Slot() != 1 {
+			t.Fatalf("same token, slot 1 free: got %v, %v, want slot 1", l3, err)
+		}
+		var n int
+		if err := e.db.QueryRow("SELECT COUNT(*) FROM `"+table+"` WHERE kind = 'L' AND owner = ?", s.token).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("rows of the token: got %d, %v, want 1", n, err)
+		}
+		info, err := c.InspectSlots(ctx, "r")
+		if err != nil || len(info.Held) != 1 || info.Held[0].Slot != 1 {
+			t.Fatalf("InspectSlots: got %+v, %v, want slot 1 held alone", info, err)
+		}
+	})
+}
+
+// Many processes race for 3 slots: never more than 3 hold one at once, no
+// two hold one slot, and the fences they get are all different.
+func TestTryAcquireSlot_race(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		const n, workers, rounds = 3, 6, 15
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		var (
+			live    atomic.Int32
+			mu      sync.Mutex
+			bySlot  = map[int]bool{}
+			fences  = map[uint64]bool{}
+			wg      sync.WaitGroup
+			taken   atomic.Int32
+			errOnce sync.Once
+			failed  error
+		)
+		fail := func(err error) { errOnce.Do(func() { failed = err }) }
+		for w := 0; w < workers; w++ {
+			c := e.client(t, e.openDB(t), table)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for r := 0; r < rounds; r++ {
+					l, err := c.TryAcquireSlot(ctx, "race", n, time.Minute)
+					if errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrSlotCount) {
+						continue
+					}
+					if err != nil {
+						fail(err)
+						return
+					}
+					taken.Add(1)
+					if live.Add(1) > n {
+						fail(errors.New("more than n holders"))
+					}
+					mu.Lock()
+					if bySlot[l.Slot()] || fences[l.Fence()] {
+						fail(errors.New("a slot or a fence given twice"))
+					}
+					bySlot[l.Slot()], fences[l.Fence()] = true, true
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					bySlot[l.Slot()] = false
+					mu.Unlock()
+					live.Add(-1)
+					if err := l.Release(ctx); err != nil {
+						fail(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if failed != nil {
+			t.Fatal(failed)
+		}
+		if taken.Load() < n {
+			t.Fatalf("slots taken: got %d, want at least %d", taken.Load(), n)
+		}
+	})
+}
+
+// isSlotAcquire and isSlotRelease tell the semaphore's statements apart.
+func isSlotAcquire(q string) bool { return strings.Contains(q, "RIGHT(name, 2)") }
+func isSlotRelease(q string) bool {
+	return strings.HasPrefix(q, "DELETE") && strings.Contains(q, "name > ?")
+}
+
+// A slot acquire whose every reply is lost may have taken a slot under a
+// token nobody holds: the call deletes it at once, and the slot is free.
+func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		le := newLateEnv(t, e)
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) {
+				return lose
+			}
+			return pass
+		})
+		_, err := le.c.TryAcquireSlot(testCtx(t), "lost", 1, time.Minute)
+		if err == nil {
+			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
+		}
+		if _, err := le.witness.TryAcquireSlot(testCtx(t), "lost", 1, time.Minute); err != nil {
+			t.Fatalf("the witness: got %v, want the slot: the lost acquire's slot was deleted", err)
+		}
+		if got := le.c.orphans.remembered(slotRows("lost")); got != 0 {
+			t.Errorf("tokens remembered: got %d, want 0 (the DELETE settled it)", got)
+		}
+	})
+}
+
+// When the DELETE after the lost reply is lost too, the Client remembers the
+// token and deletes its slot before its next acquire of the semaphore, or at
+// Close: nothing stays held by a token nobody has.
+func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
+	for _, byClose := range []bool{false, true} {
+		eachServerEnv(t, func(t *testing.T, e *testEnv) {
+			if e.oneRow() {
+				t.Skip("no semaphores on TiDB and Vitess")
+			}
+			le := newLateEnv(t, e)
+			ctx := testCtx(t)
+			// The acquire's replies are lost; its DELETE is held back, as
+			// if it ran late, and never arrives.
+			le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+				switch {
+				case isSlotAcquire(q):
+					return lose
+				case isSlotRelease(q):
+					return hold
+				}
+				return pass
+			})
+			if _, err := le.c.TryAcquireSlot(ctx, "orph", 1, time.Minute); err == nil {
+				t.Fatal("got nil, want an error")
+			}
+			if got := le.c.orphans.remembered(slotRows("orph")); got != 1 {
+				t.Fatalf("tokens remembered: got %d, want 1", got)
+			}
+			if _, err := le.witness.TryAcquireSlot(ctx, "orph", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("witness while the orphan holds the slot: got %v, want ErrNotAcquired", err)
+			}
+			le.lc.setDecide(nil)
+			le.lc.mu.Lock()
+			le.lc.held = nil // the late DELETE never arrives
+			le.lc.mu.Unlock()
+			if byClose {
+				if err := le.c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				if _, err := le.witness.TryAcquireSlot(ctx, "orph", 1, time.Minute); err != nil {
+					t.Fatalf("witness after Close: got %v, want the slot", err)
+				}
+				return
+			}
+			l, err := le.c.TryAcquireSlot(ctx, "orph", 1, time.Minute)
+			if err != nil || l.Slot() != 1 {
+				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
+			}
+			if got := le.c.orphans.remembered(slotRows("orph")); got != 0 {
+				t.Errorf("tokens remembered after: got %d, want 0", got)
+			}
+		})
+	}
+}
+
+// A slot acquire cut by its context while it waits for a row lock is
+// settled as a lost reply is: when it runs late, the slot it takes goes
+// before the Client's next acquire of the semaphore.
+func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		c := e.newClient(t, WithRetry(LinearBackoff(5*time.Millisecond)))
+		other := e.client(t, e.openDB(t), strings.Trim(c.table, "`"))
+		l := mustSlot(t, other, "wait", 1, time.Minute)
+		ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+		defer cancel()
+		_, err := c.AcquireSlot(ctx, "wait", 1, time.Minute)
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("AcquireSlot until ctx ends: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			_ = l.Release(context.Background())
+		}()
+		got, err := c.AcquireSlot(testCtx(t), "wait", 1, time.Minute)
+		if err != nil || got.Slot() != 1 {
+			t.Fatalf("AcquireSlot after the release: got %v, %v", got, err)
+		}
+	})
+}
