@@ -527,3 +527,31 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 		}
 	})
 }
+
+// DoSlot runs fn under a kept-alive slot and gives the slot back; TryDoSlot
+// refuses at once when all are held.
+func TestDoSlot(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		err := c.DoSlot(ctx, "do", 1, time.Second, func(ctx context.Context, l *Lock) error {
+			if l.Slot() != 1 || l.Fence() == 0 {
+				t.Errorf("fn's Lock: got slot %d fence %d", l.Slot(), l.Fence())
+			}
+			if err := c.TryDoSlot(ctx, "do", 1, time.Second, func(context.Context, *Lock) error { return nil }); !errors.Is(err, ErrNotAcquired) {
+				t.Errorf("TryDoSlot while the one slot is held: got %v, want ErrNotAcquired", err)
+			}
+			time.Sleep(1500 * time.Millisecond) // past the ttl: the keep-alive renews
+			return ctx.Err()
+		})
+		if err != nil {
+			t.Fatalf("DoSlot: got %v, want nil", err)
+		}
+		if info, err := c.InspectSlots(ctx, "do"); err != nil || len(info.Held) != 0 {
+			t.Fatalf("after DoSlot: got %+v, %v, want no slot held", info, err)
+		}
+	})
+}
