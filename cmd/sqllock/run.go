@@ -32,6 +32,8 @@ type runConfig struct {
 	conflictCode int
 	verbose      bool
 	metrics      string // --metrics: where to serve the Client's metrics
+	slots        int    // -n: run under one of the semaphore NAME's slots (run_slots.go)
+	slot         *sqllock.Lock
 	name         string
 	argv         []string
 	start        time.Time // when the wait for the lease began
@@ -54,6 +56,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "SIGKILL the command's process group `DURATION` after SIGTERM (on a lost lease, and for what the command leaves running); kill-grace + ttl/10 must stay under ttl/2")
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
 	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
+	c.registerSlots(fs)
 	fs.StringVar(&c.metrics, "metrics", "", "serve the lock's metrics at http://`ADDR`/metrics, in Prometheus's text format, while the command runs (host:port)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]")
@@ -84,6 +87,8 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	case c.margin() >= c.ttl/2:
 		return bad("--kill-grace %v does not fit in a %v lease: the command is stopped %v before the lease could expire, which must stay under half the ttl (%v); raise --ttl or lower --kill-grace",
 			c.killGrace, c.ttl, c.margin(), c.ttl/2)
+	case c.slots < 0 || c.slots > sqllock.MaxSlots:
+		return bad("-n %d is outside 1..%d (0: a lock, not a semaphore)", c.slots, sqllock.MaxSlots)
 	case c.conflictCode < 0 || c.conflictCode > 255:
 		return bad("--conflict-exit-code %d is outside 0..255", c.conflictCode)
 	}
@@ -221,8 +226,13 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if c.wait > 0 {
 		retry.deadline = c.start.Add(c.wait)
 		verbose("waiting up to %v for %s", c.wait, c.name)
+	}
+	switch {
+	case c.slots > 0:
+		err = c.doSlot(ctx, client, fn, opts)
+	case c.wait > 0:
 		err = client.Do(ctx, c.name, c.ttl, fn, opts...)
-	} else {
+	default:
 		err = client.TryDo(ctx, c.name, c.ttl, fn, opts...)
 	}
 	bound.Stop()
@@ -274,6 +284,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
 	ctx, cancel := context.WithDeadline(context.Background(), c.start.Add(c.startBound()))
 	defer cancel()
+	if c.slots > 0 {
+		return c.slotsHeld(ctx, client, waited)
+	}
 	info, ierr := client.Inspect(ctx, c.name)
 	msg := c.name + " is held"
 	if ierr == nil && info.Held {
@@ -294,7 +307,7 @@ func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
 func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *session, path string, verbose func(string, ...any)) outcome {
 	acquired := time.Now()
 	// The fence row is ours to read while we hold the lease.
-	info, err := client.Inspect(lctx, c.name)
+	info, err := c.leaseInfo(lctx, client)
 	if err != nil {
 		return outcome{ownErr: err}
 	}
@@ -304,6 +317,7 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		"SQLLOCK_NAME="+c.name,
 		"SQLLOCK_FENCE="+strconv.FormatUint(info.Fence, 10),
 		"SQLLOCK_HOLDER="+info.Holder)
+	child.Env = append(child.Env, c.slotEnv()...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.SysProcAttr = childAttr()
 	started, err := s.start(child)
