@@ -710,3 +710,36 @@ func BenchmarkObserver(b *testing.B) {
 	b.Run("empty", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(Observer{}))) })
 	b.Run("noop", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(noop))) })
 }
+
+// BenchmarkSlots is one uncontended TryAcquireSlot and Release beside
+// BenchmarkPair's TryAcquire and Release, in one run: a slot costs one
+// statement whose rows grow with n (the fence row twice and every slot row),
+// with n-1 slots held by others or none.
+func BenchmarkSlots(b *testing.B) {
+	e := benchEnv(b)
+	b.Run("TryAcquire", func(b *testing.B) { benchWarmPair(b, e.newClient(b)) })
+	for _, tc := range []struct{ n, held int }{{1, 0}, {8, 0}, {8, 7}, {64, 63}} {
+		b.Run(fmt.Sprintf("TryAcquireSlot/n=%d/held=%d", tc.n, tc.held), func(b *testing.B) {
+			c := e.newClient(b)
+			ctx := context.Background()
+			other := e.client(b, e.db, trimTable(c.table))
+			for range tc.held {
+				if _, err := other.TryAcquireSlot(ctx, "bench", tc.n, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.TryAcquireSlot(ctx, "bench", tc.n, benchTTL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func trimTable(quoted string) string { return quoted[1 : len(quoted)-1] }
