@@ -81,6 +81,7 @@ type config struct {
 	child  int
 	stopAt int64 // unix ms
 	broken bool  // -selftest-broken: children ignore refusals, to test the checker
+	slots  int   // -slots N: the semaphore mode (slots.go)
 }
 
 func main() {
@@ -92,6 +93,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return 2
+	}
+	if cfg.slots > 0 {
+		return runSlots(ctx, cfg, stdout, stderr)
 	}
 	if cfg.child >= 0 {
 		if err := runChild(ctx, cfg, stdout); err != nil {
@@ -149,6 +153,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
 	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
+	fs.IntVar(&cfg.slots, "slots", 0, "semaphore mode: -names counting semaphores of `N` slots, taken with TryAcquireSlot by -procs Clients in this process (slots.go)")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
 	fs.BoolVar(&cfg.broken, "selftest-broken", false, "internal: children work on names they were refused, to show the checker catches it")
