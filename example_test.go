@@ -221,3 +221,21 @@ func ExampleWithWakeups() {
 		}
 	}
 }
+
+// At most three replicas run the export at once: each takes one of the
+// name's three slots, or hears that all are held.
+func ExampleClient_TryAcquireSlot() {
+	db, _ := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
+	locks, _ := sqllock.New(db)
+	ctx := context.Background()
+	lock, err := locks.TryAcquireSlot(ctx, "export", 3, time.Minute)
+	if errors.Is(err, sqllock.ErrNotAcquired) {
+		fmt.Println("three exports run already")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	fmt.Printf("slot %d of %s, fence %d\n", lock.Slot(), lock.Name(), lock.Fence())
+}
