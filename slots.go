@@ -357,17 +357,82 @@ func slotSQL(table string, mariadb bool, v int) string {
 	return text
 }
 
-// execSlot sends a statement by its text, as exec sends a prepared one: again
-// while the server rolls it back or the connection breaks before the reply.
-// maybeApplied reports whether an attempt that failed may have committed.
+// slotStmts holds a Client's slot_acquire statements, prepared once per
+// number of slot rows visited (at most MaxSlots of them), until Close.
+type slotStmts struct {
+	mu     sync.Mutex
+	byText map[string]*sql.Stmt
+	closed bool
+}
+
+// stmt returns the statement of text, preparing it on first use.
+func (s *slotStmts) stmt(ctx context.Context, db *sql.DB, text string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	st, closed := s.byText[text], s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if st != nil {
+		return st, nil
+	}
+	err := retryTransient(ctx, func() (err error) {
+		st, err = db.PrepareContext(ctx, text)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev := s.byText[text]; prev != nil || s.closed {
+		_ = st.Close() // another call prepared it first, or Close came
+		if s.closed {
+			return nil, ErrClosed
+		}
+		return prev, nil
+	}
+	if s.byText == nil {
+		s.byText = make(map[string]*sql.Stmt)
+	}
+	s.byText[text] = st
+	return st, nil
+}
+
+// close closes the statements, for Client.Close, once its leases are
+// released; a statement prepared later is closed at once.
+func (s *slotStmts) close() {
+	s.mu.Lock()
+	stmts := s.byText
+	s.byText, s.closed = nil, true
+	s.mu.Unlock()
+	for _, st := range stmts {
+		_ = st.Close()
+	}
+}
+
+func (s *slotStmts) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// execSlot sends slot_acquire's text, prepared once, as exec sends a
+// statement: again while the server rolls it back or the connection breaks
+// before the reply. maybeApplied reports whether an attempt that failed may
+// have committed.
 func (c *Client) execSlot(ctx context.Context, text string, args []any) (res sql.Result, maybeApplied bool, err error) {
 	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	st, err := c.slots.stmt(ctx, c.db, text)
+	if err != nil {
 		return nil, false, err
 	}
 	var rowBusy bool
 	err = retry(ctx, time.Time{}, func() error {
 		var err error
-		if res, err = c.db.ExecContext(ctx, text, args...); err == nil {
+		if res, err = st.ExecContext(ctx, args...); err == nil {
 			return nil
 		}
 		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout {
@@ -381,6 +446,9 @@ func (c *Client) execSlot(ctx context.Context, text string, args []any) (res sql
 			if ctx.Err() != nil {
 				maybeApplied = true
 			}
+		}
+		if c.slots.isClosed() {
+			return ErrClosed // "sql: statement is closed"
 		}
 		return err
 	})
@@ -420,65 +488,4 @@ func (c *Client) deleteSlotOrphan(ctx context.Context, p string, x orphan) bool 
 func (l *Lock) Slot() int {
 	_, slot := splitSlotName(l.name)
 	return slot
-}
-
-// SlotsInfo describes a counting semaphore as the server sees it.
-type SlotsInfo struct {
-	Name string
-	// N is the number of slots the semaphore has; 0 when it was never
-	// taken.
-	N int
-	// Fence is the last fencing token issued for any of its slots.
-	Fence uint64
-	// Held lists the slots held now, in slot order, each with its Slot,
-	// Holder and TTL (Fence is the semaphore's).
-	Held []Info
-}
-
-// InspectSlots reads the semaphore name in one statement: its number of
-// slots, its fence and the slots held now. A semaphore never taken comes back
-// with N 0 and no error. ([Client.Inspect] reads a lock: a semaphore and a
-// lock of the same name are two things.)
-func (c *Client) InspectSlots(ctx context.Context, name string) (SlotsInfo, error) {
-	if err := checkSlotArgs(name, 1, MinTTL); err != nil {
-		return SlotsInfo{}, err
-	}
-	op := fmt.Sprintf("inspect the slots of %q", name)
-	if _, err := c.slotsServer(ctx); err != nil {
-		return SlotsInfo{}, c.serverError(op, err)
-	}
-	p := slotRows(name)
-	rows, err := c.db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, slotRowsEnd(name))
-	if err != nil {
-		return SlotsInfo{}, c.serverError(op, err)
-	}
-	defer rows.Close()
-	info := SlotsInfo{Name: name}
-	for rows.Next() {
-		var (
-			rowName, kind, text string
-			fence               uint64
-			held                bool
-			us                  sql.NullInt64
-		)
-		if err := rows.Scan(&rowName, &kind, &text, &fence, &held, &us); err != nil {
-			return SlotsInfo{}, c.serverError(op, err)
-		}
-		sem, slot := splitSlotName(rowName)
-		switch {
-		case kind == "F" && rowName == p:
-			info.N, _ = strconv.Atoi(text)
-			info.Fence = fence
-		case kind == "L" && sem == name && slot > 0 && held:
-			info.Held = append(info.Held, Info{Name: name, Slot: slot, Holder: text, Held: true,
-				TTL: time.Duration(us.Int64) * time.Microsecond})
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return SlotsInfo{}, c.serverError(op, err)
-	}
-	for i := range info.Held {
-		info.Held[i].Fence = info.Fence
-	}
-	return info, nil
 }

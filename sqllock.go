@@ -72,8 +72,9 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
-	held    held    // the Locks to release on Close; held.go
-	orphans orphans // tokens of acquires whose outcome stays unknown; orphans.go
+	held    held      // the Locks to release on Close; held.go
+	slots   slotStmts // slot_acquire prepared per number of slot rows; slots.go
+	orphans orphans   // tokens of acquires whose outcome stays unknown; orphans.go
 }
 
 // An Option configures a Client in [New].
@@ -242,6 +243,7 @@ func (c *Client) Close() error {
 	c.closed = true // a prepare that ends from now on closes its statement
 	c.mu.Unlock()
 	c.closeStmts(ctx)
+	c.slots.close()
 	c.closeErr = err
 	close(c.closeDone)
 	return err

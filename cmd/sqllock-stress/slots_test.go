@@ -40,7 +40,7 @@ func TestCheckSlots(t *testing.T) {
 		t.Errorf("a good run: got %v", v)
 	}
 	for name, bad := range map[string][]slotSection{
-		"three at once": {{"s", 1, 10, at(0), at(10)}, {"s", 2, 11, at(1), at(10)}, {"s", 3, 12, at(2), at(10)}},
+		"three at once":  {{"s", 1, 10, at(0), at(10)}, {"s", 2, 11, at(1), at(10)}, {"s", 3, 12, at(2), at(10)}},
 		"one slot twice": {{"s", 1, 10, at(0), at(10)}, {"s", 1, 11, at(5), at(15)}},
 		"fence twice":    {{"s", 1, 10, at(0), at(10)}, {"s", 2, 10, at(20), at(30)}},
 		"fence back":     {{"s", 1, 10, at(0), at(10)}, {"s", 2, 9, at(20), at(30)}},
