@@ -555,3 +555,51 @@ func TestDoSlot(t *testing.T) {
 		}
 	})
 }
+
+// A slot taken by a statement sent again after a lost reply may be taken
+// again by that first send running late, once the Lock is released: the
+// release hands the token to the orphan list, under the semaphore, so the
+// Client's next acquire of any of its slots deletes what it took
+// (acquire.go, rule 3).
+func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		sends := 0
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) {
+				if sends++; sends == 1 {
+					return lose
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquireSlot(ctx, "twice", 2, time.Minute)
+		if err != nil || l.Slot() != 1 {
+			t.Fatalf("got %v, %v, want slot 1", l, err)
+		}
+		if sends != 2 {
+			t.Fatalf("sends: got %d, want 2", sends)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := le.c.orphans.remembered(slotRows("twice")); got != 1 {
+			t.Fatalf("tokens remembered after the release: got %d, want 1", got)
+		}
+		// The first send runs late now, and takes slot 1 under the token.
+		if _, err := le.straight.Exec(slotSQL("`"+le.table+"`", false, 2), func() []any {
+			s := &slotCall{acquireCall: acquireCall{c: le.c, name: slotRows("twice"), ttl: time.Minute, token: l.Token()}, sem: "twice", n: 2}
+			return s.args(2)
+		}()...); err != nil {
+			t.Fatal(err)
+		}
+		l2, err := le.c.TryAcquireSlot(ctx, "twice", 1, time.Minute)
+		if err != nil || l2.Slot() != 1 {
+			t.Fatalf("next acquire, as a semaphore of 1: got %v, %v, want slot 1: the late slot deleted first", l2, err)
+		}
+	})
+}
