@@ -603,3 +603,72 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 		}
 	})
 }
+
+// slot_acquire and slot_release are safe for statement-based replication
+// (no Note 1592 under binlog_format=STATEMENT), and raise no warning at all:
+// no truncating cast, no deprecated syntax.
+func TestSlotQueries_statementBinlogSafe(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.oneRow() {
+			t.Skip("no semaphores on TiDB and Vitess")
+		}
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		mustSlot(t, c, "warm", 1, time.Second) // the first use
+		conn, err := e.db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		var logBin bool
+		if err := conn.QueryRowContext(ctx, "SELECT @@log_bin").Scan(&logBin); err != nil {
+			t.Fatal(err)
+		}
+		if logBin {
+			if _, err := conn.ExecContext(ctx, "SET SESSION binlog_format = 'STATEMENT'"); err != nil {
+				t.Fatalf("binlog_format: %v", err)
+			}
+			defer conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION binlog_format = DEFAULT")
+		}
+		call := func(n int) *slotCall {
+			s, err := c.newSlotCall("b", n, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		three, two := call(3), call(2)
+		for _, s := range []struct {
+			what string
+			text string
+			args []any
+		}{
+			{"take", slotSQL(c.table, false, 3), three.args(3)},
+			{"take again, the same token", slotSQL(c.table, false, 3), three.args(3)},
+			{"another n, refused", slotSQL(c.table, false, 2), two.args(2)},
+			{"release", c.substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
+			{"another n, resized", slotSQL(c.table, false, 3), two.args(3)}, // the wider visit of a smaller n
+		} {
+			if _, err := conn.ExecContext(ctx, s.text, s.args...); err != nil {
+				t.Fatalf("%s: %v", s.what, err)
+			}
+			rows, err := conn.QueryContext(ctx, "SHOW WARNINGS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var level, msg string
+				var code int
+				if err := rows.Scan(&level, &code, &msg); err != nil {
+					t.Fatal(err)
+				}
+				t.Errorf("%s: got %s %d (%s), want no warning", s.what, level, code, msg)
+			}
+			rows.Close()
+		}
+		info, err := c.InspectSlots(ctx, "b")
+		if err != nil || info.N != 2 {
+			t.Fatalf("after the resize: got %+v, %v, want 2 slots", info, err)
+		}
+	})
+}
