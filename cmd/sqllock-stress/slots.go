@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	mrand "math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,12 @@ func runSlots(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprint(stdout, sum)
+	if cfg.record != "" {
+		if err := os.WriteFile(cfg.record, []byte(sum), 0o644); err != nil {
+			fmt.Fprintf(stderr, "sqllock-stress: %v\n", err)
+			return 1
+		}
+	}
 	if !pass {
 		return 1
 	}
