@@ -452,21 +452,23 @@ ON DUPLICATE KEY UPDATE
 -- 2. Each slot row i: its VALUES part first turns mark 128 into 128 + i,
 --    taking the slot tentatively, so a new row (the insert) is written
 --    taken, with token, holder and expiry. Found (the update), the slot's
---    number is read back from its name (its last two bytes, digits): mark 128 + i
---    then came from this row's VALUES, and the slot is taken if it is free
+--    number is read back from its name (its last two bytes, digits): mark
+--    128 + i then came from this row's VALUES, and the slot is taken if it is free
 --    (owner '' or expired by the server's clock) or already ours (a retry
 --    after an unknown outcome), else the mark falls back to 128. A slot
 --    before it taken (128 + j, j < i) leaves it alone, unless it is ours:
 --    then it is made free, so a retry that finds an earlier slot free holds
---    one slot, not two. In check mode a live slot (ours counts) turns 256
---    into 384; a new slot row is inserted free.
+--    one slot, not two. A slot taken again that was ours keeps its
+--    acquired_at, which release_at_least counts from. In check mode a live
+--    slot (ours counts) turns 256 into 384; a new slot row is inserted free.
 -- 3. The fence row again (the same key: the update meets the row as step 1
 --    left it). Its VALUES part adds 65536 to the mark, which tells the update
 --    this is the second visit. A slot taken: the fence becomes the greater
 --    of its old value plus one and the server's clock in µs (as acquire's),
 --    read under the row lock, so fences follow the order in which
 --    acquisitions commit across all slots; the insert id carries it times
---    128 plus the slot. Check with no slot live: owner records n (the
+--    128 plus the slot, which fits in 64 bits until the clock passes 2^57
+--    µs (the year 6500). Check with no slot live: owner records n (the
 --    semaphore is resized), insert id 1. Otherwise the insert id says why
 --    nothing was taken, and nothing changes.
 -- Every row goes through the one ON DUPLICATE KEY UPDATE. Its first
@@ -477,8 +479,10 @@ ON DUPLICATE KEY UPDATE
 -- row's fence column stays 0, as a lease row's does. CASTs of the name's
 -- last two bytes run only on slot rows (inside IF(kind = 'L', ..)), and of
 -- owner only on the fence row (kind 'F'), where they are digits: a strict
--- sql_mode would fail the statement on a cast that truncates. Unsigned subtractions are taken only where the mark
--- is at least what they subtract.
+-- sql_mode would fail the statement on a cast that truncates. Unsigned
+-- subtractions are taken only where the mark is at least what they
+-- subtract. The primary key is the only unique key, so the statement is
+-- safe for statement-based replication, as acquire is.
 INSERT INTO `sqllock` (fence, name, kind, owner, holder, acquired_at, expires_at)
 VALUES
   (LAST_INSERT_ID(?) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
