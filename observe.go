@@ -286,7 +286,7 @@ func (l *Lock) holdStarted() {
 	}
 	l.heldSince = time.Since(monoBase)
 	if o.HoldStart != nil {
-		observed(l.c, o.HoldStart, HoldEvent{Name: l.name, Fence: l.fence, TTL: l.ttl})
+		observed(l.c, o.HoldStart, HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl})
 	}
 }
 
@@ -302,7 +302,7 @@ func (l *Lock) holdEnded(end HoldEnd, err error) {
 	}
 	l.endObserved = true
 	l.mu.Unlock()
-	ev := HoldEvent{Name: l.name, Fence: l.fence, TTL: l.ttl, End: end, Err: err,
+	ev := HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl, End: end, Err: err,
 		Held: time.Since(monoBase) - l.heldSince}
 	observed(l.c, l.c.obs.HoldEnd, ev)
 }
@@ -313,7 +313,7 @@ func (l *Lock) refreshed(sent, validUntil time.Time, lost bool, err error) {
 	if l.c.obs.Refreshed == nil {
 		return
 	}
-	ev := RefreshEvent{Name: l.name, Left: validUntil.Sub(sent), Took: time.Since(sent), Err: err}
+	ev := RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), Took: time.Since(sent), Err: err}
 	switch {
 	case lost:
 		ev.Outcome = OutcomeHeld
@@ -366,7 +366,7 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 		return
 	}
 	if o.Released != nil {
-		observed(l.c, o.Released, ReleaseEvent{Name: l.name, Took: time.Since(sent), Err: err})
+		observed(l.c, o.Released, ReleaseEvent{Name: l.Name(), Took: time.Since(sent), Err: err})
 	}
 	l.mu.Lock()
 	byClose := errors.Is(l.endCause, ErrClosed)
