@@ -158,6 +158,17 @@ func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Counting semaphores on a real server
 
+// slotServer skips t where there are no semaphores: TiDB and Vitess
+// (TestTryAcquireSlot_oneRowServers), and the fake, which does not run
+// their statements.
+func slotServer(t *testing.T, e *testEnv) {
+	t.Helper()
+	if e.oneRow() {
+		t.Skipf("%s: no semaphores on TiDB and Vitess", e.server.Label)
+	}
+	skipFakeFor(t, e, "the fake does not run the semaphores' statements")
+}
+
 // mustSlot takes a slot or fails the test.
 func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *Lock {
 	t.Helper()
@@ -174,9 +185,7 @@ func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *L
 // InspectSlots show them.
 func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess: TestTryAcquireSlot_oneRowServers")
-		}
+		slotServer(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		var locks []*Lock
@@ -243,9 +252,7 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 // semaphore when none is, up or down.
 func TestTryAcquireSlot_otherN(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		l := mustSlot(t, c, "pool", 3, time.Minute)
@@ -284,9 +291,7 @@ func TestTryAcquireSlot_otherN(t *testing.T) {
 // earlier free one and frees its own.
 func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		table := e.newTable(t)
 		c := e.client(t, e.db, table)
 		other := e.client(t, e.openDB(t), table)
@@ -326,9 +331,7 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 // two hold one slot, and the fences they get are all different.
 func TestTryAcquireSlot_race(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		const n, workers, rounds = 3, 6, 15
 		table := e.newTable(t)
 		ctx := testCtx(t)
@@ -399,9 +402,7 @@ func isSlotRelease(q string) bool {
 // token nobody holds: the call deletes it at once, and the slot is free.
 func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		le := newLateEnv(t, e)
 		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
 			if isSlotAcquire(q) {
@@ -428,9 +429,7 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 	for _, byClose := range []bool{false, true} {
 		eachServerEnv(t, func(t *testing.T, e *testEnv) {
-			if e.oneRow() {
-				t.Skip("no semaphores on TiDB and Vitess")
-			}
+			slotServer(t, e)
 			le := newLateEnv(t, e)
 			ctx := testCtx(t)
 			// The acquire's replies are lost; its DELETE is held back, as
@@ -482,9 +481,7 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 // before the Client's next acquire of the semaphore.
 func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		c := e.newClient(t, WithRetry(LinearBackoff(5*time.Millisecond)))
 		other := e.client(t, e.openDB(t), strings.Trim(c.table, "`"))
 		l := mustSlot(t, other, "wait", 1, time.Minute)
@@ -512,6 +509,7 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 		if !e.oneRow() {
 			t.Skipf("%s carries LAST_INSERT_ID() between rows: semaphores serve there", e.server.Label)
 		}
+		skipFakeFor(t, e, "the fake is no one-row server")
 		c := e.newClient(t)
 		_, err := c.TryAcquireSlot(testCtx(t), "jobs", 2, time.Minute)
 		want := "Vitess"
@@ -532,9 +530,7 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 // refuses at once when all are held.
 func TestDoSlot(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		err := c.DoSlot(ctx, "do", 1, time.Second, func(ctx context.Context, l *Lock) error {
@@ -563,9 +559,7 @@ func TestDoSlot(t *testing.T) {
 // (acquire.go, rule 3).
 func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		le := newLateEnv(t, e)
 		ctx := testCtx(t)
 		sends := 0
@@ -609,9 +603,7 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 // no truncating cast, no deprecated syntax.
 func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		if e.oneRow() {
-			t.Skip("no semaphores on TiDB and Vitess")
-		}
+		slotServer(t, e)
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		mustSlot(t, c, "warm", 1, time.Second) // the first use

@@ -402,3 +402,135 @@ ON DUPLICATE KEY UPDATE
   acquired_at = IF(`sqllock`.kind = 'L',
                    `sqllock`.acquired_at + INTERVAL IF(MICROSECOND(`sqllock`.acquired_at) % 2 = 0, 1, -1) MICROSECOND,
                    `sqllock`.acquired_at);
+
+-- Counting semaphores (slots.go). A semaphore of n slots on name keeps its
+-- rows under names derived from it with the mark M = 0x00 'slot', which no
+-- lock name may end with (nor with M and two digits; checkName refuses
+-- them), so they never meet a lock's rows:
+--   P = name M, kind 'F': its fence, increasing across all its slots, in
+--       fence; its slot count n, as decimal text, in owner (unused in a
+--       lock's fence row);
+--   P followed by two decimal digits, 01 to 64, kind 'L': slot i, an
+--       ordinary lease row, so refresh, release, release_at_least and check
+--       serve a slot's Lock unchanged. A slot not held is a row with owner ''
+--       and an expiry in the past, or no row.
+-- Every name of the semaphore lies in [P, Q), Q being P with its last byte
+-- one higher ('slou'); a lock whose name starts with P may lie there too,
+-- so a statement over the range either is guarded by a token only slots
+-- carry, or the Go side keeps just the semaphore's names.
+
+-- name: slot_acquire
+-- Args: mode, P, n; then for each slot row i = 1..v, i, P i, i, token, i,
+-- holder, i, ttl µs; then P; then token, n, mode, v, token, holder, token,
+-- ttl µs, token, token, token, n. n as text. mode is 128 when v = n, 256
+-- when v > n (the Go side widens the visit to check a smaller n; v < n
+-- never). The slot row (the second of VALUES) is written once here; the Go
+-- side repeats it for slots 1..v, v at most 64.
+-- Insert id: the fence times 128 plus the slot taken (1..64) when a slot was
+-- taken (the fence is above 2^32: it starts at the server's clock in µs);
+-- 0 when all n slots are held by others; 1 when the slot count was changed
+-- to n (every slot was free), and the Go side sends the statement again;
+-- 1000 + r when the semaphore has r slots, not n, and one is held; 2000 + r
+-- when it has r > v slots, and the Go side sends the statement again with
+-- v = r, to see whether they are all free.
+--
+-- Rows are written in order, each under its row lock until commit, and
+-- every acquire of the semaphore writes the fence row first: so acquires of
+-- one semaphore take turns, and take their row locks in the same order
+-- (fence row, slots in order, fence row again), which cannot deadlock.
+-- Renewals and releases lock one slot row and nothing else.
+--
+-- A mark passes from row to row through LAST_INSERT_ID(), as in acquire:
+--   128 + x  take: x = 0 while no slot is taken, else the slot taken;
+--   256      check (another n was recorded): no slot seen live so far;
+--   384      check: some slot seen live;
+--   512 + r  refused: the semaphore has r slots, more than this visits.
+-- 1. The fence row, first visit. Inserted (a new semaphore): it records n,
+--    and the mark is mode. Found: the mark is mode when it records n, check
+--    when it records an r the visit covers (r <= v), else 512 + r. Nothing
+--    else changes; its fence is kept (LAST_INSERT_ID(..) * 0 + fence).
+-- 2. Each slot row i: its VALUES part first turns mark 128 into 128 + i,
+--    taking the slot tentatively, so a new row (the insert) is written
+--    taken, with token, holder and expiry. Found (the update), the slot's
+--    number is read back from its name (its last two bytes, digits): mark
+--    128 + i then came from this row's VALUES, and the slot is taken if it is free
+--    (owner '' or expired by the server's clock) or already ours (a retry
+--    after an unknown outcome), else the mark falls back to 128. A slot
+--    before it taken (128 + j, j < i) leaves it alone, unless it is ours:
+--    then it is made free, so a retry that finds an earlier slot free holds
+--    one slot, not two. A slot taken again that was ours keeps its
+--    acquired_at, which release_at_least counts from. In check mode a live
+--    slot (ours counts) turns 256 into 384; a new slot row is inserted free.
+-- 3. The fence row again (the same key: the update meets the row as step 1
+--    left it). Its VALUES part adds 65536 to the mark, which tells the update
+--    this is the second visit. A slot taken: the fence becomes the greater
+--    of its old value plus one and the server's clock in µs (as acquire's),
+--    read under the row lock, so fences follow the order in which
+--    acquisitions commit across all slots; the insert id carries it times
+--    128 plus the slot, which fits in 64 bits until the clock passes 2^57
+--    µs (the year 6500). Check with no slot live: owner records n (the
+--    semaphore is resized), insert id 1. Otherwise the insert id says why
+--    nothing was taken, and nothing changes.
+-- Every row goes through the one ON DUPLICATE KEY UPDATE. Its first
+-- assignment reads only the old row and sets the mark; the others read the
+-- mark, the name (never assigned) and owner, assigned last, so every
+-- assignment sees the old owner whether the server assigns left to right or
+-- every assignment against the old row (SIMULTANEOUS_ASSIGNMENT). A slot
+-- row's fence column stays 0, as a lease row's does. CASTs of the name's
+-- last two bytes run only on slot rows (inside IF(kind = 'L', ..)), and of
+-- owner only on the fence row (kind 'F'), where they are digits: a strict
+-- sql_mode would fail the statement on a cast that truncates. Unsigned
+-- subtractions are taken only where the mark is at least what they
+-- subtract. The primary key is the only unique key, so the statement is
+-- safe for statement-based replication, as acquire is.
+INSERT INTO `sqllock` (fence, name, kind, owner, holder, acquired_at, expires_at)
+VALUES
+  (LAST_INSERT_ID(?) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+  (LAST_INSERT_ID(IF(LAST_INSERT_ID() = 128, 128 + ?, LAST_INSERT_ID())) * 0, ?, 'L', IF(LAST_INSERT_ID() = 128 + ?, ?, ''), IF(LAST_INSERT_ID() = 128 + ?, ?, ''), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL IF(LAST_INSERT_ID() = 128 + ?, ?, 0) MICROSECOND),
+  (LAST_INSERT_ID(LAST_INSERT_ID() + 65536) * 0, ?, 'F', '', '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+  fence = IF(kind = 'L',
+             LAST_INSERT_ID(IF(LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED),
+                               IF(owner = '' OR owner = ? OR expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(), 128),
+                               IF(LAST_INSERT_ID() = 256 AND owner <> '' AND expires_at > UTC_TIMESTAMP(6), 384, LAST_INSERT_ID()))) * 0,
+          IF(LAST_INSERT_ID() < 65536,
+             LAST_INSERT_ID(IF(owner = ?, ?, IF(CAST(owner AS UNSIGNED) <= ?, 256, 512 + CAST(owner AS UNSIGNED)))) * 0 + fence,
+          IF(LAST_INSERT_ID() BETWEEN 65536 + 129 AND 65536 + 192,
+             LAST_INSERT_ID(GREATEST(fence + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) * 128
+                            + LAST_INSERT_ID() - 65536 - 128) DIV 128,
+             LAST_INSERT_ID(CASE LAST_INSERT_ID() - 65536
+                              WHEN 128 THEN 0
+                              WHEN 256 THEN 1
+                              WHEN 384 THEN 1000 + CAST(owner AS UNSIGNED)
+                              ELSE 2000 + LAST_INSERT_ID() - 65536 - 512 END) * 0 + fence))),
+  acquired_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE) AND owner <> ?,
+                   UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
+              IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
+                 '', holder)),
+  expires_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+                  IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
+                     UTC_TIMESTAMP(6), expires_at)),
+  owner = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
+             IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
+                '', IF(kind = 'F' AND LAST_INSERT_ID() = 1, ?, owner)));
+
+-- name: slot_release
+-- Args: P, Q, token. Deletes every slot row of the semaphore held by
+-- token, for an acquire whose outcome is unknown (the lease it may have
+-- taken could be on any slot): affected rows, with or without
+-- clientFoundRows, count the slots it held. The fence row (name P, kind 'F')
+-- is not a lease row.
+DELETE FROM `sqllock` WHERE name > ? AND name < ? AND kind = 'L' AND owner = ?;
+
+-- name: slot_list
+-- Args: P, Q. The semaphore's rows in name order: the fence row
+-- first (its owner is the slot count), then each slot row with its holder,
+-- whether it is held (an owner, and live by the server's clock) and the
+-- lease left.
+SELECT name, kind, IF(kind = 'F', owner, holder), fence,
+       owner <> '' AND expires_at > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+FROM `sqllock`
+WHERE name >= ? AND name < ?
+ORDER BY name, kind;
