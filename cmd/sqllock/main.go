@@ -289,7 +289,7 @@ func listCmd(ctx context.Context, c *sqllock.Client, out *printer) error {
 	tw := tabwriter.NewWriter(out.w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tHOLDER\tFENCE\tLEFT")
 	for _, info := range infos {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", info.Name, info.Holder, info.Fence, roundTTL(info.TTL))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%v\n", listName(info), info.Holder, info.Fence, roundTTL(info.TTL))
 	}
 	return tw.Flush()
 }

@@ -84,3 +84,12 @@ func (c *runConfig) slotsHeld(ctx context.Context, client *sqllock.Client, waite
 	}
 	return msg
 }
+
+// listName is how list shows a lease's name: a semaphore's slot as the
+// semaphore's name and the slot's number.
+func listName(info sqllock.Info) string {
+	if info.Slot > 0 {
+		return fmt.Sprintf("%s (slot %d)", info.Name, info.Slot)
+	}
+	return info.Name
+}

@@ -26,6 +26,9 @@ func TestRun_slots(t *testing.T) {
 		_, waitA := e.start(job("0s")...)
 		_, waitB := e.start(job("0s")...)
 		waitFor(t, 10*time.Second, "two copies to hold slots", func() bool { return len(e.lines("slots")) == 2 })
+		if l := e.run("list"); l.status != 0 || !strings.Contains(l.stdout, "pool (slot 1)") || !strings.Contains(l.stdout, "pool (slot 2)") {
+			t.Errorf("list while two copies run: got %d, %q, want both slots of pool", l.status, l.stdout)
+		}
 		c := e.run(job("0s")...)
 		if c.status != exitConflict || !strings.Contains(c.stderr, "all 2 slots of pool are held (1 by") {
 			t.Errorf("third copy: got %d, %q, want %d naming the holders", c.status, c.stderr, exitConflict)
