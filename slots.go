@@ -157,8 +157,15 @@ func (c *Client) AcquireSlot(ctx context.Context, name string, n int, ttl time.D
 	}
 	for attempt := 1; ; attempt++ {
 		l, err := s.attempt(ctx)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
 			return l, err
+		}
+		if cerr := ctxErr(ctx); cerr != nil {
+			// ctx ended while the attempt ran, which found every slot held.
+			if !errors.Is(err, cerr) {
+				err = fmt.Errorf("%w (%w)", err, cerr)
+			}
+			return nil, err
 		}
 		wait, ok := c.retry.Backoff(attempt)
 		if !ok {
