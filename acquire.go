@@ -141,7 +141,8 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 //     the orphan list until such a send can no longer commit (lateUntil).
 type acquireCall struct {
 	c        *Client
-	name     string
+	name     string   // a set's label for a set (acquire_all.go)
+	names    []string // a set's names, sorted; nil for one name
 	ttl      time.Duration
 	token    string
 	tokenErr error // renew could not draw a token
