@@ -30,6 +30,15 @@ const MaxNames = 64
 // raises, on purpose, when a name of the set is held (queries.sql).
 const erOutOfRange = 1690
 
+// errSetsThroughVitess refuses sets through Vitess. A set's names may live
+// on different shards: vtgate writes each shard's rows in a transaction of
+// its own, so the row locks that order two overlapping sets on one server
+// order nothing across shards, and two sets can wait for each other until
+// innodb_lock_wait_timeout ends both (seen in the tests); and it commits the
+// shards one after another, so a failure between two commits would leave
+// half a set taken.
+var errSetsThroughVitess = fmt.Errorf("sqllock: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md): %w", errors.ErrUnsupported)
+
 // A HeldError is the error of [Client.TryAcquireAll] when a name of the set
 // was held by another owner: nothing was taken. Names are those found held
 // by a read made right after the refusal, sorted; empty when every holder
@@ -185,6 +194,9 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	// the acquire's prepare; the set's statement is sent as text.
 	if _, err := c.stmt(ctx, qAcquire); err != nil {
 		return nil, c.serverError("acquire "+a.name, err)
+	}
+	if c.oneRow.Load() && !c.tidb.Load() {
+		return nil, errSetsThroughVitess
 	}
 	s := newLockSet(a.names, a.token)
 	sent := time.Now()

@@ -35,8 +35,34 @@ func wantHeld(t testing.TB, err error, want ...string) {
 	}
 }
 
+// skipSetsOnVitess skips a test of sets through Vitess, which refuses
+// them (TestClient_TryAcquireAll_refusedThroughVitess).
+func skipSetsOnVitess(t *testing.T, e *testEnv) {
+	t.Helper()
+	if e.server.Vitess {
+		t.Skip("sets are refused through Vitess")
+	}
+}
+
+// Through Vitess a set is refused, after the first use has found Vitess,
+// with an error that says why, and nothing is written.
+func TestClient_TryAcquireAll_refusedThroughVitess(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.Vitess {
+			t.Skip("not Vitess")
+		}
+		a, b := e.twoClients(t)
+		_, err := a.TryAcquireAll(testCtx(t), []string{"vt1", "vt2"}, time.Minute)
+		wantErrIs(t, err, errors.ErrUnsupported)
+		assertErrContains(t, err, "refused through Vitess", "shards")
+		mustAcquire(t, b, "vt1", time.Minute)
+		mustAcquire(t, b, "vt2", time.Minute)
+	})
+}
+
 func TestClient_TryAcquireAll(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 
@@ -134,6 +160,7 @@ func TestClient_TryAcquireAll_badInput_noSQL(t *testing.T) {
 // the set is ours: one name taken from it fails each.
 func TestLock_set_RefreshCheckRelease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		l := mustAcquireAll(t, a, 300*time.Millisecond, "p", "q", "r")
@@ -181,6 +208,7 @@ func TestLock_set_RefreshCheckRelease(t *testing.T) {
 // ends when one lease of the set is lost, and the set is released after.
 func TestClient_DoAll(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		ran := false
@@ -216,27 +244,42 @@ func TestClient_DoAll(t *testing.T) {
 // and each name's fences grow.
 func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
-		names := []string{"o1", "o2", "o3", "o4", "o5"}
-		var (
-			mu     sync.Mutex
-			holder = map[string]string{}
-			fences = map[string]uint64{}
-			took   int
-		)
-		ctx := testCtx(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 16)
-		for g := range 8 {
-			c := a
-			if g%2 == 1 {
-				c = b
-			}
+		raceSets(t, []*Client{a, b}, 4, 40)
+	})
+}
+
+// raceSets races overlapping sets of 2 to 4 of 5 names, perClient
+// goroutines on each of clients making rounds attempts each, holding a set
+// a millisecond, and fails t on any error but ErrNotAcquired, on two
+// holders of a name at once, on a fence that does not grow, and on a lease
+// left at the end.
+func raceSets(t *testing.T, clients []*Client, perClient, rounds int) {
+	t.Helper()
+	names := []string{"o1", "o2", "o3", "o4", "o5"}
+	var (
+		mu     sync.Mutex
+		holder = map[string]string{}
+		fences = map[string]uint64{}
+		took   int
+	)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	report := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for ci, c := range clients {
+		for g := range perClient {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rnd := rand.New(rand.NewPCG(uint64(g), 1))
-				for range 40 {
+				rnd := rand.New(rand.NewPCG(uint64(ci), uint64(g)))
+				for range rounds {
 					set := slices.Clone(names)
 					rnd.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
 					set = set[:2+rnd.IntN(3)]
@@ -245,17 +288,17 @@ func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
 						continue
 					}
 					if err != nil {
-						errs <- err
+						report(err)
 						return
 					}
 					mu.Lock()
 					took++
 					for i, n := range l.Names() {
 						if h := holder[n]; h != "" {
-							errs <- fmt.Errorf("%q taken by %s while %s held it", n, l.Token(), h)
+							report(fmt.Errorf("%q taken by %s while %s held it", n, l.Token(), h))
 						}
 						if f := l.Fences()[i]; f <= fences[n] {
-							errs <- fmt.Errorf("fence of %q: got %d after %d", n, f, fences[n])
+							report(fmt.Errorf("fence of %q: got %d after %d", n, f, fences[n]))
 						}
 						holder[n], fences[n] = l.Token(), l.Fences()[i]
 					}
@@ -267,31 +310,32 @@ func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
 					}
 					mu.Unlock()
 					if err := l.Release(ctx); err != nil {
-						errs <- err
+						report(err)
 						return
 					}
 				}
 			}()
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
-		if took == 0 {
-			t.Fatal("no set was ever taken: the race did not run")
-		}
-		if list, err := a.List(ctx); err != nil || len(list) != 0 {
-			t.Fatalf("List after the race: got %v, %v, want nothing left", list, err)
-		}
-		t.Logf("%d sets taken", took)
-	})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if took == 0 {
+		t.Fatal("no set was ever taken: the race did not run")
+	}
+	if list, err := clients[0].List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List after the race: got %v, %v, want nothing left", list, err)
+	}
+	t.Logf("%d sets taken", took)
 }
 
 // A set's acquire whose every reply is lost leaves none of its names
 // blocked: its cleanup deletes every lease it may have written.
 func TestClient_TryAcquireAll_unknownOutcome_namesFreed(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		le := newLateEnv(t, e)
 		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
 			if isSetAcquire(q) {
@@ -316,6 +360,7 @@ func TestClient_TryAcquireAll_unknownOutcome_namesFreed(t *testing.T) {
 // Client's next acquire of them deletes those leases first.
 func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
 		le := newLateEnv(t, e)
 		sends := 0
 		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {

@@ -10,7 +10,9 @@ import (
 )
 
 // A Lock is a lease on one name, taken by [Client.TryAcquire] or
-// [Client.Acquire]. Its methods are safe for concurrent use.
+// [Client.Acquire], or on several names at once, taken by
+// [Client.TryAcquireAll] or [Client.AcquireAll]. Its methods are safe for
+// concurrent use.
 type Lock struct {
 	c     *Client
 	name  string
@@ -75,7 +77,8 @@ func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, val
 		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
 }
 
-// Name returns the name the lease is on.
+// Name returns the name the lease is on; for a Lock on several names
+// ([Client.TryAcquireAll]), the first of [Lock.Names].
 func (l *Lock) Name() string { return l.name }
 
 // Token returns the random owner token that identifies this lease.
