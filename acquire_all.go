@@ -135,7 +135,10 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Durati
 	)
 	for n := 1; ; n++ {
 		l, err = a.attemptAll(ctx)
-		if err == nil || !errors.Is(err, ErrNotAcquired) && !passable(err) {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), err)
+		}
+		if err == nil || ctx.Err() != nil || !errors.Is(err, ErrNotAcquired) && !passable(err) {
 			break
 		}
 		lastErr = err
@@ -143,10 +146,17 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Durati
 		if !ok {
 			break
 		}
-		if serr := sleepCtx(ctx, wait); serr != nil {
-			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, serr, lastErr)
-			break
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			continue
+		case <-ctx.Done():
+			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), lastErr)
+		case <-c.closing:
+			err = ErrClosed
 		}
+		t.Stop()
+		break
 	}
 	c.acquireDone(ctx, &a, start, l, err)
 	return l, err

@@ -400,3 +400,48 @@ func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 func isSetAcquire(query string) bool {
 	return strings.HasPrefix(query, "INSERT") && strings.Contains(query, "18446744073709551615")
 }
+
+// AcquireAll waits until every name is free, and takes them together; when
+// its context ends first, its error says so and that nothing was taken.
+func TestClient_AcquireAll_waits(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		first := mustAcquire(t, a, "w1", time.Minute)
+		second := mustAcquire(t, a, "w3", time.Minute)
+
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := b.AcquireAll(short, []string{"w1", "w2", "w3"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		wantErrIs(t, err, context.DeadlineExceeded)
+		if info := inspect(t, a, "w2"); info.Held {
+			t.Fatalf("w2 after a refused wait: got %+v, want it free", info)
+		}
+
+		got := make(chan error, 1)
+		go func() {
+			l, err := b.AcquireAll(ctx, []string{"w3", "w2", "w1"}, time.Minute)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("AcquireAll returned while w3 was still held: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("AcquireAll after both releases: %v", err)
+		}
+	})
+}
