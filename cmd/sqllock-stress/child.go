@@ -121,6 +121,10 @@ func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if cfg.set > 0 {
+				w.contendSet(ctx, g)
+				return
+			}
 			w.contend(ctx, g)
 		}()
 	}

@@ -77,6 +77,7 @@ type config struct {
 	killAfter   time.Duration
 	wakeups     bool          // Acquire with wake-up channels instead of TryAcquire
 	cutChannels time.Duration // kill the wake-up channels' connections this often
+	set         int           // take this many names at once with TryAcquireAll (sets.go)
 	// Hidden: set by the parent for its children.
 	child  int
 	stopAt int64 // unix ms
@@ -148,6 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.killCmd, "kill-cmd", "", "failover run: run this shell command, -kill-after into the run")
 	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
 	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
+	fs.IntVar(&cfg.set, "set", 0, "take this many of the names at once, all or nothing, with TryAcquireAll (0: one name at a time)")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
@@ -178,6 +180,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.ttl < sqllock.MinTTL || cfg.duration <= 0 {
 		bad = append(bad, "-ttl must be at least 1ms and -duration positive")
+	}
+	if cfg.set < 0 || cfg.set == 1 || cfg.set > cfg.names || (cfg.set > 0 && cfg.wakeups) {
+		bad = append(bad, "-set must be 0, or 2 to -names, and cannot go with -wakeups")
 	}
 	if cfg.cutChannels < 0 || (cfg.cutChannels > 0 && !cfg.wakeups) {
 		bad = append(bad, "-cut-channels must be positive, and needs -wakeups")
@@ -462,6 +467,9 @@ func childArgs(cfg config, i int) []string {
 	if cfg.wakeups {
 		args = append(args, "-wakeups")
 	}
+	if cfg.set > 0 {
+		args = append(args, "-set="+strconv.Itoa(cfg.set))
+	}
 	if cfg.cutChannels > 0 {
 		args = append(args, "-cut-channels="+cfg.cutChannels.String())
 	}
@@ -604,6 +612,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	}
 	if cfg.wakeups {
 		p(" -wakeups")
+	}
+	if cfg.set > 0 {
+		p(" -set %d", cfg.set)
 	}
 	if cfg.cutChannels > 0 {
 		p(" -cut-channels %v", cfg.cutChannels)
