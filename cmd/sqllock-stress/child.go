@@ -278,7 +278,6 @@ const maxWriteConflicts = 10
 // again, read the clock, release. On an error it returns what it recorded
 // so far and the operation that failed.
 func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (rec record, op string, err error) {
-	ttl := w.cfg.ttl
 	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction}
 	defer func() {
 		if err != nil {
@@ -321,17 +320,8 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 	if err := writes(); err != nil {
 		return rec, "write", err
 	}
-	if rec.Stalled {
-		time.Sleep(ttl + ttl/2) // past the lease, without refreshing
-	} else {
-		time.Sleep(rand.N(ttl/4 + 1))
-		w.count(func(r *childReport) { r.Refresh++ })
-		rctx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := l.Refresh(rctx, ttl)
-		cancel()
-		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
-			return rec, "refresh", err
-		}
+	if err := w.hold(ctx, l, rec.Stalled); err != nil {
+		return rec, "refresh", err
 	}
 	if err := writes(); err != nil {
 		return rec, "write", err
@@ -353,6 +343,25 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		return rec, "release", err
 	}
 	return rec, "", nil
+}
+
+// hold is the middle of a section under l: a stalled holder sleeps past
+// its lease without refreshing; any other pauses briefly and refreshes.
+// The refresh's error comes back unless it found the lease lost.
+func (w *worker) hold(ctx context.Context, l *sqllock.Lock, stalled bool) error {
+	ttl := w.cfg.ttl
+	if stalled {
+		time.Sleep(ttl + ttl/2) // past the lease, without refreshing
+		return nil
+	}
+	time.Sleep(rand.N(ttl/4 + 1))
+	w.count(func(r *childReport) { r.Refresh++ })
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := l.Refresh(rctx, ttl); err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
+		return err
+	}
+	return nil
 }
 
 // intrude is the broken holder of -selftest-broken: refused, it works on the

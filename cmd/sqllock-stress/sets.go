@@ -66,7 +66,6 @@ func (w *worker) contendSet(ctx context.Context, g int) {
 // sectionSet is section for a Lock on a set: the clock and the writes once
 // per name, the refresh and the release once for the set.
 func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock) (recs []record, op string, err error) {
-	ttl := w.cfg.ttl
 	names, fences := l.Names(), l.Fences()
 	stalled := rand.Float64() < w.cfg.stallFraction
 	recs = make([]record, len(names))
@@ -130,17 +129,8 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	if err := writes(); err != nil {
 		return recs, "write", err
 	}
-	if stalled {
-		time.Sleep(ttl + ttl/2)
-	} else {
-		time.Sleep(rand.N(ttl/4 + 1))
-		w.count(func(r *childReport) { r.Refresh++ })
-		rctx, cancel := context.WithTimeout(ctx, opTimeout)
-		err := l.Refresh(rctx, ttl)
-		cancel()
-		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
-			return recs, "refresh", err
-		}
+	if err := w.hold(ctx, l, stalled); err != nil {
+		return recs, "refresh", err
 	}
 	if err := writes(); err != nil {
 		return recs, "write", err
