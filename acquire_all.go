@@ -269,7 +269,13 @@ func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
 	for _, n := range s.lits {
 		rows = append(rows, bind(queries["all_acquire_fence_write"], n))
 	}
-	return c.setSQL("all_acquire", strings.Join(rows, ",\n  "), s.tokenLit, holder, s.tokenLit, us)
+	q := c.setSQL("all_acquire", strings.Join(rows, ",\n  "), s.tokenLit, holder, s.tokenLit, us)
+	if c.lockWait.Load() {
+		// As the single acquire: a holder's Check holds a lease row for a
+		// second at most, and the set is then reported held.
+		q = queries["lock_wait_mariadb"] + "\n" + q
+	}
+	return q
 }
 
 // readFences sets the fences of set s, just acquired, from the reply res.

@@ -445,3 +445,35 @@ func TestClient_AcquireAll_waits(t *testing.T) {
 		}
 	})
 }
+
+// A holder's Check keeps its lease row locked until its transaction ends:
+// a set that includes the name waits for the row, and is then refused
+// whole, within a second on MariaDB (lock_wait_mariadb, as for one name),
+// or when its context ends on MySQL; the set's other names stay free.
+func TestLock_set_acquireWaitsForCheck(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "c1", time.Minute)
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := l.Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err = b.TryAcquireAll(short, []string{"c2", "c1"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if e.server.MariaDB {
+			wantHeld(t, err, "c1")
+		}
+		tx.Rollback()
+		if info := inspect(t, b, "c2"); info.Held {
+			t.Fatalf("c2 after the refused set: got %+v, want it free", info)
+		}
+	})
+}
