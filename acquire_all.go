@@ -234,7 +234,7 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	l := newLock(c, a.names[0], a.token, slices.Max(s.fences), ttl, sent.Add(ttl))
 	l.set = s
 	if maybeApplied {
-		l.lateUntil = sent.Add(orphanWait) // rule 3 of acquireCall
+		l.sentTwice(sent) // rule 3 of acquireCall
 	}
 	l.holdStarted()
 	if !c.held.add(l) {

@@ -395,10 +395,10 @@ func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 	})
 }
 
-// isSetAcquire reports whether query is a set's acquire (all_acquire or
-// tidb_all_acquire).
+// isSetAcquire reports whether query is a set's acquire (all_acquire, with
+// MariaDB's prefix or without, or tidb_all_acquire).
 func isSetAcquire(query string) bool {
-	return strings.HasPrefix(query, "INSERT") && strings.Contains(query, "18446744073709551615")
+	return strings.Contains(query, "INSERT") && strings.Contains(query, "18446744073709551615")
 }
 
 // AcquireAll waits until every name is free, and takes them together; when

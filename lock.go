@@ -40,10 +40,12 @@ type Lock struct {
 	// releasing is the release under way, which other release calls wait
 	// for and share the result of.
 	releasing *releaseFlight
-	// lateUntil: the acquire sent its statement more than once, and an
-	// earlier send may still commit until then; the release hands the token
-	// to the Client's orphan list (acquire.go, rule 3). Zero when sent once.
-	lateUntil time.Time
+	// lateSent: the acquire sent its statement more than once, the first
+	// at lateSent on monoBase's clock (observe.go), and that send may still
+	// commit until orphanWait after it; the release hands the token to the
+	// Client's orphan list (acquire.go, rule 3). Zero when sent once. (A
+	// duration, not a time.Time, keeps a Lock in its size class.)
+	lateSent time.Duration
 	// released: the lease was released. releaseUnknown: a Release failed in
 	// a way that may have deleted the row.
 	released, releaseUnknown bool
@@ -284,7 +286,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		return l.c.serverError("release "+l.label(), err)
 	}
 	defer l.c.held.remove(l)
-	if !l.lateUntil.IsZero() && time.Now().Before(l.lateUntil) {
+	if l.lateSent != 0 && time.Since(monoBase) < l.lateSent+orphanWait {
 		// A late send of the acquire could take the name again under this
 		// token, which nobody holds from now on (acquire.go, rule 3).
 		l.rememberLate()

@@ -135,11 +135,17 @@ func (l *Lock) kickAll() {
 	}
 }
 
+// sentTwice records that the Lock's acquire, first sent at sent, was sent
+// more than once (acquire.go, rule 3).
+func (l *Lock) sentTwice(sent time.Time) {
+	l.lateSent = max(sent.Sub(monoBase), 1)
+}
+
 // rememberLate hands the Lock's token to the orphan list for each of its
 // names, until a late send of its acquire can no longer commit (acquire.go,
 // rule 3).
 func (l *Lock) rememberLate() {
 	for _, n := range l.Names() {
-		l.c.orphans.remember(n, l.token, l.ttl, l.lateUntil.Add(-orphanWait))
+		l.c.orphans.remember(n, l.token, l.ttl, monoBase.Add(l.lateSent))
 	}
 }
