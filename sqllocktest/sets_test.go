@@ -3,6 +3,7 @@ package sqllocktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -94,7 +95,22 @@ func TestServer_sets(t *testing.T) {
 	if l, err := b.TryAcquire(ctx, "y", time.Minute); err != nil || l.Fence() <= la.Fence() {
 		t.Fatalf("y after a's release: got %v, want it taken with a greater fence", err)
 	}
-	for name, want := range map[string]int{"all_acquire": 3, "all_check": 1, "all_refresh": 2} {
+	// The longest set a call takes.
+	many := make([]string, sqllock.MaxNames)
+	for i := range many {
+		many[i] = fmt.Sprintf("n%02d", i)
+	}
+	lm, err := a.TryAcquireAll(ctx, many, time.Minute)
+	if err != nil {
+		t.Fatalf("TryAcquireAll of %d names: %v", len(many), err)
+	}
+	if list, err := b.List(ctx); err != nil || len(list) != len(many)+3 {
+		t.Fatalf("List: got %d leases, %v, want %d", len(list), err, len(many)+3)
+	}
+	if err := lm.Release(ctx); err != nil {
+		t.Fatalf("Release of %d names: %v", len(many), err)
+	}
+	for name, want := range map[string]int{"all_acquire": 4, "all_check": 1, "all_refresh": 2} {
 		if got := srv.Count(name); got != want {
 			t.Errorf("Count(%q): got %d, want %d", name, got, want)
 		}
