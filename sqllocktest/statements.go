@@ -24,7 +24,8 @@ var queriesSQL string
 var schemaSQL string
 
 // notImplemented are the statements of queries.sql that the fake does not
-// run, and why; every other statement of the file has a handler in handlers.go.
+// run, and why; every other statement of the file has a handler in handlers.go
+// (a set's in sets.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
