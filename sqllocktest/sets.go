@@ -18,16 +18,27 @@ func setRefs(first int) func(x *call) []rowRef {
 	}
 }
 
-// setAcquireRefs locks every row all_acquire writes.
+// setAcquireRefs returns the rows all_acquire waits for: InnoDB locks the
+// rows one by one, in the statement's order, so it waits for each row a
+// transaction holds, up to the first lease row it finds held live by
+// another owner, where the statement fails (error 1690) without going on.
 func setAcquireRefs(x *call) []rowRef {
 	var refs []rowRef
+	now := x.s.nowMicros()
 	for _, r := range x.p.rows {
-		if len(r.lits) > 0 {
-			kind := byte('F')
-			if r.name == "all_acquire_lease" {
-				kind = 'L'
+		if len(r.lits) == 0 {
+			continue
+		}
+		kind := byte('F')
+		if r.name == "all_acquire_lease" {
+			kind = 'L'
+		}
+		ref := x.ref(r.lits[0], kind)
+		refs = append(refs, ref)
+		if kind == 'L' && len(x.p.lits) > 0 && x.s.blocker(x.c, []rowRef{ref}) == nil {
+			if old := x.s.read(x.c, ref); old != nil && old.owner != x.p.lits[0] && old.expires > now {
+				break
 			}
-			refs = append(refs, x.ref(r.lits[0], kind))
 		}
 	}
 	return refs
