@@ -26,6 +26,11 @@ var handlers = map[string]*handler{
 	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
 	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
 	"proof_clear":          {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
+	"all_acquire":          {needsTable: true, writes: true, locks: setAcquireRefs, run: allAcquire}, // sets.go
+	"all_refresh":          {needsTable: true, writes: true, locks: setRefs(2), run: allRefresh},
+	"all_release":          {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
+	"all_release_at_least": {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
+	"all_check":            {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
 	"first_use":            {run: firstUse},
 	"wake_wait":            {run: wakeWait},
 	"wake_release":         {run: wakeRelease},
