@@ -244,7 +244,8 @@ func (n *node) serverClock(ctx context.Context, name, token string) (now int64, 
 // sent again, a few times, as an application would: on a multi-writer
 // cluster the node may not have applied the previous holder's write yet,
 // and certification refuses the later one. conflicts counts those.
-func (n *node) protectedWrite(ctx context.Context, name string, fence uint64) (ok bool, conflicts int, err error) {
+func (n *node) protectedWrite(ctx context.Context, l *sqllock.Lock) (ok bool, conflicts int, err error) {
+	name, fence := l.Name(), l.Fence()
 	_, write, err := n.stmts(ctx)
 	if err != nil {
 		return false, 0, err
@@ -266,6 +267,50 @@ func (n *node) protectedWrite(ctx context.Context, name string, fence uint64) (o
 	}
 }
 
+// checkedWrite is -check's protected write: in one transaction, Lock.Check,
+// then an unguarded write of l's fence to the register, which counts the
+// writes that take it back. It reports whether the write committed; a
+// Check that finds the lease lost refuses it. Conflicts are sent again as
+// in protectedWrite. An error may leave the outcome unknown.
+func (n *node) checkedWrite(ctx context.Context, l *sqllock.Lock) (ok bool, conflicts int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	for {
+		ok, err := n.checkedWriteOnce(ctx, l)
+		if err != nil && conflict(err) && conflicts < maxWriteConflicts {
+			conflicts++
+			time.Sleep(time.Millisecond + rand.N(time.Duration(conflicts)*2*time.Millisecond))
+			continue
+		}
+		return ok, conflicts, err
+	}
+}
+
+func (n *node) checkedWriteOnce(ctx context.Context, l *sqllock.Lock) (ok bool, err error) {
+	tx, err := n.resDB.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after a commit, a no-op
+	if !n.cfg.skipCheck {
+		if err := l.Check(ctx, tx); errors.Is(err, sqllock.ErrNotHeld) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+	// back is assigned first: MySQL assigns left to right, and MariaDB
+	// does too unless SIMULTANEOUS_ASSIGNMENT, which reads the old row.
+	if _, err := tx.ExecContext(ctx, "UPDATE `"+resourceTable(n.cfg.table)+"` SET back = back + (fence > ?), fence = ?, writes = writes + 1 WHERE name = ?",
+		l.Fence(), l.Fence(), l.Name()); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // maxWriteConflicts bounds how often protectedWrite sends a write again.
 const maxWriteConflicts = 10
 
@@ -275,7 +320,8 @@ const maxWriteConflicts = 10
 // so far and the operation that failed.
 func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (rec record, op string, err error) {
 	ttl := w.cfg.ttl
-	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction}
+	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction,
+		Belief: l.ValidUntil().UnixMicro()}
 	defer func() {
 		if err != nil {
 			// A section cut short ends all the same; a release that
@@ -300,7 +346,11 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		rec.Expiry = now + l.ValidUntil().Sub(received).Microseconds()
 	}
 	writes := func() error {
-		ok, conflicts, err := n.protectedWrite(ctx, l.Name(), l.Fence())
+		write := n.protectedWrite
+		if w.cfg.checked {
+			write = n.checkedWrite
+		}
+		ok, conflicts, err := write(ctx, l)
 		rec.Conflicts += conflicts
 		switch {
 		case ok:
@@ -327,6 +377,9 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		cancel()
 		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 			return rec, "refresh", err
+		}
+		if err == nil {
+			rec.Belief = max(rec.Belief, l.ValidUntil().UnixMicro())
 		}
 	}
 	if err := writes(); err != nil {
