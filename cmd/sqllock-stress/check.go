@@ -26,6 +26,9 @@ type record struct {
 	// is the holder's belief (Lock.ValidUntil) mapped onto the server's
 	// clock, conservatively.
 	Expiry int64 `json:"x"`
+	// Acquired is when the acquire returned, on this machine's clock (µs
+	// since 1970): a fault run counts the sections under way at the fault.
+	Acquired int64 `json:"ac,omitempty"`
 	// Belief is the latest Lock.ValidUntil the holder had, after its
 	// acquire or a refresh: until when it believed it held the name, on
 	// this machine's clock, which the servers on it share (0: unknown).

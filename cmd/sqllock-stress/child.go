@@ -48,7 +48,7 @@ func openNode(cfg config, dsn string) (*node, error) {
 		return nil, err
 	}
 	// Wake-up channels are on by default; only -wakeups's Acquire uses them.
-	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)))
+	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(holderOf(cfg.child)))
 	if err != nil {
 		db.Close()
 		resDB.Close()
@@ -56,6 +56,9 @@ func openNode(cfg config, dsn string) (*node, error) {
 	}
 	return &node{cfg: cfg, db: db, resDB: resDB, c: c}, nil
 }
+
+// holderOf is the holder text of child i's Clients.
+func holderOf(i int) string { return fmt.Sprintf("sqllock-stress:%d", i) }
 
 func (n *node) close() {
 	n.mu.Lock()
@@ -321,7 +324,7 @@ const maxWriteConflicts = 10
 func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (rec record, op string, err error) {
 	ttl := w.cfg.ttl
 	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction,
-		Belief: l.ValidUntil().UnixMicro()}
+		Belief: l.ValidUntil().UnixMicro(), Acquired: time.Now().UnixMicro()}
 	defer func() {
 		if err != nil {
 			// A section cut short ends all the same; a release that

@@ -277,7 +277,7 @@ type summary struct {
 	recovered      int
 	recoveryMicros int64
 	degradedMicros int64
-	caught         int
+	caught         []record
 	faultOK        bool
 	lost, stale    int64
 	cuts           int // wake-up channel connections killed
@@ -435,7 +435,7 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	sum := summary{names: cfg.names, errorsAllowed: cfg.allowErrors || cfg.failover() || cfg.fault != ""}
 	switch {
 	case cfg.fault != "":
-		sum.fault = inject(ctx, cfg, startAt, ps, procs)
+		sum.fault = inject(ctx, cfg, lockDB, startAt, ps, procs)
 	case cfg.failover():
 		sum.killedAt, sum.killErr = kill(ctx, cfg, startAt)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -115,8 +116,10 @@ type faultOutcome struct {
 
 // inject waits until faultAfter into the run, injects cfg.fault, and heals
 // it: the proxies pass again, the stopped processes continue, the killed
-// server is started again.
-func inject(ctx context.Context, cfg config, startAt time.Time, ps []*proxy, procs []*os.Process) faultOutcome {
+// server is started again. A partition or a pause waits, up to a second
+// more, for a faulty process to hold a name, so that the fault catches a
+// holder.
+func inject(ctx context.Context, cfg config, db *sql.DB, startAt time.Time, ps []*proxy, procs []*os.Process) faultOutcome {
 	if cfg.fault == "crash" {
 		at, problem := kill(ctx, cfg, startAt)
 		if problem != "" {
@@ -132,6 +135,7 @@ func inject(ctx context.Context, cfg config, startAt time.Time, ps []*proxy, pro
 	case <-ctx.Done():
 		return faultOutcome{problem: ctx.Err().Error()}
 	}
+	waitForHolder(ctx, cfg, db, time.Now().Add(time.Second))
 	d, partition := cut(cfg.fault)
 	signal := func(sig syscall.Signal) error {
 		for _, p := range procs[:cfg.faulty] {
@@ -167,12 +171,34 @@ func inject(ctx context.Context, cfg config, startAt time.Time, ps []*proxy, pro
 	return o
 }
 
+// waitForHolder returns once one of the faulty processes holds a live
+// lease, by the holder text each child gives its Client, or at until.
+func waitForHolder(ctx context.Context, cfg config, db *sql.DB, until time.Time) {
+	q := "SELECT COUNT(*) FROM `" + cfg.table + "` WHERE kind = 'L' AND expires_at > UTC_TIMESTAMP(6) AND holder IN ("
+	var args []any
+	for i := range cfg.faulty {
+		if i > 0 {
+			q += ", "
+		}
+		q += "?"
+		args = append(args, holderOf(i))
+	}
+	q += ")"
+	for time.Now().Before(until) && ctx.Err() == nil {
+		var n int
+		if err := db.QueryRowContext(ctx, q, args...).Scan(&n); err == nil && n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // recovery measures, from the records, how the run came back from its
 // fault: how many names were acquired again after the heal, the longest
 // time from the heal until a name's first acquisition after it (µs), and
 // how many of the faulty processes' sections were under way when the fault
 // began.
-func recovery(cfg config, o faultOutcome, records []record) (names int, longest int64, caught int) {
+func recovery(cfg config, o faultOutcome, records []record) (names int, longest int64, caught []record) {
 	first := map[string]int64{}
 	for _, r := range records {
 		if r.Start > o.healedAt {
@@ -181,8 +207,8 @@ func recovery(cfg config, o faultOutcome, records []record) (names int, longest 
 			}
 		}
 		faulty := r.Proc < cfg.faulty || cfg.fault == "crash"
-		if faulty && r.Start != 0 && r.Start < o.at && (r.End == 0 || r.End > o.at) {
-			caught++
+		if faulty && r.Acquired != 0 && r.Acquired < o.at && (r.End == 0 || r.End > o.at) {
+			caught = append(caught, r)
 		}
 	}
 	for _, f := range first {
@@ -256,7 +282,19 @@ func formatFault(p func(string, ...any), cfg config, s summary) {
 		p("fault:                    %s: %d of %d processes %s %v into the run, for %v\n",
 			cfg.fault, cfg.faulty, cfg.procs, what, cfg.faultAfter, cfg.faultFor)
 	}
-	p("holders caught by it:     %d (sections under way when it began)\n", s.caught)
+	p("holders caught by it:     %d (sections under way when it began)\n", len(s.caught))
+	for i, r := range s.caught {
+		if i == 5 {
+			p("  ... and %d more\n", len(s.caught)-i)
+			break
+		}
+		end := "ended by " + r.Err
+		if r.Err == "" {
+			end = fmt.Sprintf("ended %.2fs after the heal", float64(r.End-s.fault.healedAt)/1e6)
+		}
+		p("  %s on %q, fence %d: acquired %.2fs before the fault, %s; writes %d accepted, %d refused, %d unknown; lease taken over: %t\n",
+			who(r), r.Name, r.Fence, float64(s.fault.at-r.Acquired)/1e6, end, r.Accepted, r.Rejected, r.Maybe, r.TakenOver)
+	}
 	bound := ""
 	if cfg.maxRecovery > 0 {
 		bound = fmt.Sprintf(" (bound %v)", cfg.maxRecovery)

@@ -48,23 +48,24 @@ func TestRecovery(t *testing.T) {
 	cfg := config{fault: "pause", faulty: 1}
 	o := faultOutcome{at: 1000, healedAt: 2000}
 	records := []record{
-		{Proc: 0, Name: "a", Start: 900, End: 2500},  // caught
-		{Proc: 0, Name: "b", Start: 900, End: 950},   // ended before
-		{Proc: 1, Name: "b", Start: 900, End: 2500},  // not a faulty process
-		{Proc: 1, Name: "a", Start: 2300, End: 2400}, // a: 300 after the heal
-		{Proc: 1, Name: "a", Start: 2100, End: 2200}, // a: 100 after the heal
-		{Proc: 2, Name: "b", Start: 2700, End: 2800}, // b: 700 after the heal
+		{Proc: 0, Name: "a", Acquired: 890, Start: 900, End: 2500},  // caught
+		{Proc: 0, Name: "b", Acquired: 890, Start: 2100, End: 2500}, // caught before it read the clock
+		{Proc: 0, Name: "b", Acquired: 890, Start: 900, End: 950},   // ended before
+		{Proc: 1, Name: "b", Acquired: 890, Start: 900, End: 2500},  // not a faulty process
+		{Proc: 1, Name: "a", Start: 2300, End: 2400},                // a: 300 after the heal
+		{Proc: 1, Name: "a", Start: 2100, End: 2200},                // a: 100 after the heal
+		{Proc: 2, Name: "b", Start: 2700, End: 2800},                // b: 700 after the heal
 	}
 	names, longest, caught := recovery(cfg, o, records)
-	if names != 2 || longest != 700 || caught != 1 {
-		t.Errorf("recovery: got %d names, longest %dµs, %d caught; want 2, 700µs, 1", names, longest, caught)
+	if names != 2 || longest != 100 || len(caught) != 2 {
+		t.Errorf("recovery: got %d names, longest %dµs, %d caught; want 2, 100µs, 2", names, longest, len(caught))
 	}
-	// b went from the fault's start (1000) to 2700 without a new holder.
-	if got := degraded(o, records); got != 1700 {
-		t.Errorf("degraded: got %dµs, want 1700µs", got)
+	// b went from the fault's start (1000) to 2100 without a new holder.
+	if got := degraded(o, records); got != 1100 {
+		t.Errorf("degraded: got %dµs, want 1100µs", got)
 	}
 	records = append(records, record{Proc: 2, Name: "b", Start: 1500, End: 1600})
-	if got := degraded(o, records); got != 1200 {
+	if got := degraded(o, records); got != 1100 {
 		t.Errorf("degraded with b acquired during the fault: got %dµs, want 1200µs", got)
 	}
 }
