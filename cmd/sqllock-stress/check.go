@@ -33,6 +33,9 @@ type record struct {
 	// acquire or a refresh: until when it believed it held the name, on
 	// this machine's clock, which the servers on it share (0: unknown).
 	Belief int64 `json:"b,omitempty"`
+	// KeepAliveLost: with -keepalive, the keep-alive's context had ended
+	// (the loss reported) when the section read End.
+	KeepAliveLost bool `json:"kl,omitempty"`
 	// Stalled holders slept past their lease without refreshing.
 	Stalled bool `json:"st,omitempty"`
 	// Accepted and Rejected count the holder's protected writes.
@@ -92,6 +95,8 @@ type findings struct {
 	Maybe         int
 	// Errored counts the sections an error ended early, all checked.
 	Errored int
+	// KeepAliveLost counts the keep-alives that reported a loss.
+	KeepAliveLost int
 	// Violations. Overlaps: two holders of one name whose live critical
 	// sections overlapped. Duplicates: a fence issued twice for one name.
 	// OutOfOrder: of two live critical sections of one name, the later
@@ -132,6 +137,9 @@ func check(records []record) findings {
 		}
 		if r.Stalled {
 			f.Stalled++
+		}
+		if r.KeepAliveLost {
+			f.KeepAliveLost++
 		}
 		byName[r.Name] = append(byName[r.Name], r)
 	}

@@ -370,9 +370,20 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 	if err := writes(); err != nil {
 		return rec, "write", err
 	}
-	if rec.Stalled {
+	var kctx context.Context
+	switch {
+	case w.cfg.keepAlive:
+		// The keep-alive renews the lease through the sleep, a stalled
+		// holder's too; only a fault can make it lose the lease.
+		kctx = l.KeepAlive(ctx)
+		if rec.Stalled {
+			time.Sleep(ttl + ttl/2)
+		} else {
+			time.Sleep(rand.N(ttl/2 + 1))
+		}
+	case rec.Stalled:
 		time.Sleep(ttl + ttl/2) // past the lease, without refreshing
-	} else {
+	default:
 		time.Sleep(rand.N(ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -395,6 +406,13 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 	rec.End = now
 	if expiry.Valid {
 		rec.Expiry = max(rec.Expiry, expiry.Int64)
+	}
+	if kctx != nil {
+		// A keep-alive that has not reported a loss by now claims the
+		// lease: the belief check holds it to that.
+		if rec.KeepAliveLost = kctx.Err() != nil; !rec.KeepAliveLost {
+			rec.Belief = max(rec.Belief, time.Now().UnixMicro())
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()

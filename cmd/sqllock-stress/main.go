@@ -102,7 +102,10 @@ type config struct {
 	// checked: protected writes go through Lock.Check in a transaction,
 	// into a register that counts its steps back, instead of a fenced
 	// UPDATE.
-	checked     bool
+	checked bool
+	// keepAlive: sections hold their lease with Lock.KeepAlive instead of
+	// refreshing it once.
+	keepAlive   bool
 	cutChannels time.Duration // kill the wake-up channels' connections this often
 	// Hidden: set by the parent for its children.
 	child     int
@@ -184,6 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.restartCmd, "restart-cmd", "", "-fault crash: the shell command that starts the killed server again, returning once it answers")
 	fs.DurationVar(&cfg.maxRecovery, "max-recovery", 0, "fail a fault run in which a name is first acquired again longer than this after the heal (0: no bound)")
 	fs.BoolVar(&cfg.checked, "check", false, "protected writes run Lock.Check in their transaction and write a register that must never go back, instead of a fenced UPDATE")
+	fs.BoolVar(&cfg.keepAlive, "keepalive", false, "holders keep their lease with Lock.KeepAlive through the section (a stall too) instead of one Refresh; a keep-alive that has not reported a lost lease after another holder began is a violation")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
 	fs.BoolVar(&cfg.skipCheck, "selftest-skip-check", false, "internal: with -check, children write without Lock.Check, to show the checker catches it")
@@ -539,6 +543,9 @@ func childArgs(cfg config, i int) []string {
 	if cfg.checked {
 		args = append(args, "-check")
 	}
+	if cfg.keepAlive {
+		args = append(args, "-keepalive")
+	}
 	if cfg.skipCheck {
 		args = append(args, "-selftest-skip-check")
 	}
@@ -711,6 +718,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	if cfg.checked {
 		p(" -check")
 	}
+	if cfg.keepAlive {
+		p(" -keepalive")
+	}
 	if cfg.allowErrors {
 		p(" -allow-errors")
 	}
@@ -721,6 +731,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	p("takeovers:                %d (the holder's Release found its lease taken over)\n", s.Takeovers)
 	p("holders stalled past ttl: %d (faults injected)\n", s.Stalled)
 	p("refreshes:                %d\n", refreshes)
+	if cfg.keepAlive {
+		p("keep-alives that reported a lost lease: %d\n", s.KeepAliveLost)
+	}
 	if cfg.wakeups {
 		p("wake-up channels killed:  %d (faults injected)\n", s.cuts)
 	}

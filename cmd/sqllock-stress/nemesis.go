@@ -292,8 +292,12 @@ func formatFault(p func(string, ...any), cfg config, s summary) {
 		if r.Err == "" {
 			end = fmt.Sprintf("ended %.2fs after the heal", float64(r.End-s.fault.healedAt)/1e6)
 		}
-		p("  %s on %q, fence %d: acquired %.2fs before the fault, %s; writes %d accepted, %d refused, %d unknown; lease taken over: %t\n",
-			who(r), r.Name, r.Fence, float64(s.fault.at-r.Acquired)/1e6, end, r.Accepted, r.Rejected, r.Maybe, r.TakenOver)
+		ka := ""
+		if cfg.keepAlive {
+			ka = fmt.Sprintf("; keep-alive reported the loss: %t", r.KeepAliveLost)
+		}
+		p("  %s on %q, fence %d: acquired %.2fs before the fault, %s; writes %d accepted, %d refused, %d unknown; lease taken over: %t%s\n",
+			who(r), r.Name, r.Fence, float64(s.fault.at-r.Acquired)/1e6, end, r.Accepted, r.Rejected, r.Maybe, r.TakenOver, ka)
 	}
 	bound := ""
 	if cfg.maxRecovery > 0 {

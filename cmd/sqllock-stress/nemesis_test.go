@@ -131,6 +131,18 @@ func TestStress_pause(t *testing.T) {
 	})
 }
 
+// Holders that keep their lease with KeepAlive, stopped past it: each
+// keep-alive reports the loss before its holder reads the clock again, and
+// no write of theirs goes in stale.
+func TestStress_pauseKeepAlive(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, srv testdsn.Server) {
+		out := faultRun(t, srv.DSN, "-fault", "pause", "-keepalive", "-check", "-stall-fraction", "0")
+		if !strings.Contains(out, "keep-alives that reported a lost lease: ") {
+			t.Errorf("summary lacks the keep-alives' losses")
+		}
+	})
+}
+
 // The crash mode kills the process of the pid file and runs -restart-cmd;
 // here the server is not the victim, so every name is acquired again.
 func TestStress_crashMode(t *testing.T) {
