@@ -195,7 +195,7 @@ func TestCheckResource_unknownWrites(t *testing.T) {
 			{"a write missing", []record{{Name: n, Fence: 5, Accepted: 2}}, false, 0},
 			{"acknowledged writes lost", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 2}}, false, 2},
 			{"a fence nobody wrote", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 6, Maybe: 1}}, false, 0},
-			{"a write too many", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 1}}, false, 0},
+			{"records claim a write the resource lacks", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 1}}, false, 1},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
