@@ -130,8 +130,14 @@ func (l *Lock) setValidUntil(t time.Time) {
 }
 
 // expiringErr is the cause of a keep-alive that ends because the lease may
-// expire within margin.
+// expire within margin. When its deadline fires late, after the process was
+// stopped (SIGSTOP, a VM paused) or starved past the lease, it says that
+// the lease may already have expired, rather than that it expires soon.
 func (l *Lock) expiringErr(margin time.Duration, lastErr error) error {
+	if late := -time.Until(l.ValidUntil()); late >= 0 {
+		return errorf("%w: no renewal of %s succeeded in time; the lease may have expired %v ago, the process stopped or starved past it (last error: %v)",
+			ErrLockLost, l.label(), late.Round(time.Millisecond), lastErr)
+	}
 	return errorf("%w: no renewal of %s succeeded in time; the lease may expire %v from now (last error: %v)",
 		ErrLockLost, l.label(), margin, lastErr)
 }

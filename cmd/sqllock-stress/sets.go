@@ -70,7 +70,8 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	stalled := rand.Float64() < w.cfg.stallFraction
 	recs = make([]record, len(names))
 	for i, name := range names {
-		recs[i] = record{Proc: w.cfg.child, Goroutine: g, Name: name, Fence: fences[i], Stalled: stalled}
+		recs[i] = record{Proc: w.cfg.child, Goroutine: g, Name: name, Fence: fences[i], Stalled: stalled,
+			Belief: l.ValidUntil().UnixMicro(), Acquired: time.Now().UnixMicro()}
 	}
 	defer func() {
 		if err != nil {
@@ -105,7 +106,7 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	}
 	writes := func() error {
 		for i, name := range names {
-			ok, conflicts, err := n.protectedWrite(ctx, name, fences[i])
+			ok, conflicts, err := n.fencedWrite(ctx, name, fences[i])
 			r := &recs[i]
 			r.Conflicts += conflicts
 			switch {
@@ -129,8 +130,22 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	if err := writes(); err != nil {
 		return recs, "write", err
 	}
-	if err := w.hold(ctx, l, stalled); err != nil {
-		return recs, "refresh", err
+	if stalled {
+		time.Sleep(w.cfg.ttl + w.cfg.ttl/2) // past the lease, without refreshing
+	} else {
+		time.Sleep(rand.N(w.cfg.ttl/4 + 1))
+		w.count(func(r *childReport) { r.Refresh++ })
+		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		err := l.Refresh(rctx, w.cfg.ttl)
+		cancel()
+		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
+			return recs, "refresh", err
+		}
+		if err == nil {
+			for i := range recs {
+				recs[i].Belief = max(recs[i].Belief, l.ValidUntil().UnixMicro())
+			}
+		}
 	}
 	if err := writes(); err != nil {
 		return recs, "write", err
