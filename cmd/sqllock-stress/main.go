@@ -477,11 +477,15 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	// The check reads through the node that takes writes now (after a
 	// failover, the new primary), which has every committed write.
 	if cfg.failover() {
-		lockDB.Close()
-		resDB.Close()
-		if lockDB, resDB, err = writable(ctx, cfg.dsns); err != nil {
+		// The old pools stay open (and are closed by the deferred call)
+		// when no node takes writes: a nil pool there would panic.
+		newLock, newRes, err := writable(ctx, cfg.dsns)
+		if err != nil {
 			return summary{}, err
 		}
+		lockDB.Close()
+		resDB.Close()
+		lockDB, resDB = newLock, newRes
 	}
 	sum.resource, sum.lost, sum.stale, err = checkResource(ctx, resDB, cfg, records)
 	if err != nil {
