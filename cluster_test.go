@@ -272,7 +272,7 @@ func TestCluster_sets_overlapping(t *testing.T) {
 		for n, db := range c.dbs {
 			clients = append(clients, (&testEnv{}).client(t, db, table, WithHolder(fmt.Sprintf("node%d", n+1))))
 		}
-		raceSets(t, clients, 3, 30)
+		raceSets(t, clients, 3, 80)
 	})
 }
 
