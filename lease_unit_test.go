@@ -96,9 +96,9 @@ func TestLock_Check_args(t *testing.T) {
 
 func TestClient_List(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
-		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us"}).
-			AddRow("a", "h1", 7, 1_500_000).
-			AddRow("b", "h2", 0, 1))
+		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us", "ahead"}).
+			AddRow("a", "h1", 7, 1_500_000, -500_000).
+			AddRow("b", "h2", 0, 1, -1))
 		got, err := e.c.List(t.Context())
 		if err != nil {
 			t.Fatalf("List: got %v, want nil", err)

@@ -153,7 +153,7 @@ func (e *mockEnv) expectProof() {
 	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow(version))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 2))
 	e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
-		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us"}).AddRow(mockHolder, fence, 1, 60_000_000))
+		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead"}).AddRow(mockHolder, fence, 1, 60_000_000, -1))
 	e.mock.ExpectExec(sql("refresh")).WithArgs(anyArgs(3)...).WillReturnResult(sqlmock.NewResult(0, 0))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(0, 0))
 	e.mock.ExpectExec(sql("acquire")).WithArgs(anyArgs(acquireArgs)...).WillReturnResult(sqlmock.NewResult(fence, 1))
@@ -686,7 +686,7 @@ func TestLock_Release_args(t *testing.T) {
 
 func TestClient_Inspect_args(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
-		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl"}))
+		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead"}))
 		if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
 			t.Errorf("Inspect: got %v, want nil", err)
 		}
@@ -831,7 +831,7 @@ func TestLock_Release_result(t *testing.T) {
 }
 
 func TestClient_Inspect_result(t *testing.T) {
-	cols := []string{"holder", "fence", "held", "ttl"}
+	cols := []string{"holder", "fence", "held", "ttl", "ahead"}
 	tests := []struct {
 		name string
 		rows *sqlmock.Rows
@@ -839,17 +839,17 @@ func TestClient_Inspect_result(t *testing.T) {
 	}{
 		{
 			"held",
-			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000)),
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000), int64(-500_000)),
 			Info{Name: "job", Holder: "worker-1", Fence: 42, Held: true, TTL: 1500 * time.Millisecond},
 		},
 		{
 			"expired",
-			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000)),
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000), int64(-4_000_000)),
 			Info{Name: "job", Holder: "worker-1", Fence: 42},
 		},
 		{
 			"released",
-			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil),
+			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil, nil),
 			Info{Name: "job", Fence: 42},
 		},
 		{"never taken", sqlmock.NewRows(cols), Info{Name: "job"}},

@@ -92,9 +92,13 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: inspect
 -- Args: name. No row when the name was never taken; the lease columns are
--- NULL when it was released.
+-- NULL when it was released. The last column is how far the lease's
+-- acquired_at lies ahead of this server's clock: negative (its age) unless
+-- the lease was written on a node whose clock is ahead of this one's, which
+-- the Client warns of (clock.go).
 SELECT l.holder, f.fence, l.expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS f
 LEFT JOIN `sqllock` AS l ON l.name = f.name AND l.kind = 'L'
 WHERE f.name = ? AND f.kind = 'F';
@@ -181,10 +185,12 @@ WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: list
 -- No args. Every live lease, in name order, with its name's fence (0 if the
--- fence row was deleted by hand) and the lease left by the server's clock.
+-- fence row was deleted by hand), the lease left by the server's clock, and
+-- how far its acquired_at lies ahead of that clock (as in inspect).
 -- It reads the whole table: kind is the second column of the primary key.
 SELECT l.name, l.holder, COALESCE(f.fence, 0),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS l
 LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
 WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
@@ -469,13 +475,15 @@ WHERE name = ? AND kind = 'L' AND owner = ?;
 -- columns NULL when it was released.
 SELECT IF(owner = '', NULL, holder), fence,
        IF(owner = '', NULL, expires_at > UTC_TIMESTAMP(6)),
-       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)),
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at))
 FROM `sqllock`
 WHERE name = ? AND kind = 'L';
 
 -- name: tidb_list
 -- No args. As list.
-SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at)
 FROM `sqllock`
 WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY name;
