@@ -140,10 +140,11 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 //     from its own start, no earlier than the Lock's ValidUntil, which counts
 //     from the first send. After the Lock's release it could take the name
 //     under a token nobody holds: so the Lock's release hands the token to
-//     the orphan list until such a send can no longer commit (lateUntil).
+//     the orphan list until such a send can no longer commit (lateSent).
 type acquireCall struct {
 	c        *Client
-	name     string
+	name     string   // a set's label for a set (acquire_all.go)
+	names    []string // a set's names, sorted; nil for one name
 	ttl      time.Duration
 	token    string
 	tokenErr error // renew could not draw a token
@@ -244,7 +245,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if maybeApplied {
-		l.lateUntil = sent.Add(orphanWait) // rule 3
+		l.sentTwice(sent) // rule 3
 	}
 	l.holdStarted()
 	if !c.held.add(l) {

@@ -39,17 +39,18 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	info := Info{Name: name}
 	var (
-		holder sql.NullString
-		held   sql.NullBool
-		us     sql.NullInt64
+		holder      sql.NullString
+		held        sql.NullBool
+		us, aheadUs sql.NullInt64
 	)
-	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us)
+	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us, &aheadUs)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return info, nil
 	case err != nil:
 		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
 	}
+	c.noteAhead(name, aheadUs.Int64, aheadUs.Valid)
 	info.Holder = holder.String
 	info.Held = held.Bool
 	if info.Held {
@@ -74,10 +75,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	var infos []Info
 	for rows.Next() {
 		info := Info{Held: true}
-		var us int64
-		if err := rows.Scan(&info.Name, &info.Holder, &info.Fence, &us); err != nil {
+		var us, aheadUs int64
+		if err := rows.Scan(&info.Name, &info.Holder, &info.Fence, &us, &aheadUs); err != nil {
 			return nil, c.serverError("list", err)
 		}
+		c.noteAhead(info.Name, aheadUs, true)
 		info.TTL = time.Duration(us) * time.Microsecond
 		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is 0: see Client.InspectSlots
 		infos = append(infos, info)

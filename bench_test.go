@@ -711,6 +711,58 @@ func BenchmarkObserver(b *testing.B) {
 	b.Run("noop", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(noop))) })
 }
 
+// BenchmarkSets is an uncontended acquire and release of K names: one
+// TryAcquireAll of the K names and the set's Release (two statements,
+// whatever K), beside K TryAcquire and Release pairs one after another, what
+// a caller without sets pays, and is never all or nothing.
+func BenchmarkSets(b *testing.B) {
+	e := benchEnv(b)
+	ctx := context.Background()
+	for _, k := range []int{1, 10, 64} {
+		names := make([]string, k)
+		for i := range names {
+			names[i] = fmt.Sprintf("set-%02d", i)
+		}
+		b.Run(fmt.Sprintf("all/K=%d", k), func(b *testing.B) {
+			c := e.newClient(b)
+			mustAcquire(b, c, "warm", time.Second).Release(ctx)
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.TryAcquireAll(ctx, names, benchTTL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		if k == 64 {
+			continue // the trend is plain at 10
+		}
+		b.Run(fmt.Sprintf("oneByOne/K=%d", k), func(b *testing.B) {
+			c := e.newClient(b)
+			mustAcquire(b, c, "warm", time.Second).Release(ctx)
+			locks := make([]*Lock, k)
+			b.ReportAllocs()
+			for b.Loop() {
+				for i, n := range names {
+					l, err := c.TryAcquire(ctx, n, benchTTL)
+					if err != nil {
+						b.Fatal(err)
+					}
+					locks[i] = l
+				}
+				for _, l := range locks {
+					if err := l.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkSlots is one uncontended TryAcquireSlot and Release beside
 // BenchmarkPair's TryAcquire and Release, in one run: a slot costs one
 // statement whose rows grow with n (the fence row twice and every slot row),

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -258,6 +259,21 @@ func TestCluster_contention_noConflictReachesCallers(t *testing.T) {
 			t.Errorf("no acquire succeeded: the run proved nothing")
 		}
 		t.Logf("%d acquired, refreshed and released across %d nodes", acquired, len(c.dbs))
+	})
+}
+
+// Overlapping sets raced from every node: never two holders of a name,
+// fences growing, no deadlock, and nothing left (raceSets). A set's commit
+// that loses certification to another node's is sent again, as a single
+// acquire is.
+func TestCluster_sets_overlapping(t *testing.T) {
+	clusterWriters(t, func(t *testing.T, c *testCluster) {
+		table := c.newTable(t, c.dbs[0])
+		var clients []*Client
+		for n, db := range c.dbs {
+			clients = append(clients, (&testEnv{}).client(t, db, table, WithHolder(fmt.Sprintf("node%d", n+1))))
+		}
+		raceSets(t, clients, 3, 80)
 	})
 }
 
@@ -540,4 +556,40 @@ func TestCluster_wakeups_galera(t *testing.T) {
 	} else if refusals != 0 {
 		t.Errorf("warnings about a refusal from a node that grants GET_LOCK: %d", refusals)
 	}
+}
+
+// galeraAheadEnv names, for TestCluster_clockAhead_warns, a Galera node
+// (1, 2 or 3) whose clock was set at least a second ahead by hand:
+//
+//	scripts/cluster galera skew 3 +5s
+//	SQLLOCK_TEST_GALERA_AHEAD=3 go test -run TestCluster_clockAhead_warns .
+const galeraAheadEnv = "SQLLOCK_TEST_GALERA_AHEAD"
+
+// A lease taken through a node whose clock runs ahead is read, through
+// another node, with an acquired_at in that node's future: Inspect warns.
+func TestCluster_clockAhead_warns(t *testing.T) {
+	ahead := os.Getenv(galeraAheadEnv)
+	if ahead == "" {
+		t.Skipf("set %s to a Galera node whose clock runs at least 1 s ahead (scripts/cluster galera skew N +5s)", galeraAheadEnv)
+	}
+	c := clusterFrom(t, galeraEnv)
+	i, err := strconv.Atoi(ahead)
+	if err != nil || i < 1 || i > len(c.dbs) {
+		t.Fatalf("%s=%q: want a node number from 1 to %d", galeraAheadEnv, ahead, len(c.dbs))
+	}
+	other := c.dbs[i%len(c.dbs)]
+	table := c.newTable(t, other)
+	taker := (&testEnv{}).client(t, c.dbs[i-1], table)
+	rec, logOpt := newRecorder()
+	reader := (&testEnv{}).client(t, other, table, logOpt)
+	mustAcquire(t, taker, "skewed", time.Minute)
+	waitFor(t, 30*time.Second, "the lease on the other node", func() bool {
+		info, err := reader.Inspect(testCtx(t), "skewed")
+		return err == nil && info.Held
+	})
+	got := rec.find(slog.LevelWarn, "acquired ahead", "skewed")
+	if len(got) != 1 {
+		t.Fatalf("warnings: got %d, want 1", len(got))
+	}
+	t.Logf("warned: %s ahead", attr(got[0], "ahead"))
 }

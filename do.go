@@ -95,14 +95,37 @@ func (c *Client) TryDo(ctx context.Context, name string, ttl time.Duration, fn f
 	return c.do(ctx, name, ttl, c.TryAcquire, fn, opts)
 }
 
+// DoAll is [Client.Do] for a set of names, taken all or nothing by
+// [Client.AcquireAll]: fn's context ends when any lease of the set could
+// lapse.
+func (c *Client) DoAll(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
+	if _, err := checkNames(names); err != nil {
+		return err
+	}
+	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return c.AcquireAll(ctx, names, ttl) }, fn, opts)
+}
+
+// TryDoAll is [Client.DoAll] with one attempt to acquire, as [Client.TryDo].
+func (c *Client) TryDoAll(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
+	if _, err := checkNames(names); err != nil {
+		return err
+	}
+	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return c.TryAcquireAll(ctx, names, ttl) }, fn, opts)
+}
+
 type acquireFunc func(ctx context.Context, name string, ttl time.Duration) (*Lock, error)
 
 func (c *Client) do(ctx context.Context, name string, ttl time.Duration, acquire acquireFunc, fn func(context.Context) error, opts []DoOption) error {
-	// In TryAcquire's order, so a bad ttl is named as such, not through the
-	// safety margin derived from it.
 	if err := checkName(name); err != nil {
 		return err
 	}
+	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return acquire(ctx, name, ttl) }, fn, opts)
+}
+
+// doWith runs fn under the Lock acquire takes, its names checked already.
+func (c *Client) doWith(ctx context.Context, ttl time.Duration, acquire func(context.Context) (*Lock, error), fn func(context.Context) error, opts []DoOption) error {
+	// In TryAcquire's order, so a bad ttl is named as such, not through the
+	// safety margin derived from it.
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
@@ -113,7 +136,7 @@ func (c *Client) do(ctx context.Context, name string, ttl time.Duration, acquire
 	if err != nil {
 		return err
 	}
-	l, err := acquire(ctx, name, ttl)
+	l, err := acquire(ctx)
 	if err != nil {
 		return err
 	}

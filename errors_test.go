@@ -32,7 +32,7 @@ var passableErrors = []struct {
 }
 
 func emptyInspect() *sqlmock.Rows {
-	return sqlmock.NewRows([]string{"holder", "fence", "held", "ttl"})
+	return sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead"})
 }
 
 // A candidate whose server turns read-only during a failover keeps

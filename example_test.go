@@ -50,6 +50,24 @@ func ExampleClient_TryAcquire() {
 	fmt.Println("running the report under fence", lock.Fence())
 }
 
+func ExampleClient_TryAcquireAll() {
+	ctx := context.Background()
+	var locks *sqllock.Client // from sqllock.New
+
+	// Both shards or neither: another rebuild that needs either waits.
+	lock, err := locks.TryAcquireAll(ctx, []string{"shard-3", "shard-7"}, time.Minute)
+	var held *sqllock.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("busy:", held.Names) // nothing was taken
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(context.WithoutCancel(ctx))
+	fmt.Println("rebuilding", lock.Names(), "under fence", lock.Fence())
+}
+
 func ExampleClient_Acquire() {
 	var locks *sqllock.Client // from sqllock.New
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -175,13 +175,41 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 	if i == qAcquire && c.oneRow.Load() {
 		args = args[:tidbAcquireArgs]
 	}
+	name, _ := args[0].(string) // most statements start with the name
+	if i == qRefresh || i == qReleaseAtLeast {
+		name, _ = args[1].(string)
+	}
+	return c.send(ctx, until, stmtNames[i], name, i == qAcquire, func() (sql.Result, error) {
+		return st.ExecContext(ctx, args...)
+	})
+}
+
+// execText is exec for a statement sent as text (a set's, acquire_all.go),
+// named stmt for logs and the Observer, about the set labelled name.
+func (c *Client) execText(ctx context.Context, stmt, name, text string) (res sql.Result, maybeApplied bool, err error) {
+	return c.execTextUntil(ctx, time.Time{}, stmt, name, text)
+}
+
+// execTextUntil is execText whose retries also end at until, as execUntil's.
+func (c *Client) execTextUntil(ctx context.Context, until time.Time, stmt, name, text string) (res sql.Result, maybeApplied bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	return c.send(ctx, until, stmt, name, strings.HasPrefix(stmt, "all_acquire"), func() (sql.Result, error) {
+		return c.db.ExecContext(ctx, text)
+	})
+}
+
+// send runs do, which sends statement stmt about name, with exec's retries.
+// An acquire (acquire) whose row stays locked past its bound is not retried.
+func (c *Client) send(ctx context.Context, until time.Time, stmt, name string, acquire bool, do func() (sql.Result, error)) (res sql.Result, maybeApplied bool, err error) {
 	var rowBusy error
 	err = retry(ctx, until, func() error {
 		var err error
-		if res, err = st.ExecContext(ctx, args...); err == nil {
+		if res, err = do(); err == nil {
 			return nil
 		}
-		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout && i == qAcquire {
+		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout && acquire {
 			// The acquire's row stayed locked past its bound (queries.sql,
 			// lock_wait_mariadb): another transaction writes it.
 			// The acquire was undone; the attempt reports the name held.
@@ -191,9 +219,9 @@ func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...
 		switch classify(err) {
 		case failedUnknown:
 			maybeApplied = true
-			c.logRetry(ctx, stmtNames[i], args, err)
+			c.logRetry(ctx, stmt, name, err)
 		case failedRolledBack:
-			c.logRetry(ctx, stmtNames[i], args, err)
+			c.logRetry(ctx, stmt, name, err)
 		case failedFinal:
 			if ctx.Err() != nil {
 				// A context that ended while the statement was on its

@@ -18,7 +18,8 @@ import (
 // sends them, to each real server and to the fake, and holds the fake's
 // every answer (insert id, affected rows, rows, error number) against the
 // server's: the library's tests read only the answers they decide by, and
-// this reads them all. Fences and times differ between two clocks, so a
+// this reads them all; the set statements, sent as text, are compared
+// too (setScript). Fences and times differ between two clocks, so a
 // fence is compared by which one it is (the first seen, the second), and a
 // time left by its sign.
 func TestFake_answersAsTheServer(t *testing.T) {
@@ -42,6 +43,11 @@ func TestFake_answersAsTheServer(t *testing.T) {
 		fake := runScript(t, fakeDB, "t_drift")
 		real = append(real, wakeScript(t, e.db, "t_wake")...)
 		fake = append(fake, wakeScript(t, fakeDB, "t_wake")...)
+		if err := srv.CreateTable("t_sets"); err != nil {
+			t.Fatal(err)
+		}
+		real = append(real, setScript(t, e.db, e.newTable(t))...)
+		fake = append(fake, setScript(t, fakeDB, "t_sets")...)
 		if !e.server.MariaDB {
 			// The table as information_schema shows it: the fake says it
 			// is MySQL, whose column types read differently from MariaDB's.

@@ -109,7 +109,10 @@ func (c *Client) Held() []string {
 	var names []string
 	for _, l := range locks {
 		if l.knownLive(now) {
-			names = append(names, l.Name())
+			for _, n := range l.Names() {
+				n, _ = splitSlotName(n) // a slot: its semaphore's name
+				names = append(names, n)
+			}
 		}
 	}
 	slices.Sort(names)
@@ -136,7 +139,7 @@ func (c *Client) releaseHeld(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			cause := fmt.Errorf("%w: the lease on %q was released by Close", ErrClosed, l.name)
+			cause := fmt.Errorf("%w: the lease on %s was released by Close", ErrClosed, l.label())
 			err := l.release(ctx, 0, cause)
 			l.logClosed(err)
 			if err != nil && !errors.Is(err, ErrNotHeld) {

@@ -120,8 +120,8 @@ func (l *Lock) setValidUntil(t time.Time) {
 		return
 	}
 	if !time.Now().Before(t.Add(-ka.margin)) {
-		l.endLocked(ka, errorf("%w: after a Refresh, the lease on %q may expire within the safety margin %v",
-			ErrLockLost, l.name, ka.margin))
+		l.endLocked(ka, errorf("%w: after a Refresh, the lease on %s may expire within the safety margin %v",
+			ErrLockLost, l.label(), ka.margin))
 	}
 	select {
 	case ka.moved <- struct{}{}:
@@ -130,10 +130,16 @@ func (l *Lock) setValidUntil(t time.Time) {
 }
 
 // expiringErr is the cause of a keep-alive that ends because the lease may
-// expire within margin.
+// expire within margin. When its deadline fires late, after the process was
+// stopped (SIGSTOP, a VM paused) or starved past the lease, it says that
+// the lease may already have expired, rather than that it expires soon.
 func (l *Lock) expiringErr(margin time.Duration, lastErr error) error {
-	return errorf("%w: no renewal of %q succeeded in time; the lease may expire %v from now (last error: %v)",
-		ErrLockLost, l.name, margin, lastErr)
+	if late := -time.Until(l.ValidUntil()); late >= 0 {
+		return errorf("%w: no renewal of %s succeeded in time; the lease may have expired %v ago, the process stopped or starved past it (last error: %v)",
+			ErrLockLost, l.label(), late.Round(time.Millisecond), lastErr)
+	}
+	return errorf("%w: no renewal of %s succeeded in time; the lease may expire %v from now (last error: %v)",
+		ErrLockLost, l.label(), margin, lastErr)
 }
 
 // lost reports whether the keep-alive has given the lease up for lost.
@@ -256,7 +262,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				return
 			case renewalCannotPass(err):
 				// No renewal can succeed before the deadline: say so now.
-				l.lose(ka, errorf("%w: the lease on %q cannot be renewed: %w", ErrLockLost, l.name, err))
+				l.lose(ka, errorf("%w: the lease on %s cannot be renewed: %w", ErrLockLost, l.label(), err))
 				return
 			default:
 				// Not proof of loss: try again soon, until the deadline.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,9 +96,9 @@ func TestLock_Check_args(t *testing.T) {
 
 func TestClient_List(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
-		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us"}).
-			AddRow("a", "h1", 7, 1_500_000).
-			AddRow("b", "h2", 0, 1))
+		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us", "ahead"}).
+			AddRow("a", "h1", 7, 1_500_000, -500_000).
+			AddRow("b", "h2", 0, 1, -1))
 		got, err := e.c.List(t.Context())
 		if err != nil {
 			t.Fatalf("List: got %v, want nil", err)
@@ -251,6 +252,25 @@ func TestDefaultSafetyMargin(t *testing.T) {
 	} {
 		if got := defaultSafetyMargin(ttl); got != want {
 			t.Errorf("defaultSafetyMargin(%v): got %v, want %v", ttl, got, want)
+		}
+	}
+}
+
+// A keep-alive whose deadline fires after the lease's end (the process was
+// stopped past it, as scripts/nemesis's pause does) says the lease may
+// have expired already, not that it expires soon.
+func TestLock_KeepAlive_lateDeadlineSaysExpired(t *testing.T) {
+	for _, tt := range []struct {
+		left time.Duration
+		want string
+	}{
+		{300 * time.Millisecond, "may expire 100ms from now"},
+		{-1500 * time.Millisecond, "may have expired 1.5"},
+	} {
+		l := &Lock{name: "n", validUntil: time.Now().Add(tt.left)}
+		err := l.expiringErr(100*time.Millisecond, nil)
+		if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("lease ending in %v: got %v, want ErrLockLost saying %q", tt.left, err, tt.want)
 		}
 	}
 }

@@ -514,7 +514,19 @@ func randomCall(c *Client, name, onceName string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	pause := func() { time.Sleep(rand.N(3 * time.Millisecond)) }
-	switch rand.N(6) {
+	switch rand.N(8) {
+	case 6: // a set left for Close to release (refused through Vitess)
+		_, err := c.TryAcquireAll(ctx, []string{name, name + "-set"}, time.Minute)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil
+		}
+		return err
+	case 7:
+		err := c.DoAll(ctx, []string{name + "-set", name}, time.Minute, func(context.Context) error { pause(); return nil })
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil
+		}
+		return err
 	case 0: // a lease left for Close to release
 		_, err := c.TryAcquire(ctx, name, time.Minute)
 		return err

@@ -10,7 +10,9 @@ import (
 )
 
 // A Lock is a lease on one name, taken by [Client.TryAcquire] or
-// [Client.Acquire]. Its methods are safe for concurrent use.
+// [Client.Acquire], or on several names at once, taken by
+// [Client.TryAcquireAll] or [Client.AcquireAll]. Its methods are safe for
+// concurrent use.
 type Lock struct {
 	c     *Client
 	name  string
@@ -38,10 +40,12 @@ type Lock struct {
 	// releasing is the release under way, which other release calls wait
 	// for and share the result of.
 	releasing *releaseFlight
-	// lateUntil: the acquire sent its statement more than once, and an
-	// earlier send may still commit until then; the release hands the token
-	// to the Client's orphan list (acquire.go, rule 3). Zero when sent once.
-	lateUntil time.Time
+	// lateSent: the acquire sent its statement more than once, the first
+	// at lateSent on monoBase's clock (observe.go), and that send may still
+	// commit until orphanWait after it; the release hands the token to the
+	// Client's orphan list (acquire.go, rule 3). Zero when sent once. (A
+	// duration, not a time.Time, keeps a Lock in its size class.)
+	lateSent time.Duration
 	// released: the lease was released. releaseUnknown: a Release failed in
 	// a way that may have deleted the row.
 	released, releaseUnknown bool
@@ -59,6 +63,7 @@ type Lock struct {
 	// lapse lets go of the channel if the lease lapses unreleased (wake.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go
+	set   *lockSet   // the names of a Lock on several; acquire_all.go
 }
 
 // A releaseFlight is one release of a Lock under way; err is set when done
@@ -74,8 +79,10 @@ func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, val
 		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
 }
 
-// Name returns the name the lease is on: for a slot of a counting
-// semaphore, the semaphore's name (and [Lock.Slot] the slot's number).
+// Name returns the name the lease is on; for a Lock on several names
+// ([Client.TryAcquireAll]), the first of [Lock.Names]; for a slot of a
+// counting semaphore, the semaphore's name (and [Lock.Slot] the slot's
+// number).
 func (l *Lock) Name() string {
 	name, _ := splitSlotName(l.name)
 	return name
@@ -125,9 +132,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	defer func() { <-l.refreshing }()
 	sent := time.Now()
-	name, token := l.keyArgs()
 	until := l.ValidUntil()
-	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
+	ok, err := l.sendRefresh(ctx, until, ttl)
 	if err != nil {
 		// The refresh may have been applied; if it shortened the lease,
 		// the shorter bound is the one to trust.
@@ -135,18 +141,13 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.setValidUntil(minTime(l.validUntil, sent.Add(ttl)))
 		l.mu.Unlock()
 		l.refreshed(sent, until, false, err)
-		return l.c.serverError(fmt.Sprintf("refresh %q", l.name), err)
+		return l.c.serverError("refresh "+l.label(), err)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		l.refreshed(sent, until, false, err)
-		return fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
-	}
-	if id == 0 {
+	if !ok {
 		// The lease lapsed: the name may be free for a caller waiting in
 		// this Client.
-		l.c.waiters.kick(l.name)
-		err := fmt.Errorf("%w: the lease on %q expired or was taken over", ErrNotHeld, l.name)
+		l.kickAll()
+		err := fmt.Errorf("%w: the lease on %s expired or was taken over", ErrNotHeld, l.label())
 		l.refreshed(sent, until, true, err)
 		l.holdEnded(HoldLost, err)
 		return err
@@ -157,6 +158,25 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l.c.held.readd(l) // after l.mu: the registry's lock comes first
 	l.refreshed(sent, until, false, nil)
 	return nil
+}
+
+// sendRefresh sends the refresh of the Lock's lease; ok reports whether it
+// was extended (for a set, every lease of it). An error that is not the
+// refresh's answer comes back as it is, for Refresh to wrap.
+func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
+	if l.set != nil {
+		return l.refreshSet(ctx, until, ttl)
+	}
+	name, token := l.keyArgs()
+	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
+	if err != nil {
+		return false, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return false, fmt.Errorf("sqllock: refresh %q: %w", l.name, err)
+	}
+	return id != 0, nil
 }
 
 // Release deletes the lease, in one statement guarded by the token, so it
@@ -244,9 +264,12 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		maybeApplied bool
 		err          error
 	)
-	if minHold > 0 {
+	switch {
+	case l.set != nil:
+		ours, maybeApplied, err = l.releaseSet(ctx, minHold)
+	case minHold > 0:
 		ours, maybeApplied, err = l.releaseAtLeast(ctx, minHold)
-	} else {
+	default:
 		var res sql.Result
 		name, token := l.keyArgs()
 		if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
@@ -265,17 +288,17 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 			l.releaseUnknown = true
 			l.mu.Unlock()
 		}
-		return l.c.serverError(fmt.Sprintf("release %q", l.name), err)
+		return l.c.serverError("release "+l.label(), err)
 	}
 	defer l.c.held.remove(l)
-	if !l.lateUntil.IsZero() && time.Now().Before(l.lateUntil) {
+	if l.lateSent != 0 && time.Since(monoBase) < l.lateSent+orphanWait {
 		// A late send of the acquire could take the name again under this
 		// token, which nobody holds from now on (acquire.go, rule 3).
-		l.c.orphans.remember(orphanKey(l.name), l.token, l.ttl, l.lateUntil.Add(-orphanWait))
+		l.rememberLate()
 	}
 	// Whatever the answer, the lease is no longer ours: a caller waiting
 	// for the name in this Client should try now.
-	l.c.waiters.kick(l.name)
+	l.kickAll()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released = true
@@ -288,7 +311,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	if (maybeApplied || l.releaseUnknown) && done.Before(l.validUntil) {
 		return nil
 	}
-	return fmt.Errorf("%w: the lease on %q expired and was taken over", ErrNotHeld, l.name)
+	return fmt.Errorf("%w: the lease on %s expired and was taken over", ErrNotHeld, l.label())
 }
 
 // keyArgs returns the name and token as statement arguments, boxed once
@@ -297,7 +320,7 @@ func (l *Lock) keyArgs() (name, token any) { return l.nameArg, l.tokenArg }
 
 // releasedErr is the error of a call on a released Lock.
 func (l *Lock) releasedErr() error {
-	err := fmt.Errorf("%w: %q was already released", ErrNotHeld, l.name)
+	err := fmt.Errorf("%w: %s was already released", ErrNotHeld, l.label())
 	if l.c.isClosed() {
 		return errorf("%w: %w", ErrClosed, err)
 	}
@@ -339,6 +362,9 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Unlock()
 	if released {
 		return l.releasedErr()
+	}
+	if l.set != nil {
+		return l.checkSet(ctx, tx)
 	}
 	// By its text, not the Client's prepared statement: tx may come from
 	// another *sql.DB, and tx.StmtContext refuses a statement of another.

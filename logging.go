@@ -28,11 +28,7 @@ var discardLogger = slog.New(slog.DiscardHandler)
 
 // logRetry reports a statement that failed in a way that is retried, to
 // the logger and the Observer.
-func (c *Client) logRetry(ctx context.Context, stmt string, args []any, err error) {
-	name, _ := args[0].(string) // most statements start with the name
-	if stmt == stmtNames[qRefresh] || stmt == stmtNames[qReleaseAtLeast] {
-		name, _ = args[1].(string)
-	}
+func (c *Client) logRetry(ctx context.Context, stmt, name string, err error) {
 	c.log.DebugContext(ctx, "sqllock: statement failed; retrying", "name", name, "statement", stmt, "err", err)
 	c.retried(stmt, name, err)
 }

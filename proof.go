@@ -204,8 +204,8 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	if err := retryRolledBack(ctx, func() error {
 		var holder sql.NullString
 		var held sql.NullBool
-		var left sql.NullInt64
-		return conn.QueryRowContext(ctx, text[qInspect], name).Scan(&holder, &stored, &held, &left)
+		var left, ahead sql.NullInt64
+		return conn.QueryRowContext(ctx, text[qInspect], name).Scan(&holder, &stored, &held, &left, &ahead)
 	}); err != nil {
 		return err
 	}

@@ -298,7 +298,7 @@ func TestClient_firstUse_proofAnswers(t *testing.T) {
 				},
 				func(a answer) {
 					e.mock.ExpectQuery(e.sql("inspect")).WithArgs(sqlmock.AnyArg()).
-						WillReturnRows(sqlmock.NewRows([]string{"h", "f", "l", "u"}).AddRow(mockHolder, a.id, 1, 1))
+						WillReturnRows(sqlmock.NewRows([]string{"h", "f", "l", "u", "a"}).AddRow(mockHolder, a.id, 1, 1, -1))
 				},
 				func(a answer) {
 					e.mock.ExpectExec(e.sql("refresh")).WithArgs(any9[:3]...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
@@ -349,7 +349,7 @@ func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
 	}
 	assertErrContains(t, err, "read-only")
 
-	e.expectInspect("job", sqlmock.NewRows([]string{"h", "f", "l", "u"}))
+	e.expectInspect("job", sqlmock.NewRows([]string{"h", "f", "l", "u", "a"}))
 	if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
 		t.Errorf("Inspect: got %v, want nil", err)
 	}

@@ -92,9 +92,13 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: inspect
 -- Args: name. No row when the name was never taken; the lease columns are
--- NULL when it was released.
+-- NULL when it was released. The last column is how far the lease's
+-- acquired_at lies ahead of this server's clock: negative (its age) unless
+-- the lease was written on a node whose clock is ahead of this one's, which
+-- the Client warns of (clock.go).
 SELECT l.holder, f.fence, l.expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS f
 LEFT JOIN `sqllock` AS l ON l.name = f.name AND l.kind = 'L'
 WHERE f.name = ? AND f.kind = 'F';
@@ -181,10 +185,12 @@ WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: list
 -- No args. Every live lease, in name order, with its name's fence (0 if the
--- fence row was deleted by hand) and the lease left by the server's clock.
+-- fence row was deleted by hand), the lease left by the server's clock, and
+-- how far its acquired_at lies ahead of that clock (as in inspect).
 -- It reads the whole table: kind is the second column of the primary key.
 SELECT l.name, l.holder, COALESCE(f.fence, 0),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS l
 LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
 WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
@@ -279,6 +285,114 @@ SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 SELECT name FROM `sqllock`
 WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
 
+-- Sets: a Lock on several names (acquire_all.go), taken all or nothing.
+-- The statements are sent as text, never prepared: the number of names
+-- varies. The Go side puts literals in place of the placeholders, in order
+-- (hex literals for names, tokens and holders, decimal numbers), and the
+-- table's name in place of `sqllock`. The rows of a set are written in the
+-- byte order of its names. Every lease row of a set is an ordinary lease
+-- row under the set's one token, so the single-name statements (release,
+-- lease, list, inspect) see each name of a set as a lease of its own.
+
+-- name: all_acquire
+-- Holes: the rows (below), then token, holder, token, ttl µs. Insert id:
+-- 2F + 1, where F is the fence every name of the set now has.
+--
+-- All or nothing: a lease row held live by another owner makes the
+-- statement fail with error 1690 (an unsigned value out of range, which no
+-- sql_mode turns into a warning), and the server rolls the whole statement
+-- back, so a refused set writes nothing. The expression reads a column, so
+-- no server evaluates it unless its branch is taken.
+--
+-- The rows, in this order, each under its row lock until commit:
+-- 1. Every lease row (all_acquire_lease), in name order: taken when absent,
+--    expired, or ours (a retry after an unknown outcome). A set takes its
+--    lease rows before any fence row, as a single acquire does, so two
+--    statements that share a name, sets or single acquires, wait for each
+--    other at their first shared lease row and never hold a row the other
+--    waits for: no deadlock.
+-- 2. Every fence row, first pass: LAST_INSERT_ID carries 2M, where M is
+--    the greatest of the clock in microseconds and each old fence plus one.
+--    The first row (all_acquire_fence_first) starts it from the clock; a
+--    new fence row is inserted with the running value, which the second
+--    pass overwrites. Fences are left as they are.
+-- 3. Every fence row again (all_acquire_fence_write): each row's values
+--    first set the lowest bit, and the update then writes M into the fence.
+--    Every name of the set gets the same fence M, greater than each of its
+--    old fences.
+-- The ODKU part is shared by all rows: kind tells a lease row from a fence
+-- row, and the lowest bit of LAST_INSERT_ID() the first pass from the
+-- second. Only the fence assignment reads the old row (besides kind, which
+-- no assignment changes), so both assignment orders agree.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES ?
+ON DUPLICATE KEY UPDATE
+  fence = IF(kind = 'L',
+             IF(owner = ? OR expires_at <= UTC_TIMESTAMP(6), fence, fence + 1 + 18446744073709551615),
+             IF(LAST_INSERT_ID() & 1 = 0,
+                LAST_INSERT_ID(GREATEST(fence + 1, LAST_INSERT_ID() DIV 2) * 2) * 0 + fence,
+                LAST_INSERT_ID() DIV 2)),
+  acquired_at = IF(kind = 'L', UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(kind = 'L', ?, holder),
+  owner = IF(kind = 'L', ?, owner),
+  expires_at = IF(kind = 'L', UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at);
+
+-- name: all_acquire_lease
+-- A lease row of all_acquire. Holes: name, token, holder, ttl µs.
+(?, 'L', ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+
+-- name: all_acquire_fence_first
+-- The first fence row of all_acquire's first pass. Holes: name.
+(?, 'F', '', '', LAST_INSERT_ID(2 * TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) DIV 2,
+ UTC_TIMESTAMP(6), UTC_TIMESTAMP(6));
+
+-- name: all_acquire_fence
+-- Every other fence row of all_acquire's first pass. Holes: name.
+(?, 'F', '', '', LAST_INSERT_ID() DIV 2, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6));
+
+-- name: all_acquire_fence_write
+-- A fence row of all_acquire's second pass. Holes: name.
+(?, 'F', '', '', LAST_INSERT_ID(LAST_INSERT_ID() | 1) * 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6));
+
+-- name: all_refresh
+-- Holes: ttl µs, token, the names. Affected rows: how many of the set's
+-- leases were ours and live, and are extended. The write also flips the
+-- lowest bit of acquired_at's microseconds (as check does), so every row it
+-- matches changes, and counts with and without clientFoundRows. Only
+-- TiDB keeps the hint (as the TiDB forms below).
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
+
+-- name: all_release
+-- Holes: token, the names. Affected rows: how many of the set's leases were
+-- still ours (a DELETE counts the same with or without clientFoundRows).
+DELETE FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?);
+
+-- name: all_release_at_least
+-- Holes: min hold µs, token, the names. As release_at_least, for a set; the
+-- flip of acquired_at (as all_refresh) makes the affected rows count every
+-- lease that was ours. expires_at is assigned first, from the old
+-- acquired_at, in both assignment orders.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
+    acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+WHERE kind = 'L' AND owner = ? AND name IN (?);
+
+-- name: all_check
+-- Holes: token, the names. As check, for a set, inside the user's
+-- transaction: affected rows count the set's leases that are ours and live,
+-- each now locked until the transaction ends.
+UPDATE `sqllock`
+SET acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
+
+-- name: all_fences
+-- Holes: token, the names. The fence of every lease row of the set that is
+-- ours: read after tidb_all_acquire, whose insert id cannot carry them.
+SELECT name, fence FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?);
+
 -- TiDB. Its LAST_INSERT_ID() returns the value from before the statement, so
 -- no mark set on one row reaches another, and a LAST_INSERT_ID(expr) whose
 -- argument is fixed for the statement takes effect even in a branch not
@@ -361,13 +475,15 @@ WHERE name = ? AND kind = 'L' AND owner = ?;
 -- columns NULL when it was released.
 SELECT IF(owner = '', NULL, holder), fence,
        IF(owner = '', NULL, expires_at > UTC_TIMESTAMP(6)),
-       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)),
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at))
 FROM `sqllock`
 WHERE name = ? AND kind = 'L';
 
 -- name: tidb_list
 -- No args. As list.
-SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+SELECT name, holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at)
 FROM `sqllock`
 WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6)
 ORDER BY name;
@@ -402,6 +518,35 @@ ON DUPLICATE KEY UPDATE
   acquired_at = IF(`sqllock`.kind = 'L',
                    `sqllock`.acquired_at + INTERVAL IF(MICROSECOND(`sqllock`.acquired_at) % 2 = 0, 1, -1) MICROSECOND,
                    `sqllock`.acquired_at);
+
+-- name: tidb_all_acquire
+-- Holes: the rows (tidb_all_acquire_row). The one-row form of all_acquire:
+-- all or nothing the same way (error 1690 on a live lease of another
+-- owner); each name's fence grows by one, or starts at the clock for a new
+-- name, and is read back with all_fences, since no insert id can carry
+-- them here. The fence assignment alone reads the old row: when it does not
+-- fail, every row is taken, and the other assignments take the row's new
+-- values. VALUES() is the row the INSERT would have written.
+INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES ?
+ON DUPLICATE KEY UPDATE
+  fence = IF(owner = '' OR owner = VALUES(owner) OR expires_at <= UTC_TIMESTAMP(6),
+             fence + 1, fence + 1 + 18446744073709551615),
+  acquired_at = UTC_TIMESTAMP(6),
+  holder = VALUES(holder),
+  owner = VALUES(owner),
+  expires_at = VALUES(expires_at);
+
+-- name: tidb_all_acquire_row
+-- A row of tidb_all_acquire. Holes: name, token, holder, ttl µs.
+(?, 'L', ?, ?, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+ UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+
+-- name: tidb_all_release
+-- Holes: token, the names. As tidb_release, for a set.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET owner = '', holder = '', expires_at = UTC_TIMESTAMP(6)
+WHERE kind = 'L' AND owner = ? AND name IN (?);
 
 -- Counting semaphores (slots.go). A semaphore of n slots on name keeps its
 -- rows under names derived from it with the mark M = 0x00 'slot', which no

@@ -289,7 +289,7 @@ func (s *slotCall) taken(ctx context.Context, id uint64, sent time.Time, maybeAp
 	}
 	l := newLock(c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl))
 	if maybeApplied {
-		l.lateUntil = sent.Add(orphanWait) // acquire.go, rule 3
+		l.sentTwice(sent) // acquire.go, rule 3
 	}
 	l.holdStarted()
 	if !c.held.add(l) {

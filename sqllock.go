@@ -49,6 +49,8 @@ type Client struct {
 	tidb       atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
 	oneRow     atomic.Bool      // c.sql holds the one-row forms: TiDB's, or Vitess's (tablecheck.go)
 	onceByRows atomic.Bool      // once_record reports by the rows it inserted (tablecheck.go, once.go)
+	lockWait   atomic.Bool      // MariaDB: acquires bound their wait for a row (queries.sql, lock_wait_mariadb)
+	skew       skewWarnings     // clock.go
 	stmts      [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters  waiters       // Acquire calls waiting for a name (waiters.go)

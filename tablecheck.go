@@ -179,6 +179,7 @@ func (c *Client) chooseForms(version string, carries bool) {
 		c.wake.refused.Store(true)
 	case strings.Contains(version, "MariaDB"):
 		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
+		c.lockWait.Store(true)
 	}
 }
 

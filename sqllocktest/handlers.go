@@ -26,6 +26,11 @@ var handlers = map[string]*handler{
 	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
 	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
 	"proof_clear":          {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
+	"all_acquire":          {needsTable: true, writes: true, locks: setAcquireRefs, run: allAcquire}, // sets.go
+	"all_refresh":          {needsTable: true, writes: true, locks: setRefs(2), run: allRefresh},
+	"all_release":          {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
+	"all_release_at_least": {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
+	"all_check":            {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
 	"first_use":            {run: firstUse},
 	"wake_wait":            {run: wakeWait},
 	"wake_release":         {run: wakeRelease},
@@ -226,17 +231,17 @@ func inspect(x *call) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &outcome{cols: []string{"holder", "fence", "live", "left_us"}}
+	out := &outcome{cols: []string{"holder", "fence", "live", "left_us", "ahead_us"}}
 	f := x.s.read(x.c, x.ref(name, 'F'))
 	if f == nil {
 		return out, nil
 	}
 	l := x.s.read(x.c, x.ref(name, 'L'))
 	if l == nil {
-		out.rows = append(out.rows, []driver.Value{nil, fenceValue(f.fence), nil, nil})
+		out.rows = append(out.rows, []driver.Value{nil, fenceValue(f.fence), nil, nil, nil})
 		return out, nil
 	}
-	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now})
+	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now, l.acquired - x.now})
 	return out, nil
 }
 
@@ -259,7 +264,7 @@ func look(x *call) (*outcome, error) {
 
 // list: every live lease, in name order (VARBINARY compares bytes).
 func list(x *call) (*outcome, error) {
-	out := &outcome{cols: []string{"name", "holder", "fence", "left_us"}}
+	out := &outcome{cols: []string{"name", "holder", "fence", "left_us", "ahead_us"}}
 	var names []string
 	for _, k := range x.s.keys(x.c, x.p.table) {
 		if k.kind == 'L' {
@@ -276,7 +281,7 @@ func list(x *call) (*outcome, error) {
 		if f := x.s.read(x.c, x.ref(n, 'F')); f != nil {
 			fence = f.fence
 		}
-		out.rows = append(out.rows, []driver.Value{[]byte(n), []byte(l.holder), fenceValue(fence), l.expires - x.now})
+		out.rows = append(out.rows, []driver.Value{[]byte(n), []byte(l.holder), fenceValue(fence), l.expires - x.now, l.acquired - x.now})
 	}
 	return out, nil
 }

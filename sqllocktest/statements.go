@@ -24,25 +24,52 @@ var queriesSQL string
 var schemaSQL string
 
 // notImplemented are the statements of queries.sql that the fake does not
-// run, and why; every other statement of the file has a handler in handlers.go.
+// run, and why; every other statement of the file has a handler in handlers.go
+// (a set's in sets.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	"slot_acquire":      "counting semaphores are not in the fake: test them against a real server",
 	"slot_release":      "counting semaphores are not in the fake",
 	"slot_list":         "counting semaphores are not in the fake",
+	// all_fences reads back the fences of a set taken with the one-row
+	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
+	// says it is MySQL, so a Client takes the two-row form, whose insert
+	// id carries the set's fence, and never sends it.
+	"all_fences": "only a Client on the one-row forms (TiDB) sends it, and the fake says it is MySQL",
+}
+
+// setRows are the rows of all_acquire's VALUES list: templates of their
+// own, matched in place of its rows hole (holeRows), not statements.
+var setRows = map[string]bool{
+	"all_acquire_lease":       true,
+	"all_acquire_fence_first": true,
+	"all_acquire_fence":       true,
+	"all_acquire_fence_write": true,
 }
 
 // tidbPrefix begins the names of TiDB's forms, which a Client chooses only
 // when the server says it is TiDB: the fake says it is MySQL.
 const tidbPrefix = "tidb_"
 
+// tidbHint is the hint that only TiDB's statements keep.
+const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
+
 // textStatements are sent as text with literals in place of their
 // placeholders; the rest are prepared and take bound arguments.
-var textStatements = map[string]bool{"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true}
+var textStatements = map[string]bool{
+	"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true,
+	"all_acquire": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
+}
 
 // listStatements take a list of literals, separated by commas, in place of
-// their one placeholder.
-var listStatements = map[string]bool{"look": true}
+// their last placeholder (a set's names, in IN (?)).
+var listStatements = map[string]bool{
+	"look": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
+}
+
+// rowsStatements take a list of rows, each one of setRows, separated by
+// commas, in place of their first placeholder (VALUES ?).
+var rowsStatements = map[string]bool{"all_acquire": true}
 
 // A hole is a part of a statement's text that may vary.
 type hole int
@@ -54,6 +81,7 @@ const (
 	holeLiteral          // X'hex' or a whole number, put in place of a placeholder
 	holeLiteralList      // one literal or more, separated by ", "
 	holeUint             // an unsigned whole number written in the text (#UINT# in a template)
+	holeRows             // one row or more, each one of setRows, separated by ", "
 )
 
 type segment struct {
@@ -73,8 +101,16 @@ type template struct {
 // A parsed statement is a template matched against a statement's text.
 type parsed struct {
 	t     *template
-	table string   // the table's name, without quotes; "" if none
-	lits  []string // the literals' values, decoded
+	table string      // the table's name, without quotes; "" if none
+	lits  []string    // the literals' values, decoded
+	rows  []parsedRow // the rows of a holeRows, in order
+}
+
+// A parsedRow is one row of all_acquire's VALUES list: which of setRows it
+// is, and its literals.
+type parsedRow struct {
+	name string
+	lits []string
 }
 
 // Statements of the fake's own, outside queries.sql: the schema's CREATE
@@ -99,6 +135,9 @@ var ownStatements = map[string]string{
 
 var templates = mustTemplates()
 
+// rowTemplates are setRows' templates, matched in a holeRows.
+var rowTemplates []*template
+
 func mustTemplates() []*template {
 	qs, err := splitQueries(queriesSQL)
 	if err != nil {
@@ -110,11 +149,23 @@ func mustTemplates() []*template {
 	}
 	var out []*template
 	add := func(name, text string, mariadb bool) {
+		// TiDB's hint stays on TiDB's server alone: a Client sends the
+		// statement without it to any other (queries.go, tidbHint).
+		text = strings.ReplaceAll(text, tidbHint, "")
 		t := newTemplate(name, text, textStatements[name], mariadb)
 		if listStatements[name] {
-			for i := range t.segments {
+			for i := len(t.segments) - 1; i >= 0; i-- {
 				if t.segments[i].hole == holeLiteral {
 					t.segments[i].hole = holeLiteralList
+					break
+				}
+			}
+		}
+		if rowsStatements[name] {
+			for i := range t.segments {
+				if t.segments[i].hole == holeLiteral {
+					t.segments[i].hole = holeRows
+					break
 				}
 			}
 		}
@@ -128,6 +179,9 @@ func mustTemplates() []*template {
 			out = append(out, t)
 			continue
 		case notImplemented[name] != "":
+			continue
+		case setRows[name]:
+			rowTemplates = append(rowTemplates, newTemplate(name, text, true, false))
 			continue
 		case handlers[name] == nil:
 			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in handlers.go or say why in notImplemented", name))
@@ -240,11 +294,18 @@ func parse(query string) (*parsed, error) {
 
 func (t *template) match(q string) (*parsed, bool) {
 	p := &parsed{t: t}
+	rest, ok := t.matchPrefix(q, p)
+	return p, ok && rest == ""
+}
+
+// matchPrefix matches the template against the start of q, into p, and
+// returns the rest of q.
+func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 	for _, s := range t.segments {
 		switch s.hole {
 		case holeNone:
 			if !strings.HasPrefix(q, s.text) {
-				return nil, false
+				return "", false
 			}
 			q = q[len(s.text):]
 			continue
@@ -254,22 +315,22 @@ func (t *template) match(q string) (*parsed, bool) {
 				quote = '\''
 			}
 			if q == "" || q[0] != quote {
-				return nil, false
+				return "", false
 			}
 			end := strings.IndexByte(q[1:], quote)
 			if end < 0 || !validTable(q[1:1+end]) {
-				return nil, false
+				return "", false
 			}
 			name := q[1 : 1+end]
 			if p.table != "" && p.table != name {
-				return nil, false // one statement, one table
+				return "", false // one statement, one table
 			}
 			p.table = name
 			q = q[end+2:]
 		case holeLiteral:
 			v, n, ok := readLiteral(q)
 			if !ok {
-				return nil, false
+				return "", false
 			}
 			p.lits = append(p.lits, v)
 			q = q[n:]
@@ -279,15 +340,28 @@ func (t *template) match(q string) (*parsed, bool) {
 				n++
 			}
 			if _, err := strconv.ParseUint(q[:n], 10, 64); n == 0 || err != nil {
-				return nil, false
+				return "", false
 			}
 			p.lits = append(p.lits, q[:n])
 			q = q[n:]
+		case holeRows:
+			for {
+				rest, ok := matchRow(q, p)
+				if !ok {
+					return "", false
+				}
+				q = rest
+				rest, more := strings.CutPrefix(q, ", ")
+				if !more {
+					break
+				}
+				q = rest
+			}
 		case holeLiteralList:
 			for {
 				v, n, ok := readLiteral(q)
 				if !ok {
-					return nil, false
+					return "", false
 				}
 				p.lits = append(p.lits, v)
 				q = q[n:]
@@ -299,7 +373,20 @@ func (t *template) match(q string) (*parsed, bool) {
 			}
 		}
 	}
-	return p, q == ""
+	return q, true
+}
+
+// matchRow matches one of rowTemplates at the start of q, appends it to
+// p.rows, and returns the rest of q.
+func matchRow(q string, p *parsed) (string, bool) {
+	for _, t := range rowTemplates {
+		r := &parsed{t: t}
+		if rest, ok := t.matchPrefix(q, r); ok && r.table == "" {
+			p.rows = append(p.rows, parsedRow{name: t.name, lits: r.lits})
+			return rest, true
+		}
+	}
+	return "", false
 }
 
 // validTable reports whether name is one the library accepts (WithTable).

@@ -26,6 +26,16 @@ type record struct {
 	// is the holder's belief (Lock.ValidUntil) mapped onto the server's
 	// clock, conservatively.
 	Expiry int64 `json:"x"`
+	// Acquired is when the acquire returned, on this machine's clock (µs
+	// since 1970): a fault run counts the sections under way at the fault.
+	Acquired int64 `json:"ac,omitempty"`
+	// Belief is the latest Lock.ValidUntil the holder had, after its
+	// acquire or a refresh: until when it believed it held the name, on
+	// this machine's clock, which the servers on it share (0: unknown).
+	Belief int64 `json:"b,omitempty"`
+	// KeepAliveLost: with -keepalive, the keep-alive's context had ended
+	// (the loss reported) when the section read End.
+	KeepAliveLost bool `json:"kl,omitempty"`
 	// Stalled holders slept past their lease without refreshing.
 	Stalled bool `json:"st,omitempty"`
 	// Accepted and Rejected count the holder's protected writes.
@@ -85,6 +95,8 @@ type findings struct {
 	Maybe         int
 	// Errored counts the sections an error ended early, all checked.
 	Errored int
+	// KeepAliveLost counts the keep-alives that reported a loss.
+	KeepAliveLost int
 	// Violations. Overlaps: two holders of one name whose live critical
 	// sections overlapped. Duplicates: a fence issued twice for one name.
 	// OutOfOrder: of two live critical sections of one name, the later
@@ -94,13 +106,17 @@ type findings struct {
 	Overlaps   []string
 	Duplicates []string
 	OutOfOrder []string
+	// Beliefs: a holder believed it held the name (its ValidUntil) past the
+	// start of another holder's live section, which Lock.ValidUntil
+	// promises never happens.
+	Beliefs []string
 	// OrderedPairs is how many consecutive live sections were compared for
 	// the order of their fences.
 	OrderedPairs int
 }
 
 func (f findings) violations() int {
-	return len(f.Overlaps) + len(f.Duplicates) + len(f.OutOfOrder)
+	return len(f.Overlaps) + len(f.Duplicates) + len(f.OutOfOrder) + len(f.Beliefs)
 }
 
 // check finds the violations in records.
@@ -121,6 +137,9 @@ func check(records []record) findings {
 		}
 		if r.Stalled {
 			f.Stalled++
+		}
+		if r.KeepAliveLost {
+			f.KeepAliveLost++
 		}
 		byName[r.Name] = append(byName[r.Name], r)
 	}
@@ -143,6 +162,7 @@ func check(records []record) findings {
 			continue
 		}
 		slices.SortFunc(live, func(a, b record) int { return cmp.Compare(a.Start, b.Start) })
+		f.Beliefs = append(f.Beliefs, beliefs(name, live)...)
 		last := live[0]
 		// last is the live section that ends last among those started so
 		// far: the next one must start after it ends.
@@ -167,3 +187,25 @@ func check(records []record) findings {
 }
 
 func who(r record) string { return fmt.Sprintf("p%d/g%d", r.Proc, r.Goroutine) }
+
+// beliefs finds, among live sections sorted by start, each holder that
+// believed it held the name until after the next section of it began: the
+// belief runs from the section's start to its end, or to its ValidUntil
+// when that came first.
+func beliefs(name string, live []record) []string {
+	var bad []string
+	for i, r := range live {
+		if r.Belief == 0 || i+1 == len(live) {
+			continue
+		}
+		to := r.Belief
+		if r.End != 0 {
+			to = min(to, r.End)
+		}
+		if next := live[i+1]; next.Start < to && next.Start > r.Start {
+			bad = append(bad, fmt.Sprintf("%q: %s (fence %d) believed it held the name until %d, %dµs into the section %s (fence %d) began at %d",
+				name, who(r), r.Fence, r.Belief, to-next.Start, who(next), next.Fence, next.Start))
+		}
+	}
+	return bad
+}

@@ -48,7 +48,7 @@ func openNode(cfg config, dsn string) (*node, error) {
 		return nil, err
 	}
 	// Wake-up channels are on by default; only -wakeups's Acquire uses them.
-	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(fmt.Sprintf("sqllock-stress:%d", cfg.child)))
+	c, err := sqllock.New(db, sqllock.WithTable(cfg.table), sqllock.WithHolder(holderOf(cfg.child)))
 	if err != nil {
 		db.Close()
 		resDB.Close()
@@ -56,6 +56,9 @@ func openNode(cfg config, dsn string) (*node, error) {
 	}
 	return &node{cfg: cfg, db: db, resDB: resDB, c: c}, nil
 }
+
+// holderOf is the holder text of child i's Clients.
+func holderOf(i int) string { return fmt.Sprintf("sqllock-stress:%d", i) }
 
 func (n *node) close() {
 	n.mu.Lock()
@@ -121,6 +124,10 @@ func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if cfg.set > 0 {
+				w.contendSet(ctx, g)
+				return
+			}
 			w.contend(ctx, g)
 		}()
 	}
@@ -244,7 +251,12 @@ func (n *node) serverClock(ctx context.Context, name, token string) (now int64, 
 // sent again, a few times, as an application would: on a multi-writer
 // cluster the node may not have applied the previous holder's write yet,
 // and certification refuses the later one. conflicts counts those.
-func (n *node) protectedWrite(ctx context.Context, name string, fence uint64) (ok bool, conflicts int, err error) {
+func (n *node) protectedWrite(ctx context.Context, l *sqllock.Lock) (ok bool, conflicts int, err error) {
+	return n.fencedWrite(ctx, l.Name(), l.Fence())
+}
+
+// fencedWrite is protectedWrite of name with fence.
+func (n *node) fencedWrite(ctx context.Context, name string, fence uint64) (ok bool, conflicts int, err error) {
 	_, write, err := n.stmts(ctx)
 	if err != nil {
 		return false, 0, err
@@ -266,6 +278,50 @@ func (n *node) protectedWrite(ctx context.Context, name string, fence uint64) (o
 	}
 }
 
+// checkedWrite is -check's protected write: in one transaction, Lock.Check,
+// then an unguarded write of l's fence to the register, which counts the
+// writes that take it back. It reports whether the write committed; a
+// Check that finds the lease lost refuses it. Conflicts are sent again as
+// in protectedWrite. An error may leave the outcome unknown.
+func (n *node) checkedWrite(ctx context.Context, l *sqllock.Lock) (ok bool, conflicts int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	for {
+		ok, err := n.checkedWriteOnce(ctx, l)
+		if err != nil && conflict(err) && conflicts < maxWriteConflicts {
+			conflicts++
+			time.Sleep(time.Millisecond + rand.N(time.Duration(conflicts)*2*time.Millisecond))
+			continue
+		}
+		return ok, conflicts, err
+	}
+}
+
+func (n *node) checkedWriteOnce(ctx context.Context, l *sqllock.Lock) (ok bool, err error) {
+	tx, err := n.resDB.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after a commit, a no-op
+	if !n.cfg.skipCheck {
+		if err := l.Check(ctx, tx); errors.Is(err, sqllock.ErrNotHeld) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+	}
+	// back is assigned first: MySQL assigns left to right, and MariaDB
+	// does too unless SIMULTANEOUS_ASSIGNMENT, which reads the old row.
+	if _, err := tx.ExecContext(ctx, "UPDATE `"+resourceTable(n.cfg.table)+"` SET back = back + (fence > ?), fence = ?, writes = writes + 1 WHERE name = ?",
+		l.Fence(), l.Fence(), l.Name()); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // maxWriteConflicts bounds how often protectedWrite sends a write again.
 const maxWriteConflicts = 10
 
@@ -275,7 +331,8 @@ const maxWriteConflicts = 10
 // so far and the operation that failed.
 func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (rec record, op string, err error) {
 	ttl := w.cfg.ttl
-	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction}
+	rec = record{Proc: w.cfg.child, Goroutine: g, Name: l.Name(), Fence: l.Fence(), Stalled: rand.Float64() < w.cfg.stallFraction,
+		Belief: l.ValidUntil().UnixMicro(), Acquired: time.Now().UnixMicro()}
 	defer func() {
 		if err != nil {
 			// A section cut short ends all the same; a release that
@@ -300,7 +357,11 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		rec.Expiry = now + l.ValidUntil().Sub(received).Microseconds()
 	}
 	writes := func() error {
-		ok, conflicts, err := n.protectedWrite(ctx, l.Name(), l.Fence())
+		write := n.protectedWrite
+		if w.cfg.checked {
+			write = n.checkedWrite
+		}
+		ok, conflicts, err := write(ctx, l)
 		rec.Conflicts += conflicts
 		switch {
 		case ok:
@@ -317,9 +378,20 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 	if err := writes(); err != nil {
 		return rec, "write", err
 	}
-	if rec.Stalled {
+	var kctx context.Context
+	switch {
+	case w.cfg.keepAlive:
+		// The keep-alive renews the lease through the sleep, a stalled
+		// holder's too; only a fault can make it lose the lease.
+		kctx = l.KeepAlive(ctx)
+		if rec.Stalled {
+			time.Sleep(ttl + ttl/2)
+		} else {
+			time.Sleep(rand.N(ttl/2 + 1))
+		}
+	case rec.Stalled:
 		time.Sleep(ttl + ttl/2) // past the lease, without refreshing
-	} else {
+	default:
 		time.Sleep(rand.N(ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -327,6 +399,9 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		cancel()
 		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 			return rec, "refresh", err
+		}
+		if err == nil {
+			rec.Belief = max(rec.Belief, l.ValidUntil().UnixMicro())
 		}
 	}
 	if err := writes(); err != nil {
@@ -339,6 +414,13 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 	rec.End = now
 	if expiry.Valid {
 		rec.Expiry = max(rec.Expiry, expiry.Int64)
+	}
+	if kctx != nil {
+		// A keep-alive that has not reported a loss by now claims the
+		// lease: the belief check holds it to that.
+		if rec.KeepAliveLost = kctx.Err() != nil; !rec.KeepAliveLost {
+			rec.Belief = max(rec.Belief, time.Now().UnixMicro())
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()

@@ -30,6 +30,19 @@
 //
 //	go run ./cmd/sqllock-stress -dsns "$SQLLOCK_TEST_GR_DSNS" -duration 60s \
 //	    -kill-cmd 'scripts/cluster gr kill-primary' -kill-after 20s
+//
+// -fault makes it a fault run (scripts/nemesis runs each; docs/faults.md):
+// partition-both, partition-to-server and partition-to-client lead the
+// first -faulty processes through a proxy on 127.0.0.1 that blackholes
+// their traffic for -fault-for, then heals; pause stops them with SIGSTOP
+// and continues them; crash kills the server (-kill-pid) and starts it
+// again (-restart-cmd). The summary adds how many sections the fault
+// caught, the longest a name went without a new holder, how soon after the
+// heal every name was acquired again, and the accepted writes the resource
+// lost. With -check, writes run Lock.Check in their transaction and write a
+// register without a fence guard, which counts the writes that take it
+// back; every holder's Lock.ValidUntil is checked against the next
+// holder's start.
 package main
 
 import (
@@ -72,16 +85,35 @@ type config struct {
 	allowErrors   bool
 	// A failover run kills the node of killPid's pid file, or runs
 	// killCmd, killAfter into the run.
-	killPid     string
-	killCmd     string
-	killAfter   time.Duration
-	wakeups     bool          // Acquire with wake-up channels instead of TryAcquire
+	killPid   string
+	killCmd   string
+	killAfter time.Duration
+	wakeups   bool // Acquire with wake-up channels instead of TryAcquire
+	// A fault run (nemesis.go): fault, faultAfter into the run, for
+	// faultFor, on the first faulty processes; a crash is healed by
+	// restartCmd. maxRecovery bounds the time from the heal until every
+	// name was acquired again (0: not checked).
+	fault       string
+	faultAfter  time.Duration
+	faultFor    time.Duration
+	faulty      int
+	restartCmd  string
+	maxRecovery time.Duration
+	// checked: protected writes go through Lock.Check in a transaction,
+	// into a register that counts its steps back, instead of a fenced
+	// UPDATE.
+	checked bool
+	// keepAlive: sections hold their lease with Lock.KeepAlive instead of
+	// refreshing it once.
+	keepAlive   bool
 	cutChannels time.Duration // kill the wake-up channels' connections this often
+	set         int           // take this many names at once with TryAcquireAll (sets.go)
 	// Hidden: set by the parent for its children.
-	child  int
-	stopAt int64 // unix ms
-	broken bool  // -selftest-broken: children ignore refusals, to test the checker
-	slots  int   // -slots N: the semaphore mode (slots.go)
+	child     int
+	stopAt    int64 // unix ms
+	broken    bool  // -selftest-broken: children ignore refusals, to test the checker
+	skipCheck bool  // -selftest-skip-check: -check writes without Lock.Check, to test the checker
+	slots     int   // -slots N: the semaphore mode (slots.go)
 }
 
 func main() {
@@ -152,10 +184,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.killCmd, "kill-cmd", "", "failover run: run this shell command, -kill-after into the run")
 	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
 	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
+	fs.IntVar(&cfg.set, "set", 0, "take this many of the names at once, all or nothing, with TryAcquireAll (0: one name at a time)")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
 	fs.IntVar(&cfg.slots, "slots", 0, "semaphore mode: -names counting semaphores of `N` slots, taken with TryAcquireSlot by -procs Clients in this process (slots.go)")
+	fs.StringVar(&cfg.fault, "fault", "", "inject a fault: "+strings.Join(faultNames, ", ")+" (see -fault-after, -fault-for, -faulty, -restart-cmd)")
+	fs.DurationVar(&cfg.faultAfter, "fault-after", 0, "when the fault begins (default a third of -duration)")
+	fs.DurationVar(&cfg.faultFor, "fault-for", 0, "how long a partition or a pause lasts (default 3 x -ttl)")
+	fs.IntVar(&cfg.faulty, "faulty", 1, "how many processes a partition cuts off or a pause stops")
+	fs.StringVar(&cfg.restartCmd, "restart-cmd", "", "-fault crash: the shell command that starts the killed server again, returning once it answers")
+	fs.DurationVar(&cfg.maxRecovery, "max-recovery", 0, "fail a fault run in which a name is first acquired again longer than this after the heal (0: no bound)")
+	fs.BoolVar(&cfg.checked, "check", false, "protected writes run Lock.Check in their transaction and write a register that must never go back, instead of a fenced UPDATE")
+	fs.BoolVar(&cfg.keepAlive, "keepalive", false, "holders keep their lease with Lock.KeepAlive through the section (a stall too) instead of one Refresh; a keep-alive that has not reported a lost lease after another holder began is a violation")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
+	fs.BoolVar(&cfg.skipCheck, "selftest-skip-check", false, "internal: with -check, children write without Lock.Check, to show the checker catches it")
 	fs.BoolVar(&cfg.broken, "selftest-broken", false, "internal: children work on names they were refused, to show the checker catches it")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -172,6 +214,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.killPid != "" && cfg.killCmd != "" {
 		bad = append(bad, "give -kill-pid or -kill-cmd, not both")
 	}
+	bad = checkFaultFlags(&cfg, bad)
 	if cfg.killAfter == 0 {
 		cfg.killAfter = cfg.duration / 3
 	}
@@ -183,6 +226,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.ttl < sqllock.MinTTL || cfg.duration <= 0 {
 		bad = append(bad, "-ttl must be at least 1ms and -duration positive")
+	}
+	if cfg.set < 0 || cfg.set == 1 || cfg.set > cfg.names || (cfg.set > 0 && (cfg.wakeups || cfg.checked || cfg.keepAlive)) {
+		bad = append(bad, "-set must be 0, or 2 to -names, and cannot go with -wakeups, -check or -keepalive")
 	}
 	if cfg.cutChannels < 0 || (cfg.cutChannels > 0 && !cfg.wakeups) {
 		bad = append(bad, "-cut-channels must be positive, and needs -wakeups")
@@ -237,8 +283,19 @@ type summary struct {
 	afterKill     int
 	names         int
 	errorsAllowed bool
-	cuts          int // wake-up channel connections killed
-	text          string
+	// A fault run: the fault, names acquired again after its heal, the
+	// longest wait for one (µs), the sections it caught, and whether all
+	// that passes. lost counts accepted writes missing from the resource;
+	// stale, writes that took the register back.
+	fault          faultOutcome
+	recovered      int
+	recoveryMicros int64
+	degradedMicros int64
+	caught         []record
+	faultOK        bool
+	lost, stale    int64
+	cuts           int // wake-up channel connections killed
+	text           string
 }
 
 func (s summary) opErrors() int {
@@ -252,7 +309,7 @@ func (s summary) opErrors() int {
 func (s summary) pass() bool {
 	return s.violations() == 0 && len(s.childErrors) == 0 && len(s.resource) == 0 &&
 		(s.errorsAllowed || s.opErrors() == 0) &&
-		s.killErr == "" && (s.killedAt == 0 || s.afterKill == s.names)
+		s.killErr == "" && (s.killedAt == 0 || s.afterKill == s.names) && s.faultOK
 }
 
 // writable opens the first DSN whose server takes writes (a cluster's
@@ -315,6 +372,16 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	if err != nil {
 		return summary{}, err
 	}
+	ps, proxied, err := proxies(cfg)
+	if err != nil {
+		return summary{}, err
+	}
+	defer func() {
+		for _, p := range ps {
+			p.close()
+		}
+	}()
+	var procs []*os.Process
 	startAt := time.Now()
 	cfg.stopAt = startAt.Add(cfg.duration).UnixMilli()
 	var (
@@ -325,7 +392,11 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		errs    []string
 	)
 	for i := range cfg.procs {
-		cmd := exec.CommandContext(ctx, exe, childArgs(cfg, i)...)
+		ccfg := cfg
+		if proxied != nil && i < cfg.faulty {
+			ccfg.dsns = proxied
+		}
+		cmd := exec.CommandContext(ctx, exe, childArgs(ccfg, i)...)
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -334,6 +405,7 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		if err := cmd.Start(); err != nil {
 			return summary{}, err
 		}
+		procs = append(procs, cmd.Process)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -374,14 +446,22 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	}
 	cuts := make(chan int, 1)
 	go func() { cuts <- cutChannels(ctx, lockDB, cfg) }()
-	sum := summary{names: cfg.names, errorsAllowed: cfg.allowErrors || cfg.failover()}
-	if cfg.failover() {
+	sum := summary{names: cfg.names, errorsAllowed: cfg.allowErrors || cfg.failover() || cfg.fault != ""}
+	switch {
+	case cfg.fault != "":
+		sum.fault = inject(ctx, cfg, lockDB, startAt, ps, procs)
+	case cfg.failover():
 		sum.killedAt, sum.killErr = kill(ctx, cfg, startAt)
 	}
 	wg.Wait()
 	sum.cuts = <-cuts
 
 	sum.findings = check(records)
+	if cfg.fault != "" {
+		sum.recovered, sum.recoveryMicros, sum.caught = recovery(cfg, sum.fault, records)
+		sum.degradedMicros = degraded(sum.fault, records)
+	}
+	sum.faultOK = sum.faultPass(cfg)
 	sum.childErrors = errs
 	sum.classes = map[string]int{}
 	for _, r := range reports {
@@ -402,13 +482,17 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	// The check reads through the node that takes writes now (after a
 	// failover, the new primary), which has every committed write.
 	if cfg.failover() {
-		lockDB.Close()
-		resDB.Close()
-		if lockDB, resDB, err = writable(ctx, cfg.dsns); err != nil {
+		// The old pools stay open (and are closed by the deferred call)
+		// when no node takes writes: a nil pool there would panic.
+		newLock, newRes, err := writable(ctx, cfg.dsns)
+		if err != nil {
 			return summary{}, err
 		}
+		lockDB.Close()
+		resDB.Close()
+		lockDB, resDB = newLock, newRes
 	}
-	sum.resource, err = checkResource(ctx, resDB, cfg, records)
+	sum.resource, sum.lost, sum.stale, err = checkResource(ctx, resDB, cfg, records)
 	if err != nil {
 		return summary{}, err
 	}
@@ -467,8 +551,20 @@ func childArgs(cfg config, i int) []string {
 	if cfg.wakeups {
 		args = append(args, "-wakeups")
 	}
+	if cfg.set > 0 {
+		args = append(args, "-set="+strconv.Itoa(cfg.set))
+	}
 	if cfg.cutChannels > 0 {
 		args = append(args, "-cut-channels="+cfg.cutChannels.String())
+	}
+	if cfg.checked {
+		args = append(args, "-check")
+	}
+	if cfg.keepAlive {
+		args = append(args, "-keepalive")
+	}
+	if cfg.skipCheck {
+		args = append(args, "-selftest-skip-check")
 	}
 	return args
 }
@@ -483,7 +579,9 @@ func createTables(ctx context.Context, db *sql.DB, cfg config) error {
 		return err
 	}
 	res := resourceTable(cfg.table)
-	if _, err := db.ExecContext(ctx, "CREATE TABLE `"+res+"` (name VARBINARY(255) PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, writes BIGINT NOT NULL) ENGINE=InnoDB"); err != nil {
+	// back counts the writes that took the register's fence back: a stale
+	// holder's, which -check's register would accept but for Lock.Check.
+	if _, err := db.ExecContext(ctx, "CREATE TABLE `"+res+"` (name VARBINARY(255) PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, writes BIGINT NOT NULL, back BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB"); err != nil {
 		return err
 	}
 	for i := range cfg.names {
@@ -547,8 +645,10 @@ func cutChannels(ctx context.Context, db *sql.DB, cfg config) int {
 // checkResource compares the resource table with the records: every accepted
 // write counted once, and each name's fence the highest that wrote. A write
 // whose outcome is unknown may have been applied or not: it widens what
-// the table may hold by one write, and its fence may be the last.
-func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record) ([]string, error) {
+// the table may hold by one write, and its fence may be the last. It also
+// returns how many accepted writes the table lacks (lost), and how many
+// writes took a register back (stale).
+func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record) (bad []string, lost, stale int64, err error) {
 	wantWrites := map[string]int64{}
 	maybeWrites := map[string]int64{}
 	wantFence := map[string]uint64{}
@@ -566,13 +666,17 @@ func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record
 			maybeFence[r.Name][r.Fence] = true
 		}
 	}
-	var bad []string
 	for i := range cfg.names {
 		name := nameOf(i)
 		var fence uint64
-		var writes int64
-		if err := db.QueryRowContext(ctx, "SELECT fence, writes FROM `"+resourceTable(cfg.table)+"` WHERE name = ?", name).Scan(&fence, &writes); err != nil {
-			return nil, err
+		var writes, back int64
+		if err := db.QueryRowContext(ctx, "SELECT fence, writes, back FROM `"+resourceTable(cfg.table)+"` WHERE name = ?", name).Scan(&fence, &writes, &back); err != nil {
+			return nil, 0, 0, err
+		}
+		lost += max(0, wantWrites[name]-writes)
+		stale += back
+		if back > 0 {
+			bad = append(bad, fmt.Sprintf("%q: %d stale writes took the register's fence back", name, back))
 		}
 		okWrites := writes >= wantWrites[name] && writes <= wantWrites[name]+maybeWrites[name]
 		okFence := fence == wantFence[name] || (fence > wantFence[name] && maybeFence[name][fence])
@@ -581,7 +685,7 @@ func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record
 				name, fence, writes, wantFence[name], wantWrites[name], maybeWrites[name]))
 		}
 	}
-	return bad, nil
+	return bad, lost, stale, nil
 }
 
 func format(cfg config, version string, s summary, reports []childReport) string {
@@ -602,6 +706,10 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	p(" -procs %d -goroutines %d -names %d -duration %v -ttl %v -stall-fraction %g",
 		cfg.procs, cfg.goroutines, cfg.names, cfg.duration, cfg.ttl, cfg.stallFraction)
 	switch {
+	case cfg.killPid != "" && cfg.fault != "":
+		p(" -kill-pid %s", cfg.killPid)
+	case cfg.killCmd != "" && cfg.fault != "":
+		p(" -kill-cmd '%s'", cfg.killCmd)
 	case cfg.killPid != "":
 		p(" -kill-pid %s -kill-after %v", cfg.killPid, cfg.killAfter)
 	case cfg.killCmd != "":
@@ -610,8 +718,28 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	if cfg.wakeups {
 		p(" -wakeups")
 	}
+	if cfg.set > 0 {
+		p(" -set %d", cfg.set)
+	}
 	if cfg.cutChannels > 0 {
 		p(" -cut-channels %v", cfg.cutChannels)
+	}
+	if cfg.fault != "" {
+		p(" -fault %s -fault-after %v", cfg.fault, cfg.faultAfter)
+		if cfg.fault == "crash" {
+			p(" -restart-cmd '%s'", cfg.restartCmd)
+		} else {
+			p(" -fault-for %v -faulty %d", cfg.faultFor, cfg.faulty)
+		}
+		if cfg.maxRecovery > 0 {
+			p(" -max-recovery %v", cfg.maxRecovery)
+		}
+	}
+	if cfg.checked {
+		p(" -check")
+	}
+	if cfg.keepAlive {
+		p(" -keepalive")
 	}
 	if cfg.allowErrors {
 		p(" -allow-errors")
@@ -623,14 +751,23 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	p("takeovers:                %d (the holder's Release found its lease taken over)\n", s.Takeovers)
 	p("holders stalled past ttl: %d (faults injected)\n", s.Stalled)
 	p("refreshes:                %d\n", refreshes)
+	if cfg.keepAlive {
+		p("keep-alives that reported a lost lease: %d\n", s.KeepAliveLost)
+	}
 	if cfg.wakeups {
 		p("wake-up channels killed:  %d (faults injected)\n", s.cuts)
 	}
-	p("protected writes:         %d accepted, %d stale writes rejected by fencing, %d attempts rolled back by a conflict (sent again), %d of unknown outcome\n",
-		s.Accepted, s.StaleRejected, s.Conflicts, s.Maybe)
+	refusedBy := "fencing"
+	if cfg.checked {
+		refusedBy = "Lock.Check"
+	}
+	p("protected writes:         %d accepted, %d stale writes rejected by %s, %d attempts rolled back by a conflict (sent again), %d of unknown outcome\n",
+		s.Accepted, s.StaleRejected, refusedBy, s.Conflicts, s.Maybe)
 	p("sections ended by errors: %d (checked like the others)\n", s.Errored)
 	p("ordered pairs checked:    %d\n", s.OrderedPairs)
-	if cfg.failover() {
+	if cfg.fault != "" {
+		formatFault(p, cfg, s)
+	} else if cfg.failover() {
 		if s.killErr != "" {
 			p("failover:                 the kill failed: %s\n", s.killErr)
 		} else {
@@ -641,6 +778,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	p("  overlapping live leases: %d\n", len(s.Overlaps))
 	p("  duplicate fences:        %d\n", len(s.Duplicates))
 	p("  fences out of order:     %d\n", len(s.OutOfOrder))
+	p("  held past ValidUntil:    %d (a holder's belief reached into another's lease)\n", len(s.Beliefs))
+	p("lost acknowledged writes: %d\n", s.lost)
+	p("stale writes committed:   %d (writes that took the register back)\n", s.stale)
 	allowed := ""
 	if s.errorsAllowed {
 		allowed = " (allowed in this run)"
@@ -653,7 +793,7 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	}
 	p("unexpected errors:        %d\n", len(s.childErrors))
 	p("resource mismatches:      %d\n", len(s.resource))
-	for _, list := range [][]string{s.Overlaps, s.Duplicates, s.OutOfOrder, s.childErrors, s.resource, s.errs} {
+	for _, list := range [][]string{s.Overlaps, s.Duplicates, s.OutOfOrder, s.Beliefs, s.childErrors, s.resource, s.errs} {
 		for i, v := range list {
 			if i == 10 {
 				p("  ... and %d more\n", len(list)-i)
@@ -662,6 +802,7 @@ func format(cfg config, version string, s summary, reports []childReport) string
 			p("  %s\n", v)
 		}
 	}
+	p("%s", resultLine(cfg, s, reports))
 	if s.pass() {
 		p("PASS\n")
 	} else {

@@ -187,22 +187,27 @@ func TestCheckResource_unknownWrites(t *testing.T) {
 			name    string
 			records []record
 			ok      bool
+			lost    int64
 		}{
-			{"all known", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Accepted: 1}}, true},
-			{"the last write's outcome unknown, applied", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Maybe: 1}}, true},
-			{"an unknown write, not applied", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Accepted: 1}, {Name: n, Fence: 9, Maybe: 1}}, true},
-			{"a write missing", []record{{Name: n, Fence: 5, Accepted: 2}}, false},
-			{"a fence nobody wrote", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 6, Maybe: 1}}, false},
-			{"a write too many", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 1}}, false},
+			{"all known", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Accepted: 1}}, true, 0},
+			{"the last write's outcome unknown, applied", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Maybe: 1}}, true, 0},
+			{"an unknown write, not applied", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 7, Accepted: 1}, {Name: n, Fence: 9, Maybe: 1}}, true, 0},
+			{"a write missing", []record{{Name: n, Fence: 5, Accepted: 2}}, false, 0},
+			{"acknowledged writes lost", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 2}}, false, 2},
+			{"a fence nobody wrote", []record{{Name: n, Fence: 5, Accepted: 2}, {Name: n, Fence: 6, Maybe: 1}}, false, 0},
+			{"records claim a write the resource lacks", []record{{Name: n, Fence: 5, Accepted: 3}, {Name: n, Fence: 7, Accepted: 1}}, false, 1},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				bad, err := checkResource(ctx, db, cfg, tt.records)
+				bad, lost, _, err := checkResource(ctx, db, cfg, tt.records)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if got := len(bad) == 0; got != tt.ok {
 					t.Errorf("got ok %v (%q), want %v", got, bad, tt.ok)
+				}
+				if lost != tt.lost {
+					t.Errorf("lost writes: got %d, want %d", lost, tt.lost)
 				}
 			})
 		}

@@ -1,0 +1,410 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sets: a Lock on several names, taken all or nothing by TryAcquireAll or
+// AcquireAll in one statement (queries.sql, all_acquire), and refreshed,
+// checked and released with one statement each. Each name of a set has an
+// ordinary lease row under the set's one token, so the orphan list, List,
+// Inspect and ForceRelease treat it as a lease of its own. Read from
+// TryAcquireAll down; the Lock's set statements are in lock_set.go.
+
+// MaxNames is the most names one [Client.TryAcquireAll] or
+// [Client.AcquireAll] takes. Its statement writes three rows per name, and
+// every lease row of the set stays locked until it commits: a set of 64
+// names costs about as much as one acquire of one name on the server (see
+// docs/performance.md), and a longer list is refused before anything is
+// sent.
+const MaxNames = 64
+
+// erOutOfRange is "BIGINT UNSIGNED value is out of range": what all_acquire
+// raises, on purpose, when a name of the set is held (queries.sql).
+const erOutOfRange = 1690
+
+// errSetsThroughVitess refuses sets through Vitess. A set's names may live
+// on different shards: vtgate writes each shard's rows in a transaction of
+// its own, so the row locks that order two overlapping sets on one server
+// order nothing across shards, and two sets can wait for each other until
+// innodb_lock_wait_timeout ends both (seen in the tests); and it commits the
+// shards one after another, so a failure between two commits would leave
+// half a set taken.
+var errSetsThroughVitess = fmt.Errorf("sqllock: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md): %w", errors.ErrUnsupported)
+
+// A HeldError is the error of [Client.TryAcquireAll] when a name of the set
+// was held by another owner: nothing was taken. Names are those found held
+// by a read made right after the refusal, sorted; empty when every holder
+// had let go by then. It wraps [ErrNotAcquired].
+type HeldError struct {
+	Names []string
+}
+
+func (e *HeldError) Error() string {
+	if len(e.Names) == 0 {
+		return ErrNotAcquired.Error() + ": a name of the set was held by another owner (and released since)"
+	}
+	q := make([]string, len(e.Names))
+	for i, n := range e.Names {
+		q[i] = strconv.Quote(n)
+	}
+	return ErrNotAcquired.Error() + ": " + strings.Join(q, ", ") + " held by another owner"
+}
+
+// Unwrap returns [ErrNotAcquired].
+func (e *HeldError) Unwrap() error { return ErrNotAcquired }
+
+// checkNames returns the names of a set sorted, or an error naming what is
+// wrong with them.
+func checkNames(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, errors.New("sqllock: no lock names")
+	case len(names) > MaxNames:
+		return nil, fmt.Errorf("sqllock: %d lock names, more than the %d one call takes (MaxNames)", len(names), MaxNames)
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, fmt.Errorf("sqllock: lock name %q given twice", sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+// TryAcquireAll makes one attempt to take the leases on every name of names
+// for ttl, all or none, in one statement. It succeeds when every name is
+// free, expired or already this call's; when any is held by another owner's
+// live lease, it takes none, writes nothing, and returns a [*HeldError]
+// (wrapping [ErrNotAcquired]) that says which. Bad input (no names, more
+// than [MaxNames], an empty, long or repeated name, a bad ttl) is refused
+// before anything is sent.
+//
+// The Lock it returns holds the whole set: [Lock.Refresh], [Lock.Check] and
+// [Lock.Release] each act on every name in one statement, and succeed only
+// when every lease of the set is still ours; [Lock.KeepAlive] ends its
+// context when any lease could lapse. Every name of the set gets a new
+// fence, greater than any it had; on MySQL and MariaDB they are all one
+// value, [Lock.Fence] ([Lock.Fences] gives each).
+//
+// Two calls whose sets overlap never deadlock and never take half each: the
+// statement takes the lease rows in the names' byte order, each under its
+// row lock until it commits, so one waits for the other at the first name
+// they share. An outcome left unknown (a lost reply) is settled as
+// [Client.TryAcquire] settles it: every lease the call may hold is deleted.
+func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
+	a, err := c.newAcquireAllCall(names, ttl)
+	if err != nil {
+		return nil, err
+	}
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	l, err := a.attemptAll(ctx)
+	c.acquireDone(ctx, &a, start, l, err)
+	return l, err
+}
+
+// AcquireAll takes every name of names like [Client.TryAcquireAll],
+// waiting between attempts as the Client's [RetryStrategy] says, until it
+// succeeds, the strategy gives up, or ctx ends (then the error satisfies
+// both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err())). It
+// polls: it does not queue with the Client's single-name waiters or use
+// wake-up channels, so a set whose names are taken one by one, again and
+// again, by [Client.Acquire] callers may wait long; give ctx a deadline.
+func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
+	a, err := c.newAcquireAllCall(names, ttl)
+	if err != nil {
+		return nil, err
+	}
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	var (
+		l       *Lock
+		lastErr error
+	)
+	for n := 1; ; n++ {
+		l, err = a.attemptAll(ctx)
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), err)
+		}
+		if err == nil || ctx.Err() != nil || !errors.Is(err, ErrNotAcquired) && !passable(err) {
+			break
+		}
+		lastErr = err
+		wait, ok := c.retry.Backoff(n)
+		if !ok {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			continue
+		case <-ctx.Done():
+			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), lastErr)
+		case <-c.closing:
+			err = ErrClosed
+		}
+		t.Stop()
+		break
+	}
+	c.acquireDone(ctx, &a, start, l, err)
+	return l, err
+}
+
+// newAcquireAllCall checks the arguments of a set's acquire, before
+// anything is sent, and draws the owner token for it. The call's name is
+// the set's label, for logs and the Observer.
+func (c *Client) newAcquireAllCall(names []string, ttl time.Duration) (acquireCall, error) {
+	sorted, err := checkNames(names)
+	if err != nil {
+		return acquireCall{}, err
+	}
+	a, err := c.newAcquireCall(sorted[0], ttl)
+	if err != nil {
+		return acquireCall{}, err
+	}
+	a.names, a.name = sorted, setLabel(sorted)
+	return a, nil
+}
+
+// setLabel names a set in errors, logs and the Observer's events.
+func setLabel(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "[" + strings.Join(q, " ") + "]"
+}
+
+// attemptAll sends one acquire statement for the call's set, and cleans up
+// after it when its outcome stays unknown.
+func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
+	c, ttl := a.c, a.ttl
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	if a.tokenErr != nil {
+		return nil, a.tokenErr
+	}
+	for _, n := range a.names {
+		c.claimOrphans(ctx, n)
+	}
+	// The first use's check and proof, and the choice of forms, come with
+	// the acquire's prepare; the set's statement is sent as text.
+	if _, err := c.stmt(ctx, qAcquire); err != nil {
+		return nil, c.serverError("acquire "+a.name, err)
+	}
+	if c.oneRow.Load() && !c.tidb.Load() {
+		return nil, errSetsThroughVitess
+	}
+	s := newLockSet(a.names, a.token)
+	sent := time.Now()
+	a.attempts++
+	res, maybeApplied, err := c.execText(ctx, "all_acquire", a.name, c.acquireAllSQL(s, ttl))
+	if err != nil {
+		if maybeApplied {
+			a.cleanupAll(ctx, s, sent)
+		}
+		if n, ok := serverErrno(err); ok && (n == erOutOfRange || n == erLockWaitTimeout) {
+			return nil, c.heldOf(ctx, s)
+		}
+		if cerr := ctxErr(ctx); cerr != nil {
+			if errors.Is(err, cerr) {
+				return nil, errorf("acquire %s: %w: %w", a.name, ErrNotAcquired, err)
+			}
+			return nil, errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, cerr, err)
+		}
+		return nil, c.serverError("acquire "+a.name, err)
+	}
+	if err := c.readFences(ctx, s, res); err != nil {
+		a.cleanupAll(ctx, s, sent)
+		return nil, fmt.Errorf("sqllock: acquire %s: %w", a.name, err)
+	}
+	l := newLock(c, a.names[0], a.token, slices.Max(s.fences), ttl, sent.Add(ttl))
+	l.set = s
+	if maybeApplied {
+		l.sentTwice(sent) // rule 3 of acquireCall
+	}
+	l.holdStarted()
+	if !c.held.add(l) {
+		a.cleanupAll(ctx, s, sent)
+		l.holdEnded(HoldClosed, ErrClosed)
+		return nil, ErrClosed
+	}
+	return l, nil
+}
+
+// acquireAllSQL returns the text of the acquire of set s for ttl.
+func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
+	us := strconv.FormatInt(ttl.Microseconds(), 10)
+	holder := hexLiteral(c.holder)
+	var rows []string
+	if c.oneRow.Load() {
+		for _, n := range s.lits {
+			rows = append(rows, bind(queries["tidb_all_acquire_row"], n, s.tokenLit, holder, us))
+		}
+		return c.setSQL("tidb_all_acquire", strings.Join(rows, ",\n  "))
+	}
+	for _, n := range s.lits {
+		rows = append(rows, bind(queries["all_acquire_lease"], n, s.tokenLit, holder, us))
+	}
+	for i, n := range s.lits {
+		first := "all_acquire_fence"
+		if i == 0 {
+			first = "all_acquire_fence_first"
+		}
+		rows = append(rows, bind(queries[first], n))
+	}
+	for _, n := range s.lits {
+		rows = append(rows, bind(queries["all_acquire_fence_write"], n))
+	}
+	q := c.setSQL("all_acquire", strings.Join(rows, ",\n  "), s.tokenLit, holder, s.tokenLit, us)
+	if c.lockWait.Load() {
+		// As the single acquire: a holder's Check holds a lease row for a
+		// second at most, and the set is then reported held.
+		q = queries["lock_wait_mariadb"] + "\n" + q
+	}
+	return q
+}
+
+// readFences sets the fences of set s, just acquired, from the reply res.
+func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) error {
+	if c.oneRow.Load() {
+		return c.readFencesOneRow(ctx, s)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	if id&1 == 0 {
+		// The second pass's mark did not come through: a server whose
+		// LAST_INSERT_ID() does not carry, which the first use would
+		// have found.
+		return fmt.Errorf("the set's fence did not come back (insert id %d)", uint64(id))
+	}
+	f := uint64(id) >> 1
+	for i := range s.fences {
+		s.fences[i] = f
+	}
+	return nil
+}
+
+// readFencesOneRow reads the fences of set s, just acquired with the
+// one-row form, whose reply cannot carry them (queries.sql, all_fences).
+func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
+	var rows *sql.Rows
+	err := retryTransient(ctx, func() (err error) {
+		rows, err = c.db.QueryContext(ctx, c.setSQL("all_fences", s.tokenLit, s.in))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	found := 0
+	for rows.Next() {
+		var (
+			name  []byte
+			fence uint64
+		)
+		if err := rows.Scan(&name, &fence); err != nil {
+			return err
+		}
+		if i, ok := slices.BinarySearch(s.names, string(name)); ok {
+			s.fences[i] = fence
+			found++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if found != len(s.names) {
+		return fmt.Errorf("%d of the set's %d leases read back after its acquire", found, len(s.names))
+	}
+	return nil
+}
+
+// heldOf returns the error of a refused acquire of set s: which names a
+// live lease of another owner holds now.
+func (c *Client) heldOf(ctx context.Context, s *lockSet) error {
+	e := &HeldError{}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookTimeout)
+	defer cancel()
+	rows, err := c.db.QueryContext(rctx, strings.Replace(c.lookSQL, "?", s.in, 1))
+	if err != nil {
+		return fmt.Errorf("%w (reading which names were held: %w)", e, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name []byte
+		if err := rows.Scan(&name); err != nil {
+			return fmt.Errorf("%w (reading which names were held: %w)", e, err)
+		}
+		e.Names = append(e.Names, string(name))
+	}
+	slices.Sort(e.Names)
+	return e
+}
+
+// cleanupAll deletes every lease the attempt sent at sent may have taken
+// for set s, as cleanup does for one name, in one statement. The acquire
+// wrote all of the set's rows or none: a DELETE that removed any removed
+// them all, and one sent after the acquire could still commit proves none
+// is left; either settles it. Otherwise each name's lease goes to the
+// orphan list (rule 2 of acquireCall).
+func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, sent time.Time) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	deleteSent := time.Now()
+	res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
+	if err == nil {
+		if n, rerr := res.RowsAffected(); rerr == nil && (n > 0 || deleteSent.After(sent.Add(orphanWait))) {
+			for _, name := range s.names {
+				a.c.unknown(name, true)
+			}
+			a.renew()
+			return
+		}
+	}
+	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its leases, if any, are deleted before this Client's next acquire of their names", "names", a.name)
+	for _, name := range s.names {
+		a.c.orphans.remember(name, a.token, a.ttl, sent)
+		a.c.unknown(name, false)
+	}
+	if a.c.isClosed() {
+		for _, name := range s.names {
+			a.c.releaseOrphansOf(name)
+		}
+	}
+	a.renew()
+}
+
+// releaseAllSQL returns the statement that deletes the leases of set s.
+func (c *Client) releaseAllSQL(s *lockSet) string {
+	if c.tidb.Load() || c.oneRow.Load() {
+		return c.setSQL("tidb_all_release", s.tokenLit, s.in)
+	}
+	return c.setSQL("all_release", s.tokenLit, s.in)
+}
+
+// setSQL returns set statement name of queries.sql with lits in place of
+// its placeholders, on the Client's table. The TiDB hint stays on TiDB
+// alone, as in chooseForms.
+func (c *Client) setSQL(name string, lits ...string) string {
+	q := queries[name]
+	if !c.tidb.Load() {
+		q = strings.ReplaceAll(q, tidbHint, "")
+	}
+	return c.substitute(bind(q, lits...))
+}

@@ -1,0 +1,479 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func mustAcquireAll(t testing.TB, c *Client, ttl time.Duration, names ...string) *Lock {
+	t.Helper()
+	l, err := c.TryAcquireAll(testCtx(t), names, ttl)
+	if err != nil {
+		t.Fatalf("TryAcquireAll(%q): %v", names, err)
+	}
+	return l
+}
+
+// wantHeld fails t unless err is a HeldError naming want.
+func wantHeld(t testing.TB, err error, want ...string) {
+	t.Helper()
+	wantErrIs(t, err, ErrNotAcquired)
+	var he *HeldError
+	if !errors.As(err, &he) {
+		t.Fatalf("got %v (%T), want a *HeldError", err, err)
+	}
+	if !slices.Equal(he.Names, want) {
+		t.Fatalf("held names: got %q, want %q", he.Names, want)
+	}
+}
+
+// skipSetsOnVitess skips a test of sets through Vitess, which refuses
+// them (TestClient_TryAcquireAll_refusedThroughVitess).
+func skipSetsOnVitess(t *testing.T, e *testEnv) {
+	t.Helper()
+	if e.server.Vitess {
+		t.Skip("sets are refused through Vitess")
+	}
+}
+
+// Through Vitess a set is refused, after the first use has found Vitess,
+// with an error that says why, and nothing is written.
+func TestClient_TryAcquireAll_refusedThroughVitess(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.Vitess {
+			t.Skip("not Vitess")
+		}
+		a, b := e.twoClients(t)
+		_, err := a.TryAcquireAll(testCtx(t), []string{"vt1", "vt2"}, time.Minute)
+		wantErrIs(t, err, errors.ErrUnsupported)
+		assertErrContains(t, err, "refused through Vitess", "shards")
+		mustAcquire(t, b, "vt1", time.Minute)
+		mustAcquire(t, b, "vt2", time.Minute)
+	})
+}
+
+func TestClient_TryAcquireAll(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+
+		before := mustAcquire(t, a, "y", 10*time.Second)
+		if err := before.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		la := mustAcquireAll(t, a, 10*time.Second, "z", "x", "y")
+		if got, want := la.Names(), []string{"x", "y", "z"}; !slices.Equal(got, want) {
+			t.Fatalf("Names: got %q, want %q", got, want)
+		}
+		fences := la.Fences()
+		for i, n := range la.Names() {
+			info := inspect(t, b, n)
+			if !info.Held || info.Holder != "a" || info.Fence != fences[i] {
+				t.Fatalf("Inspect(%q): got %+v, want held by a with fence %d", n, info, fences[i])
+			}
+		}
+		if fences[1] <= before.Fence() {
+			t.Fatalf("fence of y: got %d, want more than %d, its fence before", fences[1], before.Fence())
+		}
+		if !e.oneRow() && (fences[0] != fences[1] || fences[1] != fences[2] || la.Fence() != fences[0]) {
+			t.Fatalf("fences: got %d (Fence %d), want one value for the set", fences, la.Fence())
+		}
+
+		// A set that shares one name with a's is refused whole: w stays free.
+		_, err := b.TryAcquireAll(ctx, []string{"w", "y"}, 10*time.Second)
+		wantHeld(t, err, "y")
+		if info := inspect(t, b, "w"); info.Held {
+			t.Fatalf("Inspect(w) after a refused set: got %+v, want it free", info)
+		}
+		_, err = b.TryAcquireAll(ctx, []string{"x", "z"}, 10*time.Second)
+		wantHeld(t, err, "x", "z")
+		_, err = b.TryAcquire(ctx, "x", 10*time.Second)
+		wantErrIs(t, err, ErrNotAcquired)
+
+		if err := la.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		lb := mustAcquireAll(t, b, 10*time.Second, "w", "y")
+		if lb.Fences()[1] <= fences[1] {
+			t.Fatalf("fence of y after a's release: got %d, want more than %d", lb.Fences()[1], fences[1])
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if list, err := a.List(ctx); err != nil || len(list) != 0 {
+			t.Fatalf("List after the releases: got %v, %v, want nothing", list, err)
+		}
+	})
+}
+
+// Bad input is refused, and named, before anything is sent.
+func TestClient_TryAcquireAll_badInput_noSQL(t *testing.T) {
+	many := make([]string, MaxNames+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("n%d", i)
+	}
+	tests := []struct {
+		name  string
+		names []string
+		ttl   time.Duration
+		want  string
+	}{
+		{"no names", nil, time.Second, "no lock names"},
+		{"empty list", []string{}, time.Second, "no lock names"},
+		{"too many", many, time.Second, "65 lock names, more than the 64"},
+		{"empty name", []string{"a", ""}, time.Second, "empty lock name"},
+		{"long name", []string{strings.Repeat("n", MaxNameLen+1)}, time.Second, "longer than the 255"},
+		{"duplicate", []string{"a", "b", "a"}, time.Second, `lock name "a" given twice`},
+		{"bad ttl", []string{"a"}, 0, "below the minimum"},
+	}
+	nop := func(context.Context) error { return nil }
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			ctx := context.Background()
+			_, err := e.c.TryAcquireAll(ctx, tt.names, tt.ttl)
+			assertErrContains(t, err, tt.want)
+			_, err = e.c.AcquireAll(ctx, tt.names, tt.ttl)
+			assertErrContains(t, err, tt.want)
+			assertErrContains(t, e.c.DoAll(ctx, tt.names, tt.ttl, nop), tt.want)
+			assertErrContains(t, e.c.TryDoAll(ctx, tt.names, tt.ttl, nop), tt.want)
+			if err := e.mock.ExpectationsWereMet(); err != nil {
+				t.Errorf("ExpectationsWereMet: got %v, want nil", err)
+			}
+		})
+	}
+	if _, err := checkNames(many[:MaxNames]); err != nil {
+		t.Errorf("checkNames of %d names: got %v, want nil", MaxNames, err)
+	}
+}
+
+// The set's Refresh, Check and Release succeed only while every lease of
+// the set is ours: one name taken from it fails each.
+func TestLock_set_RefreshCheckRelease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquireAll(t, a, 300*time.Millisecond, "p", "q", "r")
+		if err := l.Refresh(ctx, 10*time.Second); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		time.Sleep(400 * time.Millisecond) // past the first ttl: the refresh holds every name
+		for _, n := range []string{"p", "q", "r"} {
+			if _, err := b.TryAcquire(ctx, n, time.Second); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire(%q) after the set's Refresh: got %v, want ErrNotAcquired", n, err)
+			}
+		}
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Another process forces q free and takes it.
+		if _, err := b.ForceRelease(ctx, "q"); err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+		mustAcquire(t, b, "q", time.Minute)
+
+		tx, err = a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
+		tx.Rollback()
+		wantErrIs(t, l.Refresh(ctx, 10*time.Second), ErrNotHeld)
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		// The release freed what was still the set's.
+		mustAcquireAll(t, b, time.Minute, "p", "r")
+	})
+}
+
+// DoAll's function runs under a keep-alive of the whole set; its context
+// ends when one lease of the set is lost, and the set is released after.
+func TestClient_DoAll(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		ran := false
+		err := a.DoAll(ctx, []string{"d1", "d2"}, 500*time.Millisecond, func(ctx context.Context) error {
+			ran = true
+			time.Sleep(700 * time.Millisecond) // renewed past its first ttl
+			if _, err := b.TryAcquire(ctx, "d2", time.Second); !errors.Is(err, ErrNotAcquired) {
+				return fmt.Errorf("TryAcquire(d2) within DoAll: got %v, want ErrNotAcquired", err)
+			}
+			if _, err := b.ForceRelease(ctx, "d1"); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(5 * time.Second):
+				return errors.New("the work's context did not end when a lease of the set was lost")
+			}
+		})
+		if !ran {
+			t.Fatalf("DoAll did not run fn: %v", err)
+		}
+		wantErrIs(t, err, ErrLockLost)
+		// The set's other lease was released: both names are free.
+		mustAcquireAll(t, b, time.Minute, "d1", "d2")
+		wantErrIs(t, a.TryDoAll(ctx, []string{"d2", "d3"}, time.Second, func(context.Context) error { return nil }), ErrNotAcquired)
+	})
+}
+
+// Sets that overlap, raced from two processes: nobody ever holds a name
+// another holds, no call deadlocks (every call returns, and none with an
+// error other than ErrNotAcquired), a refused call leaves nothing behind,
+// and each name's fences grow.
+func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		raceSets(t, []*Client{a, b}, 4, 40)
+	})
+}
+
+// raceSets races overlapping sets of 2 to 4 of 5 names, perClient
+// goroutines on each of clients making rounds attempts each, holding a set
+// a millisecond, and fails t on any error but ErrNotAcquired, on two
+// holders of a name at once, on a fence that does not grow, and on a lease
+// left at the end.
+func raceSets(t *testing.T, clients []*Client, perClient, rounds int) {
+	t.Helper()
+	names := []string{"o1", "o2", "o3", "o4", "o5"}
+	var (
+		mu     sync.Mutex
+		holder = map[string]string{}
+		fences = map[string]uint64{}
+		took   int
+	)
+	ctx := testCtx(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	report := func(err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	for ci, c := range clients {
+		for g := range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rnd := rand.New(rand.NewPCG(uint64(ci), uint64(g)))
+				for range rounds {
+					set := slices.Clone(names)
+					rnd.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
+					set = set[:2+rnd.IntN(3)]
+					l, err := c.TryAcquireAll(ctx, set, 5*time.Second)
+					if errors.Is(err, ErrNotAcquired) {
+						continue
+					}
+					if err != nil {
+						report(err)
+						return
+					}
+					mu.Lock()
+					took++
+					for i, n := range l.Names() {
+						if h := holder[n]; h != "" {
+							report(fmt.Errorf("%q taken by %s while %s held it", n, l.Token(), h))
+						}
+						if f := l.Fences()[i]; f <= fences[n] {
+							report(fmt.Errorf("fence of %q: got %d after %d", n, f, fences[n]))
+						}
+						holder[n], fences[n] = l.Token(), l.Fences()[i]
+					}
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					for _, n := range l.Names() {
+						holder[n] = ""
+					}
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						report(err)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if took == 0 {
+		t.Fatal("no set was ever taken: the race did not run")
+	}
+	if list, err := clients[0].List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("List after the race: got %v, %v, want nothing left", list, err)
+	}
+	t.Logf("%d sets taken", took)
+}
+
+// A set's acquire whose every reply is lost leaves none of its names
+// blocked: its cleanup deletes every lease it may have written.
+func TestClient_TryAcquireAll_unknownOutcome_namesFreed(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		le := newLateEnv(t, e)
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isSetAcquire(q) {
+				return lose
+			}
+			return pass
+		})
+		_, err := le.c.TryAcquireAll(testCtx(t), []string{"u1", "u2"}, time.Minute)
+		if err == nil {
+			t.Fatal("TryAcquireAll with every reply lost: got nil, want an error")
+		}
+		le.lc.setDecide(nil)
+		if owner, _ := le.owner(t, "u1"); owner != "" {
+			t.Fatalf("u1 after the cleanup: owned by %q, want no lease", owner)
+		}
+		mustAcquireAll(t, le.witness, time.Minute, "u1", "u2")
+	})
+}
+
+// A set's acquire whose first send runs late, after the Lock the call
+// returned was released, takes the names under a token nobody holds: the
+// Client's next acquire of them deletes those leases first.
+func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		le := newLateEnv(t, e)
+		sends := 0
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isSetAcquire(q) {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquireAll(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquireAll, first send held: %v", err)
+		}
+		le.lc.setDecide(nil)
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, "v2"); owner == "" {
+			t.Fatal("the late send did not take the names: the test did not make the race")
+		}
+		l, err = le.c.TryAcquireAll(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquireAll after the late send: got %v, want the names (their leases have no holder)", err)
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// isSetAcquire reports whether query is a set's acquire (all_acquire, with
+// MariaDB's prefix or without, or tidb_all_acquire).
+func isSetAcquire(query string) bool {
+	return strings.Contains(query, "INSERT") && strings.Contains(query, "18446744073709551615")
+}
+
+// AcquireAll waits until every name is free, and takes them together; when
+// its context ends first, its error says so and that nothing was taken.
+func TestClient_AcquireAll_waits(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		first := mustAcquire(t, a, "w1", time.Minute)
+		second := mustAcquire(t, a, "w3", time.Minute)
+
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := b.AcquireAll(short, []string{"w1", "w2", "w3"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		wantErrIs(t, err, context.DeadlineExceeded)
+		if info := inspect(t, a, "w2"); info.Held {
+			t.Fatalf("w2 after a refused wait: got %+v, want it free", info)
+		}
+
+		got := make(chan error, 1)
+		go func() {
+			l, err := b.AcquireAll(ctx, []string{"w3", "w2", "w1"}, time.Minute)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("AcquireAll returned while w3 was still held: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+		if err := second.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("AcquireAll after both releases: %v", err)
+		}
+	})
+}
+
+// A holder's Check keeps its lease row locked until its transaction ends:
+// a set that includes the name waits for the row, and is then refused
+// whole, within a second on MariaDB (lock_wait_mariadb, as for one name),
+// or when its context ends on MySQL; the set's other names stay free.
+func TestLock_set_acquireWaitsForCheck(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "c1", time.Minute)
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if err := l.Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err = b.TryAcquireAll(short, []string{"c2", "c1"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if e.server.MariaDB {
+			wantHeld(t, err, "c1")
+		}
+		tx.Rollback()
+		if info := inspect(t, b, "c2"); info.Held {
+			t.Fatalf("c2 after the refused set: got %+v, want it free", info)
+		}
+	})
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
+)
+
+// sqllock run is stopped (SIGSTOP: a debugger, a VM migration, a host under
+// memory pressure) for longer than its lease, alone or with its command,
+// while another host takes the name over. When it continues, it finds its
+// keep-alive's deadline passed, kills the command's process group and exits
+// 124, within the kill grace and a round trip, rather than letting the
+// command run on beside the new holder. While sqllock itself is stopped it
+// can stop nothing: that is what the fence ($SQLLOCK_FENCE) is for.
+func TestRun_pausedPastLease(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		what := "sqllock alone"
+		if whole {
+			what = "sqllock and its command"
+		}
+		t.Run(strings.ReplaceAll(what, " ", "_"), func(t *testing.T) {
+			testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+				pausedPastLease(t, newEnv(t, s.DSN), whole)
+			})
+		})
+	}
+}
+
+func pausedPastLease(t *testing.T, e *env, whole bool) {
+	pidFile, beats := e.path("pid"), e.path("beats")
+	script := `echo $$ > ` + pidFile + `; while :; do echo beat >> ` + beats + `; sleep 0.02; done`
+	cmd := e.command("run", "-v", "--ttl", "2s", "--kill-grace", "300ms", "paused", "--", "sh", "-c", script)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	waitFor(t, 10*time.Second, "the command to start", func() bool {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return pid > 0
+	})
+	stopped := []int{cmd.Process.Pid}
+	if whole {
+		stopped = append(stopped, -pid)
+	}
+	signal := func(sig syscall.Signal) {
+		for _, p := range stopped {
+			// sqllock, continued first, may have killed the command's
+			// group already.
+			if err := syscall.Kill(p, sig); err != nil && !(sig == syscall.SIGCONT && errors.Is(err, syscall.ESRCH)) {
+				t.Errorf("%v to %d: %v", sig, p, err)
+			}
+		}
+	}
+	defer func() {
+		for _, p := range stopped {
+			_ = syscall.Kill(p, syscall.SIGCONT) // nothing stays stopped, whatever failed
+		}
+		if t.Failed() {
+			_ = syscall.Kill(-pid, syscall.SIGKILL) // sqllock did not: do not hang
+		}
+	}()
+	time.Sleep(700 * time.Millisecond) // a renewal
+	signal(syscall.SIGSTOP)
+
+	other := e.client(sqllock.WithHolder("other-host"))
+	var l *sqllock.Lock
+	var err error
+	waitFor(t, 20*time.Second, "another client to take the name", func() bool {
+		l, err = other.TryAcquire(context.Background(), "paused", time.Minute)
+		if err != nil && !errors.Is(err, sqllock.ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	signal(syscall.SIGCONT)
+	continued := time.Now()
+	waitFor(t, 5*time.Second, "sqllock to stop the command after it continued", func() bool {
+		return len(liveInGroup(t, pid)) == 0
+	})
+	t.Logf("the command's process group was gone %v after sqllock continued", time.Since(continued).Round(time.Millisecond))
+	_ = cmd.Wait()
+	t.Logf("stderr: %s", stderr.String())
+	if got := cmd.ProcessState.ExitCode(); got != exitLost {
+		t.Errorf("status: got %d, want %d", got, exitLost)
+	}
+	for _, want := range []string{"was lost while", "may have expired"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	n := len(e.lines("beats"))
+	time.Sleep(200 * time.Millisecond)
+	if m := len(e.lines("beats")); m != n {
+		t.Errorf("heartbeats after sqllock exited: got %d more, want none", m-n)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("the other client's release: %v", err)
+	}
+}

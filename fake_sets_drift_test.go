@@ -1,0 +1,170 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// setScript runs the set statements (queries.sql, all_*) on db's table as
+// a Client sends them, as text, and returns their answers for
+// TestFake_answersAsTheServer: refusals by error number, affected rows,
+// and all_acquire's insert id 2M + 1 by which fence M it carries, the same
+// symbol as M read back by inspect.
+func setScript(t *testing.T, db *sql.DB, table string) []string {
+	t.Helper()
+	ctx := testCtx(t)
+	c, err := New(db, WithTable(table), WithHolder("drift"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.List(ctx); err != nil { // the first-use check chooses the forms
+		t.Fatal(err)
+	}
+	var fences []uint64
+	sym := func(v uint64) string { // a fence, by which one it is
+		if v <= 2 {
+			return fmt.Sprint(v)
+		}
+		if i := slices.Index(fences, v); i >= 0 {
+			return fmt.Sprintf("F%d", i+1)
+		}
+		fences = append(fences, v)
+		return fmt.Sprintf("F%d", len(fences))
+	}
+	var out []string
+	answer := func(res sql.Result, err error) {
+		if err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		id, _ := res.LastInsertId()
+		n, _ := res.RowsAffected()
+		if id&1 == 1 {
+			out = append(out, fmt.Sprintf("id 2*%s+1 rows %d", sym(uint64(id)>>1), n))
+			return
+		}
+		out = append(out, fmt.Sprintf("id %d rows %d", id, n))
+	}
+	exec := func(q string) { answer(db.ExecContext(ctx, q)) }
+	// inspect: each name's holder, fence and whether its lease is live.
+	inspect := func(names ...string) {
+		var cells []string
+		for _, n := range names {
+			var (
+				holder sql.NullString
+				fence  uint64
+				live   sql.NullBool
+				left   sql.NullInt64
+			)
+			err := db.QueryRowContext(ctx, c.sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64))
+			switch {
+			case err == sql.ErrNoRows:
+				cells = append(cells, n+" none")
+			case err != nil:
+				cells = append(cells, n+" "+errText(err))
+			default:
+				cells = append(cells, fmt.Sprintf("%s %s %s %v", n, holder.String, sym(fence), live.Valid && live.Bool))
+			}
+		}
+		out = append(out, fmt.Sprint(cells))
+	}
+	const ttl = time.Minute
+	set := func(token string, names ...string) *lockSet { return newLockSet(names, token) }
+	refresh := func(s *lockSet, d time.Duration) string {
+		return c.setSQL("all_refresh", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
+	}
+	atLeast := func(s *lockSet, d time.Duration) string {
+		return c.setSQL("all_release_at_least", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
+	}
+	check := func(s *lockSet) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		res, err := tx.ExecContext(ctx, c.setSQL("all_check", s.tokenLit, s.in))
+		if err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		n, _ := res.RowsAffected()
+		out = append(out, fmt.Sprintf("check rows %d", n))
+	}
+
+	a := set("A", "s1", "s2", "s3")
+	b := set("B", "s0", "s2")
+	exec(c.acquireAllSQL(a, ttl))                                             // three new names
+	inspect("s1", "s2", "s3")                                                 // one fence, the id's
+	exec(c.acquireAllSQL(a, ttl))                                             // again, by its owner: a new fence
+	inspect("s1", "s2", "s3")                                                 //
+	exec(c.acquireAllSQL(b, ttl))                                             // s2 is A's: 1690
+	inspect("s0", "s2")                                                       // nothing written
+	exec(c.setSQL("all_release", b.tokenLit, b.in))                           // nothing of B's
+	exec(refresh(b, ttl))                                                     // nothing of B's
+	exec(refresh(a, ttl))                                                     // A's three
+	check(a)                                                                  // A's three, live
+	check(b)                                                                  // not B's
+	exec(atLeast(a, 0))                                                       // A's three, expired now
+	inspect("s1", "s2", "s3")                                                 //
+	exec(refresh(a, ttl))                                                     // expired: nothing
+	check(a)                                                                  // expired: nothing
+	exec(c.acquireAllSQL(b, ttl))                                             // s2 taken over, s0 new
+	inspect("s0", "s1", "s2", "s3")                                           //
+	exec(c.setSQL("all_release", a.tokenLit, a.in))                           // s1 and s3, still A's
+	exec(c.setSQL("all_release", b.tokenLit, b.in))                           // s0 and s2
+	inspect("s0", "s1", "s2", "s3")                                           // released, fences kept
+	exec(c.setSQL("all_release", a.tokenLit, a.in))                           // nothing left
+	exec(c.acquireAllSQL(set("C", "s2"), ttl))                                // a set of one name
+	exec(c.setSQL("all_release_at_least", "60000000", hexLiteral("C"), b.in)) // s2, listed with s0
+	inspect("s2")                                                             //
+
+	// Fences set ahead, as the fence tests set them (the lease expired).
+	setFence := func(name string, fence uint64) {
+		answer(db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = 'F', "+fmt.Sprint(fence)+", 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?", name))
+	}
+	exec(c.acquireAllSQL(set("D", "s9"), ttl))
+	setFence("s9", 1<<62)
+	exec(c.acquireAllSQL(set("E", "s8", "s9"), ttl)) // s8's new fence row written twice
+	inspect("s8", "s9")                              // both at s9's fence + 1
+	setFence("s9", 1<<63-1)
+	exec(c.acquireAllSQL(set("F", "s7", "s9"), ttl)) // 2M past 2^64: 1690
+	inspect("s7")                                    // nothing written
+	setFence("s9", 1<<64-1)
+	exec(c.acquireAllSQL(set("F", "s9"), ttl)) // fence + 1 past 2^64: 1690
+	setFence("s9", 1<<63-2)
+	exec(c.acquireAllSQL(set("F", "s9"), ttl)) // the greatest fence a set takes
+	inspect("s9")
+	return out
+}
+
+// TestFake_setsAsTheLibrarySends: every set statement a Client sends on
+// MySQL is one the fake runs, and all_fences, which only the one-row forms
+// send, is refused by name.
+func TestFake_setsAsTheLibrarySends(t *testing.T) {
+	srv := theFake()
+	if err := srv.CreateTable("t_sets_sent"); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.DB()
+	defer db.Close()
+	out := setScript(t, db, "t_sets_sent")
+	for i, a := range out {
+		if len(a) > 6 && a[:6] == "error " && a != "error 1690" {
+			t.Errorf("step %d: %s", i+1, a)
+		}
+	}
+	c, err := New(db, WithTable("t_sets_sent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := newLockSet([]string{"x"}, "A")
+	if _, err := db.QueryContext(context.Background(), c.setSQL("all_fences", s.tokenLit, s.in)); err == nil {
+		t.Error("all_fences: got nil, want it refused: the fake takes the two-row forms")
+	}
+}

@@ -1,0 +1,151 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The statements of a Lock on a set of names (acquire_all.go): each acts on
+// every lease of the set in one statement, sent as text, and succeeds only
+// when it finds every lease ours.
+
+// A lockSet is what a Lock on several names keeps of them: the names,
+// sorted, their fences, and the literals the set's statements are made of.
+type lockSet struct {
+	names    []string
+	fences   []uint64
+	lits     []string // each name as a hex literal
+	in       string   // lits, comma-separated: the set's IN list
+	tokenLit string
+	label    string
+}
+
+func newLockSet(names []string, token string) *lockSet {
+	s := &lockSet{names: names, fences: make([]uint64, len(names)), lits: make([]string, len(names)),
+		tokenLit: hexLiteral(token), label: setLabel(names)}
+	for i, n := range names {
+		s.lits[i] = hexLiteral(n)
+	}
+	s.in = strings.Join(s.lits, ", ")
+	return s
+}
+
+// Names returns the names the lease is on, sorted: one, [Lock.Name], for a
+// Lock taken by [Client.TryAcquire] and the like; every name of the set for
+// one taken by [Client.TryAcquireAll] or [Client.AcquireAll].
+func (l *Lock) Names() []string {
+	if l.set == nil {
+		return []string{l.name}
+	}
+	return slices.Clone(l.set.names)
+}
+
+// Fences returns the fencing token of each name of [Lock.Names], in the
+// same order. On MySQL and MariaDB every name of a set has the same fence,
+// [Lock.Fence]; on TiDB and through Vitess each name's own fence grows by
+// one, and Fence is the greatest.
+func (l *Lock) Fences() []uint64 {
+	if l.set == nil {
+		return []uint64{l.fence}
+	}
+	return slices.Clone(l.set.fences)
+}
+
+// label names the Lock's name or set in errors.
+func (l *Lock) label() string {
+	if l.set != nil {
+		return l.set.label
+	}
+	return strconv.Quote(l.name)
+}
+
+// refreshSet sends the refresh of a set; ok reports whether every lease of
+// the set was extended.
+func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
+	s := l.set
+	q := l.c.setSQL("all_refresh", strconv.FormatInt(ttl.Microseconds(), 10), s.tokenLit, s.in)
+	res, _, err := l.c.execTextUntil(ctx, until, "all_refresh", s.label, q)
+	if err != nil {
+		return false, err
+	}
+	return l.allRows(res)
+}
+
+// releaseSet sends the release of a set: the leases are deleted, or with
+// minHold > 0 kept until acquired_at + minHold (do.go). ours reports
+// whether every lease of the set was still ours.
+func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, maybeApplied bool, err error) {
+	s := l.set
+	q := l.c.releaseAllSQL(s)
+	stmt := "all_release"
+	if minHold > 0 {
+		stmt = "all_release_at_least"
+		q = l.c.setSQL(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
+	}
+	var res sql.Result
+	if res, maybeApplied, err = l.c.execText(ctx, stmt, s.label, q); err != nil {
+		return false, maybeApplied, err
+	}
+	ours, err = l.allRows(res)
+	return ours, maybeApplied, err
+}
+
+// checkSet is Check for a set.
+func (l *Lock) checkSet(ctx context.Context, tx *sql.Tx) error {
+	s := l.set
+	res, err := tx.ExecContext(ctx, l.c.setSQL("all_check", s.tokenLit, s.in))
+	if err != nil {
+		return l.c.serverError("check "+s.label, err)
+	}
+	ok, err := l.allRows(res)
+	if err != nil {
+		return errorf("check %s: %w", s.label, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: a lease of %s expired or was taken over", ErrNotHeld, s.label)
+	}
+	return nil
+}
+
+// allRows reports whether res affected every row of the set. The set's
+// statements change every row they match (queries.sql), so the count does
+// not depend on clientFoundRows.
+func (l *Lock) allRows(res sql.Result) (bool, error) {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	return n == int64(len(l.set.names)), nil
+}
+
+// kickAll makes callers of this Client waiting for any name of the Lock
+// try now.
+func (l *Lock) kickAll() {
+	if l.set == nil {
+		l.c.waiters.kick(l.name)
+		return
+	}
+	for _, n := range l.set.names {
+		l.c.waiters.kick(n)
+	}
+}
+
+// sentTwice records that the Lock's acquire, first sent at sent, was sent
+// more than once (acquire.go, rule 3).
+func (l *Lock) sentTwice(sent time.Time) {
+	l.lateSent = max(sent.Sub(monoBase), 1)
+}
+
+// rememberLate hands the Lock's token to the orphan list for each of its
+// names, until a late send of its acquire can no longer commit (acquire.go,
+// rule 3).
+func (l *Lock) rememberLate() {
+	for _, n := range l.Names() {
+		l.c.orphans.remember(orphanKey(n), l.token, l.ttl, monoBase.Add(l.lateSent))
+	}
+}
