@@ -277,6 +277,21 @@ func TestCluster_sets_overlapping(t *testing.T) {
 	})
 }
 
+// A semaphore of 2 slots raced from every node, two Clients per node:
+// never more than 2 holders, no slot or fence given twice (raceSlots).
+func TestCluster_slots_neverMoreThanN(t *testing.T) {
+	clusterWriters(t, func(t *testing.T, c *testCluster) {
+		table := c.newTable(t, c.dbs[0])
+		var clients []*Client
+		for n, db := range c.dbs {
+			for range 2 {
+				clients = append(clients, (&testEnv{}).client(t, db, table, WithHolder(fmt.Sprintf("node%d", n+1))))
+			}
+		}
+		raceSlots(t, clients, 2, 40)
+	})
+}
+
 // failoverDB returns a pool whose connections go to the first node that
 // takes writes, as a router in front of a group would: while none does (an
 // election), to a read-only one (whose writes fail with 1290), and while

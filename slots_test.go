@@ -332,67 +332,78 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 func TestTryAcquireSlot_race(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
-		const n, workers, rounds = 3, 6, 15
 		table := e.newTable(t)
-		ctx := testCtx(t)
-		var (
-			live    atomic.Int32
-			mu      sync.Mutex
-			bySlot  = map[int]bool{}
-			fences  = map[uint64]bool{}
-			wg      sync.WaitGroup
-			taken   atomic.Int32
-			errOnce sync.Once
-			failed  error
-		)
-		fail := func(err error) { errOnce.Do(func() { failed = err }) }
-		for w := 0; w < workers; w++ {
-			c := e.client(t, e.openDB(t), table)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for r := 0; r < rounds; r++ {
-					l, err := c.TryAcquireSlot(ctx, "race", n, time.Minute)
-					if errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrSlotCount) {
-						continue
-					}
-					if err != nil {
-						fail(err)
-						return
-					}
-					taken.Add(1)
-					if live.Add(1) > n {
-						fail(errors.New("more than n holders"))
-					}
-					mu.Lock()
-					if bySlot[l.Slot()] || fences[l.Fence()] {
-						fail(errors.New("a slot or a fence given twice"))
-					}
-					bySlot[l.Slot()], fences[l.Fence()] = true, true
-					mu.Unlock()
-					time.Sleep(time.Millisecond)
-					mu.Lock()
-					bySlot[l.Slot()] = false
-					mu.Unlock()
-					live.Add(-1)
-					if err := l.Release(ctx); err != nil {
-						fail(err)
-						return
-					}
-				}
-			}()
+		var clients []*Client
+		for range 6 {
+			clients = append(clients, e.client(t, e.openDB(t), table))
 		}
-		wg.Wait()
-		if failed != nil {
-			t.Fatal(failed)
-		}
-		if taken.Load() < n {
-			t.Fatalf("slots taken: got %d, want at least %d", taken.Load(), n)
-		}
+		raceSlots(t, clients, 3, 15)
 	})
 }
 
-// isSlotAcquire and isSlotRelease tell the semaphore's statements apart.
+// raceSlots races TryAcquireSlot of one semaphore of n slots, one goroutine
+// per Client making rounds attempts, each holding its slot a millisecond,
+// and fails t on more than n holders at once, a slot or a fence given
+// twice, or any error but a refusal.
+func raceSlots(t *testing.T, clients []*Client, n, rounds int) {
+	t.Helper()
+	ctx := testCtx(t)
+	var (
+		live    atomic.Int32
+		mu      sync.Mutex
+		bySlot  = map[int]bool{}
+		fences  = map[uint64]bool{}
+		wg      sync.WaitGroup
+		taken   atomic.Int32
+		errOnce sync.Once
+		failed  error
+	)
+	fail := func(err error) { errOnce.Do(func() { failed = err }) }
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				l, err := c.TryAcquireSlot(ctx, "race", n, time.Minute)
+				if errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrSlotCount) {
+					continue
+				}
+				if err != nil {
+					fail(err)
+					return
+				}
+				taken.Add(1)
+				if live.Add(1) > int32(n) {
+					fail(errors.New("more than n holders"))
+				}
+				mu.Lock()
+				if bySlot[l.Slot()] || fences[l.Fence()] {
+					fail(errors.New("a slot or a fence given twice"))
+				}
+				bySlot[l.Slot()], fences[l.Fence()] = true, true
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				bySlot[l.Slot()] = false
+				mu.Unlock()
+				live.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	if taken.Load() < int32(n) {
+		t.Fatalf("slots taken: got %d, want at least %d", taken.Load(), n)
+	}
+	t.Logf("%d slots taken", taken.Load())
+}
+
 func isSlotAcquire(q string) bool { return strings.Contains(q, "RIGHT(name, 2)") }
 func isSlotRelease(q string) bool {
 	return strings.HasPrefix(q, "DELETE") && strings.Contains(q, "name > ?")
