@@ -98,7 +98,11 @@ func checkNames(names []string) ([]string, error) {
 // when every lease of the set is still ours; [Lock.KeepAlive] ends its
 // context when any lease could lapse. Every name of the set gets a new
 // fence, greater than any it had; on MySQL and MariaDB they are all one
-// value, [Lock.Fence] ([Lock.Fences] gives each).
+// value, [Lock.Fence] ([Lock.Fences] gives each). There the set's fence
+// travels doubled through the statement, so it must stay below 2^63: a name
+// whose fence was set past that by hand (fences start at the clock in
+// microseconds, about 2^51, and grow by one per acquire) makes every set
+// that includes it fail as held, with no names; take it alone.
 //
 // Two calls whose sets overlap never deadlock and never take half each: the
 // statement takes the lease rows in the names' byte order, each under its

@@ -319,7 +319,8 @@ WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (
 -- 3. Every fence row again (all_acquire_fence_write): each row's values
 --    first set the lowest bit, and the update then writes M into the fence.
 --    Every name of the set gets the same fence M, greater than each of its
---    old fences.
+--    old fences. 2M must fit in 64 bits: a fence past 2^63 (only a change by
+--    hand makes one) fails the statement with 1690, as a held name does.
 -- The ODKU part is shared by all rows: kind tells a lease row from a fence
 -- row, and the lowest bit of LAST_INSERT_ID() the first pass from the
 -- second. Only the fence assignment reads the old row (besides kind, which
