@@ -119,7 +119,13 @@ func (l *Lock) setValidUntil(t time.Time) {
 	if ka == nil || ka.cause != nil {
 		return
 	}
-	if !time.Now().Before(t.Add(-ka.margin)) {
+	switch now := time.Now(); {
+	case !now.Before(t):
+		// The Refresh was sent before a pause (SIGSTOP, a VM paused) or a
+		// starvation longer than the lease, and its reply read after it.
+		l.endLocked(ka, errorf("%w: after a Refresh whose reply came late, the lease on %s may have expired %v ago, the process stopped or starved past it",
+			ErrLockLost, l.label(), now.Sub(t).Round(time.Millisecond)))
+	case !now.Before(t.Add(-ka.margin)):
 		l.endLocked(ka, errorf("%w: after a Refresh, the lease on %s may expire within the safety margin %v",
 			ErrLockLost, l.label(), ka.margin))
 	}

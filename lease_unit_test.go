@@ -274,3 +274,29 @@ func TestLock_KeepAlive_lateDeadlineSaysExpired(t *testing.T) {
 		}
 	}
 }
+
+// A Refresh whose reply is read after a pause longer than the lease (sent
+// before SIGSTOP, answered after SIGCONT) ends the keep-alive saying the
+// lease may have expired already; one that leaves the lease inside the
+// margin says it may expire within it.
+func TestLock_setValidUntil_lateReplySaysExpired(t *testing.T) {
+	for _, tt := range []struct {
+		until time.Duration
+		want  string
+	}{
+		{50 * time.Millisecond, "may expire within the safety margin 100ms"},
+		{-2 * time.Second, "may have expired 2"},
+	} {
+		e := newMockEnv(t)
+		l := newLock(e.c, "n", strings.Repeat("a", 32), 1, time.Minute, time.Now().Add(time.Minute))
+		kctx := l.keepAlive(context.Background(), 100*time.Millisecond)
+		l.mu.Lock()
+		l.setValidUntil(time.Now().Add(tt.until))
+		l.mu.Unlock()
+		<-kctx.Done()
+		if err := context.Cause(kctx); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("a Refresh leaving %v: got %v, want ErrLockLost saying %q", tt.until, err, tt.want)
+		}
+		l.stopKeepAlive(l.ka)
+	}
+}
