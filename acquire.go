@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The acquire path: TryAcquire, Acquire (whose queue is in waiters.go) and
@@ -129,16 +131,19 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 //     then cannot take the lease of the Lock the call returns, nor a late
 //     acquire under it extend or shorten that lease.
 //  2. A retired token is handed to the Client's orphan list at once, whatever
-//     the call's later attempts answer, unless a DELETE by it, sent after
-//     the token's last statement could still commit, settled it. The list
-//     deletes its lease before the Client's next acquire of the name, and
-//     at Close.
+//     the call's later attempts answer, unless a DELETE by it settled it:
+//     one sent after the token's last statement could still commit
+//     (orphanWait after its last send), or one that removed the lease when
+//     only one send of the token may have committed. The list deletes its
+//     lease before the Client's next acquire of the name, and at Close,
+//     again until that bound when several sends may be in flight.
 //  3. An attempt whose statement was sent again (exec retries a broken
 //     connection with the same token) and then took the lease returns a Lock
 //     under that token: its earlier send may run late. While the Lock holds
-//     the name, that send finds the lease already ours and sets an expiry
-//     from its own start, no earlier than the Lock's ValidUntil, which counts
-//     from the first send. After the Lock's release it could take the name
+//     the name, that send finds the lease already ours, and an acquire of
+//     the owner never moves its expiry earlier (queries.sql), so the lease
+//     still lasts past the Lock's ValidUntil, whatever Refresh did since.
+//     After the Lock's release it could take the name
 //     under a token nobody holds: so the Lock's release hands the token to
 //     the orphan list until such a send can no longer commit (lateSent).
 type acquireCall struct {
@@ -188,16 +193,18 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	us := any(ttl.Microseconds())
 	sent := time.Now()
 	a.attempts++
-	res, maybeApplied, err := c.exec(ctx, qAcquire,
+	res, unknown, err := c.execSends(ctx, time.Time{}, qAcquire,
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
+	last := time.Now() // no send of the attempt is later
+	maybeApplied := unknown > 0
 	if err != nil {
 		if maybeApplied {
 			// The lease may be ours under a token nobody will ever use
 			// again; give the name back rather than block it for ttl.
-			a.cleanup(ctx, sent)
+			a.cleanup(ctx, last, unknown)
 		}
-		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout {
+		if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
 			// Another transaction kept the lease row locked past the
 			// acquire's bound (queries.sql, lock_wait_mariadb; on MySQL,
 			// innodb_lock_wait_timeout): a holder's Lock.Check, most
@@ -215,7 +222,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 	id, err := res.LastInsertId()
 	if err != nil {
 		if maybeApplied {
-			a.retire(sent) // rule 2: nothing settled it
+			a.retire(last, unknown == 1) // rule 2: nothing settled it
 		}
 		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
 	}
@@ -227,30 +234,30 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
 		if maybeApplied {
 			// An earlier send of this attempt may commit later, once the
 			// other owner's lease ends (rule 2).
-			a.retire(sent)
+			a.retire(last, unknown == 1)
 		}
 		return nil, heldError(name)
 	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
 		// The lease is ours, under a token nobody will use: give it back.
-		a.cleanup(ctx, sent)
+		a.cleanup(ctx, last, unknown+1)
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
 	case fence > maxTiDBFence && c.tidb.Load():
 		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
 		// acquire fails (1690), or under a lenient sql_mode reports the
 		// largest signed value, which may be below the fence it wrote.
-		a.cleanup(ctx, sent)
+		a.cleanup(ctx, last, unknown+1)
 		return nil, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
 	}
 	l.fence, l.validUntil = fence, sent.Add(ttl)
 	if maybeApplied {
-		l.sentTwice(sent) // rule 3
+		l.sentTwice(last) // rule 3
 	}
 	l.holdStarted()
 	if !c.held.add(l) {
 		// Close is releasing this Client's leases and has missed this one.
-		a.cleanup(ctx, sent)
+		a.cleanup(ctx, last, unknown+1)
 		l.holdEnded(HoldClosed, ErrClosed)
 		return nil, ErrClosed
 	}
@@ -263,26 +270,30 @@ func heldError(name string) error {
 	return fmt.Errorf("%w: %q is held by another owner", ErrNotAcquired, name)
 }
 
-// cleanup deletes the row the attempt sent at sent may have written (its
-// outcome is unknown, or it lost the race with Close), with a context of its
-// own: the caller's may have ended. Then it retires the token (rule 1), and
-// hands it to the orphan list unless the DELETE settled it (rule 2).
-func (a *acquireCall) cleanup(ctx context.Context, sent time.Time) {
+// cleanup deletes the row the attempt may have written (its outcome is
+// unknown, or it lost the race with Close), with a context of its own: the
+// caller's may have ended. sends of the attempt may have committed, or may
+// still, the last sent before last. Then it retires the token (rule 1), and
+// hands it to the orphan list unless the DELETE settled it (rule 2): a
+// DELETE that removes the lease settles it only when one send could
+// commit; of several, the others may still be in flight.
+func (a *acquireCall) cleanup(ctx context.Context, last time.Time, sends int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if a.c.deleteOrphan(ctx, a.name, orphan{token: a.token, settled: sent.Add(orphanWait)}) {
+	if a.c.deleteOrphan(ctx, a.name, newOrphan(a.token, a.ttl, last, sends == 1)) {
 		a.renew()
 		return
 	}
-	a.retire(sent)
+	a.retire(last, sends == 1)
 }
 
-// retire hands the call's token, whose last statement was sent at sent, to
-// the Client's orphan list (rule 2), and draws a fresh one for the call's
-// next attempt (rule 1).
-func (a *acquireCall) retire(sent time.Time) {
+// retire hands the call's token, whose last statement was sent before last,
+// to the Client's orphan list (rule 2), and draws a fresh one for the
+// call's next attempt (rule 1). once says that one send of it at most may
+// have committed.
+func (a *acquireCall) retire(last time.Time, once bool) {
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", a.name)
-	a.c.orphans.remember(a.name, a.token, a.ttl, sent)
+	a.c.orphans.remember(a.name, a.token, a.ttl, last, once)
 	a.c.unknown(a.name, false)
 	if a.c.isClosed() {
 		// Close's pass over the orphan list may have run already.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Sets: a Lock on several names, taken all or nothing by TryAcquireAll or
@@ -26,10 +28,6 @@ import (
 // sent.
 const MaxNames = 64
 
-// erOutOfRange is "BIGINT UNSIGNED value is out of range": what all_acquire
-// raises, on purpose, when a name of the set is held (queries.sql).
-const erOutOfRange = 1690
-
 // errSetsThroughVitess refuses sets through Vitess. A set's names may live
 // on different shards: vtgate writes each shard's rows in a transaction of
 // its own, so the row locks that order two overlapping sets on one server
@@ -37,12 +35,14 @@ const erOutOfRange = 1690
 // innodb_lock_wait_timeout ends both (seen in the tests); and it commits the
 // shards one after another, so a failure between two commits would leave
 // half a set taken.
-var errSetsThroughVitess = fmt.Errorf("sqllock: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md): %w", errors.ErrUnsupported)
+var errSetsThroughVitess = errorf("%w: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md)", ErrUnsupportedServer)
 
 // A HeldError is the error of [Client.TryAcquireAll] when a name of the set
 // was held by another owner: nothing was taken. Names are those found held
 // by a read made right after the refusal, sorted; empty when every holder
-// had let go by then. It wraps [ErrNotAcquired].
+// had let go by then, or when that read failed or was cut short by the
+// call's context (the error then wraps its error too). It wraps
+// [ErrNotAcquired].
 type HeldError struct {
 	Names []string
 }
@@ -124,45 +124,28 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Dur
 // waiting between attempts as the Client's [RetryStrategy] says, until it
 // succeeds, the strategy gives up, or ctx ends (then the error satisfies
 // both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err())). It
-// polls: it does not queue with the Client's single-name waiters or use
-// wake-up channels, so a set whose names are taken one by one, again and
-// again, by [Client.Acquire] callers may wait long; give ctx a deadline.
+// waits as [Client.Acquire] does, with the set in place of a name: calls of
+// one Client for the same set queue up behind one poller, and with
+// [WithWakeups] a release of the set wakes the process that has waited
+// longest for it. An error that may pass counts as a refused attempt, and
+// the error that ends the call wraps the last such error. The set's queue
+// and channel are its own: a [Client.Acquire] of one of its names does not
+// wait in them, so a set whose names are taken one by one, again and again,
+// by Acquire callers may wait long; give ctx a deadline.
 func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {
 		return nil, err
 	}
 	start := c.obsNow(c.obs.AcquireDone != nil)
-	var (
-		l       *Lock
-		lastErr error
-	)
-	for n := 1; ; n++ {
-		l, err = a.attemptAll(ctx)
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), err)
-		}
-		if err == nil || ctx.Err() != nil || !errors.Is(err, ErrNotAcquired) && !passable(err) {
-			break
-		}
-		lastErr = err
-		wait, ok := c.retry.Backoff(n)
-		if !ok {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-			continue
-		case <-ctx.Done():
-			err = errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, ctx.Err(), lastErr)
-		case <-c.closing:
-			err = ErrClosed
-		}
-		t.Stop()
-		break
+	call := &setCall{a}
+	var l *Lock
+	if _, ok := c.retry.Backoff(1); !ok {
+		l, err = call.attempt(ctx)
+	} else {
+		l, err = c.acquireQueued(ctx, call)
 	}
-	c.acquireDone(ctx, &a, start, l, err)
+	c.acquireDone(ctx, &call.acquireCall, start, l, err)
 	return l, err
 }
 
@@ -212,15 +195,20 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	if c.oneRow.Load() && !c.tidb.Load() {
 		return nil, errSetsThroughVitess
 	}
+	if err := c.proveSetsOnce(ctx); err != nil {
+		return nil, c.serverError("acquire "+a.name, err)
+	}
 	s := newLockSet(a.names, a.token)
 	sent := time.Now()
 	a.attempts++
-	res, maybeApplied, err := c.execText(ctx, "all_acquire", a.name, c.acquireAllSQL(s, ttl))
+	res, unknown, err := c.execTextSends(ctx, time.Time{}, "all_acquire", a.name, c.acquireAllSQL(s, ttl))
+	last := time.Now() // no send of the attempt is later
+	maybeApplied := unknown > 0
 	if err != nil {
 		if maybeApplied {
-			a.cleanupAll(ctx, s, sent)
+			a.cleanupAll(ctx, s, last, unknown)
 		}
-		if n, ok := serverErrno(err); ok && (n == erOutOfRange || n == erLockWaitTimeout) {
+		if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && sessionGuard(err) == "" || n == fault.LockWaitTimeout) {
 			return nil, c.heldOf(ctx, s)
 		}
 		if cerr := ctxErr(ctx); cerr != nil {
@@ -232,54 +220,21 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 		return nil, c.serverError("acquire "+a.name, err)
 	}
 	if err := c.readFences(ctx, s, res); err != nil {
-		a.cleanupAll(ctx, s, sent)
+		a.cleanupAll(ctx, s, last, unknown+1)
 		return nil, fmt.Errorf("sqllock: acquire %s: %w", a.name, err)
 	}
 	l := newLock(c, a.names[0], a.token, slices.Max(s.fences), ttl, sent.Add(ttl))
 	l.set = s
 	if maybeApplied {
-		l.sentTwice(sent) // rule 3 of acquireCall
+		l.sentTwice(last) // rule 3 of acquireCall
 	}
 	l.holdStarted()
 	if !c.held.add(l) {
-		a.cleanupAll(ctx, s, sent)
+		a.cleanupAll(ctx, s, last, unknown+1)
 		l.holdEnded(HoldClosed, ErrClosed)
 		return nil, ErrClosed
 	}
 	return l, nil
-}
-
-// acquireAllSQL returns the text of the acquire of set s for ttl.
-func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	us := strconv.FormatInt(ttl.Microseconds(), 10)
-	holder := hexLiteral(c.holder)
-	var rows []string
-	if c.oneRow.Load() {
-		for _, n := range s.lits {
-			rows = append(rows, bind(queries["tidb_all_acquire_row"], n, s.tokenLit, holder, us))
-		}
-		return c.setSQL("tidb_all_acquire", strings.Join(rows, ",\n  "))
-	}
-	for _, n := range s.lits {
-		rows = append(rows, bind(queries["all_acquire_lease"], n, s.tokenLit, holder, us))
-	}
-	for i, n := range s.lits {
-		first := "all_acquire_fence"
-		if i == 0 {
-			first = "all_acquire_fence_first"
-		}
-		rows = append(rows, bind(queries[first], n))
-	}
-	for _, n := range s.lits {
-		rows = append(rows, bind(queries["all_acquire_fence_write"], n))
-	}
-	q := c.setSQL("all_acquire", strings.Join(rows, ",\n  "), s.tokenLit, holder, s.tokenLit, us)
-	if c.lockWait.Load() {
-		// As the single acquire: a holder's Check holds a lease row for a
-		// second at most, and the set is then reported held.
-		q = queries["lock_wait_mariadb"] + "\n" + q
-	}
-	return q
 }
 
 // readFences sets the fences of set s, just acquired, from the reply res.
@@ -308,7 +263,7 @@ func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) err
 // one-row form, whose reply cannot carry them (queries.sql, all_fences).
 func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 	var rows *sql.Rows
-	err := retryTransient(ctx, func() (err error) {
+	err := fault.Transient(ctx, func() (err error) {
 		rows, err = c.db.QueryContext(ctx, c.setSQL("all_fences", s.tokenLit, s.in))
 		return err
 	})
@@ -340,40 +295,53 @@ func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 }
 
 // heldOf returns the error of a refused acquire of set s: which names a
-// live lease of another owner holds now.
+// live lease of another owner holds now. The look ends with ctx (and after
+// lookTimeout at most): one that ctx cuts short returns the refusal without
+// its holders, so a refused call returns within its context.
 func (c *Client) heldOf(ctx context.Context, s *lockSet) error {
 	e := &HeldError{}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookTimeout)
+	rctx, cancel := context.WithTimeout(ctx, lookTimeout)
 	defer cancel()
 	rows, err := c.db.QueryContext(rctx, strings.Replace(c.lookSQL, "?", s.in, 1))
 	if err != nil {
-		return fmt.Errorf("%w (reading which names were held: %w)", e, err)
+		return heldUnread(e, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name []byte
 		if err := rows.Scan(&name); err != nil {
-			return fmt.Errorf("%w (reading which names were held: %w)", e, err)
+			return heldUnread(&HeldError{}, err)
 		}
 		e.Names = append(e.Names, string(name))
+	}
+	if err := rows.Err(); err != nil {
+		return heldUnread(&HeldError{}, err)
 	}
 	slices.Sort(e.Names)
 	return e
 }
 
-// cleanupAll deletes every lease the attempt sent at sent may have taken
-// for set s, as cleanup does for one name, in one statement. The acquire
-// wrote all of the set's rows or none: a DELETE that removed any removed
-// them all, and one sent after the acquire could still commit proves none
-// is left; either settles it. Otherwise each name's lease goes to the
-// orphan list (rule 2 of acquireCall).
-func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, sent time.Time) {
+// heldUnread returns refusal e when the look for its holders failed with
+// err, the caller's context ending included.
+func heldUnread(e *HeldError, err error) error {
+	return fmt.Errorf("%w (reading which names were held: %w)", e, err)
+}
+
+// cleanupAll deletes every lease the attempt may have taken for set s, as
+// cleanup does for one name (sends and last as there), in one statement.
+// The acquire wrote all of the set's rows or none: a DELETE that removed
+// any removed all that one send wrote, which settles it when only one send
+// could commit; one sent after the acquire could still commit proves none
+// is left. Otherwise each name's lease goes to the orphan list (rule 2 of
+// acquireCall).
+func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, last time.Time, sends int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
+	x := newOrphan(a.token, a.ttl, last, sends == 1)
 	deleteSent := time.Now()
 	res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
 	if err == nil {
-		if n, rerr := res.RowsAffected(); rerr == nil && (n > 0 || deleteSent.After(sent.Add(orphanWait))) {
+		if n, rerr := res.RowsAffected(); rerr == nil && x.settles(n, deleteSent) {
 			for _, name := range s.names {
 				a.c.unknown(name, true)
 			}
@@ -383,7 +351,7 @@ func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, sent time.Time
 	}
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its leases, if any, are deleted before this Client's next acquire of their names", "names", a.name)
 	for _, name := range s.names {
-		a.c.orphans.remember(name, a.token, a.ttl, sent)
+		a.c.orphans.remember(name, a.token, a.ttl, last, sends == 1)
 		a.c.unknown(name, false)
 	}
 	if a.c.isClosed() {
@@ -392,23 +360,4 @@ func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, sent time.Time
 		}
 	}
 	a.renew()
-}
-
-// releaseAllSQL returns the statement that deletes the leases of set s.
-func (c *Client) releaseAllSQL(s *lockSet) string {
-	if c.tidb.Load() || c.oneRow.Load() {
-		return c.setSQL("tidb_all_release", s.tokenLit, s.in)
-	}
-	return c.setSQL("all_release", s.tokenLit, s.in)
-}
-
-// setSQL returns set statement name of queries.sql with lits in place of
-// its placeholders, on the Client's table. The TiDB hint stays on TiDB
-// alone, as in chooseForms.
-func (c *Client) setSQL(name string, lits ...string) string {
-	q := queries[name]
-	if !c.tidb.Load() {
-		q = strings.ReplaceAll(q, tidbHint, "")
-	}
-	return c.substitute(bind(q, lits...))
 }

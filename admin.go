@@ -25,6 +25,16 @@ type Info struct {
 	// TTL is how long the live lease has left by the server's clock; 0 when
 	// Held is false.
 	TTL time.Duration
+	// Age is how long the live lease has been held by the server's clock:
+	// since its acquire (renewals do not reset it); 0 when Held is false,
+	// or when it was acquired on a node whose clock is ahead.
+	Age time.Duration
+}
+
+// leaseAge is the Age of a lease acquired aheadUs microseconds ahead of
+// the server's now (negative: in the past).
+func leaseAge(aheadUs int64) time.Duration {
+	return time.Duration(max(-aheadUs, 0)) * time.Microsecond
 }
 
 // Inspect reads the lease on name in one statement. A name nobody holds
@@ -55,6 +65,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	info.Held = held.Bool
 	if info.Held {
 		info.TTL = time.Duration(us.Int64) * time.Microsecond
+		info.Age = leaseAge(aheadUs.Int64)
 	}
 	return info, nil
 }
@@ -81,6 +92,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		}
 		c.noteAhead(info.Name, aheadUs, true)
 		info.TTL = time.Duration(us) * time.Microsecond
+		info.Age = leaseAge(aheadUs)
 		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is 0: see Client.InspectSlots
 		infos = append(infos, info)
 	}

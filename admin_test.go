@@ -121,3 +121,42 @@ func TestClient_admin_badName(t *testing.T) {
 	}
 	e.assertNothingPrepared()
 }
+
+// Inspect and List give a live lease's age by the server's clock, since its
+// acquire: a renewal does not reset it.
+func TestClient_leaseAge(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipFakeFor(t, e, "it moves acquired_at by hand")
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		c := e.client(t, e.db, table)
+		l := mustAcquire(t, c, "aged", time.Minute)
+		// As if acquired an hour ago.
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET acquired_at = acquired_at - INTERVAL 1 HOUR WHERE name = 'aged' AND kind = 'L'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Inspect(ctx, "aged")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Age < time.Hour || info.Age > time.Hour+time.Minute {
+			t.Errorf("Inspect's Age: got %v, want about 1h", info.Age)
+		}
+		infos, err := c.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 1 || infos[0].Age < time.Hour || infos[0].Age > time.Hour+time.Minute {
+			t.Errorf("List: got %+v, want one lease about 1h old", infos)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := c.Inspect(ctx, "aged"); err != nil || info.Age != 0 {
+			t.Errorf("Inspect after the release: got %+v, %v; want Age 0", info, err)
+		}
+	})
+}

@@ -504,7 +504,9 @@ func BenchmarkNames(b *testing.B) {
 
 // BenchmarkContention is 4 Clients (processes, each on a *sql.DB of its
 // own, one goroutine each) that loop on one name: Acquire, hold 50ms,
-// Release, for contentionRun. Nothing makes them take turns: what they get
+// Release, for contentionRun; the set and slot variants loop so on a set
+// of two names (AcquireAll) and on a semaphore of one slot (AcquireSlot),
+// with default options. Nothing makes them take turns: what they get
 // is what the lock gives them. It reports:
 //
 //   - cross/acq: the share of acquisitions that went to another Client
@@ -518,19 +520,31 @@ func BenchmarkNames(b *testing.B) {
 //   - chan-stmts/acq: statements on the wake-up channel per acquisition
 //     (GET_LOCK, RELEASE_LOCK and the probe after a release; 0 without).
 //
+// A set's statements are sent as text, as the channel's are: its variant
+// reports neither of the last two.
+//
 // Each variant runs once for contentionRun whatever b.N is: run it with
 // -benchtime 1x.
 func BenchmarkContention(b *testing.B) {
 	e := benchEnv(b)
+	hot := func(ctx context.Context, c *Client) (*Lock, error) { return c.Acquire(ctx, "hot", benchTTL) }
 	for _, v := range []struct {
-		name string
-		opts []Option
+		name    string
+		opts    []Option
+		acquire func(ctx context.Context, c *Client) (*Lock, error)
 	}{
-		{"default", nil},
-		{"backoff=1ms-16ms", []Option{WithWakeups(0), WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}},
-		{"wakeups=0", []Option{WithWakeups(0)}},
+		{"default", nil, hot},
+		{"backoff=1ms-16ms", []Option{WithWakeups(0), WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}, hot},
+		{"wakeups=0", []Option{WithWakeups(0)}, hot},
+		{"set", nil, func(ctx context.Context, c *Client) (*Lock, error) {
+			return c.AcquireAll(ctx, []string{"hot", "hot2"}, benchTTL)
+		}},
+		{"slot", nil, func(ctx context.Context, c *Client) (*Lock, error) { return c.AcquireSlot(ctx, "hot", 1, benchTTL) }},
 	} {
-		b.Run(v.name, func(b *testing.B) { benchContention(b, e, v.opts) })
+		if v.name == "set" && e.server.Vitess || v.name == "slot" && e.oneRow() {
+			continue
+		}
+		b.Run(v.name, func(b *testing.B) { benchContention(b, e, v.opts, v.acquire, v.name != "set") })
 	}
 }
 
@@ -539,7 +553,10 @@ const (
 	contentionHold = 50 * time.Millisecond
 )
 
-func benchContention(b *testing.B, e *testEnv, opts []Option) {
+// benchContention runs BenchmarkContention's loop on acquire; counted
+// tells that its acquire and release are prepared statements, so that the
+// proxy's counts tell polls and channel statements apart.
+func benchContention(b *testing.B, e *testEnv, opts []Option, acquire func(context.Context, *Client) (*Lock, error), counted bool) {
 	const clients = 4
 	table := e.newTable(b)
 	p := startProxy(b, e.serverAddr(b))
@@ -547,7 +564,11 @@ func benchContention(b *testing.B, e *testEnv, opts []Option) {
 	for i := range cs {
 		db := e.openDBWith(b, func(c *mysql.Config) { c.Addr = p.Addr() })
 		cs[i] = e.client(b, db, table, opts...)
-		mustAcquire(b, cs[i], "warm", time.Second).Release(context.Background())
+		l, err := acquire(context.Background(), cs[i]) // the first use's proofs
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(context.Background())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), contentionRun)
 	defer cancel()
@@ -570,12 +591,17 @@ func benchContention(b *testing.B, e *testEnv, opts []Option) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				l, now, took := benchAcquire(b, ctx, cs[ci])
-				if l == nil {
+				called := time.Now()
+				l, err := acquire(ctx, cs[ci])
+				if err != nil {
+					if ctx.Err() == nil {
+						b.Error(err)
+					}
 					return
 				}
+				now := time.Now()
 				mu.Lock()
-				waited += took
+				waited += now.Sub(called)
 				if holder >= 0 && holder != ci {
 					crossed++
 					lat = append(lat, now.Sub(released))
@@ -610,6 +636,9 @@ func benchContention(b *testing.B, e *testEnv, opts []Option) {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	if !counted {
+		return
 	}
 	b.ReportMetric(float64(cmds[proxyComQuery])/float64(max(total, 1)), "chan-stmts/acq")
 	if waited > 0 {
@@ -649,15 +678,21 @@ func BenchmarkAcquireWakeups(b *testing.B) {
 //   - firstUse: New, TryAcquire, Release and Close on a table that exists;
 //   - firstUseUnproven: the same with the proof skipped, so that the
 //     difference is the proof's cost alone;
+//   - firstSet, firstSetUnproven: a Client's first set (its single-name
+//     proof taken as made), with and without the set statements' proof;
 //   - warm: TryAcquire and Release on a Client that has made both.
 func BenchmarkFirstUse(b *testing.B) {
 	e := benchEnv(b)
 	ctx := context.Background()
 	table := e.newTable(b)
+	var firstOn func(b *testing.B, db *sql.DB, skipProof bool)
 	first := func(b *testing.B, skipProof bool) {
+		firstOn(b, e.db, skipProof)
+	}
+	firstOn = func(b *testing.B, db *sql.DB, skipProof bool) {
 		b.ReportAllocs()
 		for b.Loop() {
-			c, err := New(e.db, WithTable(table))
+			c, err := New(db, WithTable(table))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -676,6 +711,40 @@ func BenchmarkFirstUse(b *testing.B) {
 	}
 	b.Run("firstUse", func(b *testing.B) { first(b, false) })
 	b.Run("firstUseUnproven", func(b *testing.B) { first(b, true) })
+	// A Client's first set, after its first single name: the set
+	// statements' own proof (proof_later.go), and without it.
+	firstSet := func(b *testing.B, skipProof bool) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c, err := New(e.db, WithTable(table))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.proven = true
+			c.later[proofSets].done = skipProof
+			l, err := c.TryAcquireAll(ctx, []string{"bench", "bench2"}, benchTTL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if !e.server.Vitess {
+		b.Run("firstSet", func(b *testing.B) { firstSet(b, false) })
+		b.Run("firstSetUnproven", func(b *testing.B) { firstSet(b, true) })
+	}
+	// A pool of one connection: no second connection, so no proof of the
+	// row lock between two, nor of the servers they reach (proof_server.go).
+	b.Run("firstUseOneConn", func(b *testing.B) {
+		db := e.openDB(b)
+		db.SetMaxOpenConns(1)
+		firstOn(b, db, false)
+	})
 	b.Run("warm", func(b *testing.B) { benchWarmPair(b, e.client(b, e.db, table)) })
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The cluster tests run on the three-node clusters scripts/cluster starts,
@@ -209,7 +210,7 @@ func TestCluster_Check_acrossNodes(t *testing.T) {
 			cerr := tx.Commit()
 			if cerr == nil {
 				t.Errorf("round %d: the holder's commit succeeded after a takeover on another node committed (fence %d after %d)", i, taken.Fence(), l.Fence())
-			} else if classify(cerr) != failedRolledBack {
+			} else if classify(cerr) != fault.RolledBack {
 				t.Errorf("round %d: the holder's commit failed with %v; want a certification conflict (rolled back)", i, cerr)
 			}
 			if err := taken.Release(ctx); err != nil {
@@ -229,7 +230,9 @@ func TestCluster_Check_acrossNodes(t *testing.T) {
 // Clients on every node contend for a few names at once. Their statements
 // conflict at commit (Galera answers 1213; Group Replication 3101, 1213 or
 // 1180 with handler error 149), and the library sends them again within the
-// call's budget: no such error reaches a caller.
+// call's budget: no such error reaches a caller before the budget
+// (maxRetryBudget) is spent. (On a loaded machine a call can meet
+// conflicts for all of it; the error then says so, as documented.)
 func TestCluster_contention_noConflictReachesCallers(t *testing.T) {
 	clusterWriters(t, func(t *testing.T, c *testCluster) {
 		table := c.newTable(t, c.dbs[0])
@@ -259,13 +262,18 @@ func TestCluster_contention_noConflictReachesCallers(t *testing.T) {
 					defer wg.Done()
 					for i := 0; time.Now().Before(stop); i++ {
 						name := fmt.Sprintf("c%d", (g+i)%names)
+						began := time.Now()
 						l, err := cl.TryAcquire(ctx, name, 2*time.Second)
 						if errors.Is(err, ErrNotAcquired) {
 							time.Sleep(time.Millisecond)
 							continue
 						}
+						if err != nil && classify(err) == fault.RolledBack && time.Since(began) >= fault.MaxRetryBudget-fault.MaxBackoff {
+							t.Logf("node %d: TryAcquire met conflicts for its whole budget (%v): %v", n+1, time.Since(began).Round(time.Millisecond), err)
+							continue
+						}
 						if err != nil {
-							fail(fmt.Errorf("node %d: TryAcquire: %w", n+1, err))
+							fail(fmt.Errorf("node %d: TryAcquire after %v: %w", n+1, time.Since(began).Round(time.Millisecond), err))
 							continue
 						}
 						if err := l.Refresh(ctx, 2*time.Second); err != nil {
@@ -533,7 +541,7 @@ func TestCluster_wakeups_galera(t *testing.T) {
 	var granted sql.NullInt64
 	refuses := false
 	if err := c.dbs[0].QueryRow("SELECT GET_LOCK('sqllock-test-probe', 0)").Scan(&granted); err != nil {
-		if n, ok := serverErrno(err); !ok || n != erNotSupportedYet {
+		if n, ok := fault.Errno(err); !ok || n != fault.NotSupportedYet {
 			t.Fatalf("GET_LOCK on the first node: %v", err)
 		}
 		refuses = true

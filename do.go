@@ -11,6 +11,8 @@ import (
 // a [Client.Do], a [Client.Once] or a lead in [Client.Elect]. Each runs on a
 // context of its own, which ends this long after the release starts: the
 // caller's context may have ended, and the name must still be given back.
+// Letting go of the Lock's wake-up channel is within the bound: one cut
+// short discards the channel's connection, with which its named lock dies.
 const ReleaseTimeout = 5 * time.Second
 
 // A DoOption changes how [Client.Do] and [Client.TryDo] hold the lease.

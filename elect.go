@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // maxCampaignPoll caps how long a candidate in [Client.Elect] waits between
@@ -151,7 +153,7 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 		}
 		// Jitter, so that candidates that failed together do not collide.
 		wait = wait/2 + rand.N(wait/2+1)
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := fault.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
 	}

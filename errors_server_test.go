@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // ownServerEnv, when set, says the test server is the tests' own: tests may
@@ -35,10 +36,10 @@ func closedAddr(t *testing.T) string {
 type classifyCase struct {
 	name string
 	err  func(t *testing.T, e *testEnv) error
-	want outcome
+	want fault.Outcome
 }
 
-var outcomeNames = map[outcome]string{failedFinal: "final", failedRolledBack: "rolled back", failedRefused: "refused", failedUnknown: "unknown"}
+var outcomeNames = map[fault.Outcome]string{fault.Final: "final", fault.RolledBack: "rolled back", fault.Refused: "refused", fault.Unknown: "unknown"}
 
 // Each error the server gives here is classified as the loops need: final
 // ones end them, the others are retried or waited out.
@@ -52,7 +53,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
 				_, err := e.client(t, db, "sqllock").TryAcquire(testCtx(t), "job", time.Second)
 				return err
-			}, failedRefused},
+			}, fault.Refused},
 			{"read-only transaction", func(t *testing.T, e *testEnv) error {
 				if e.server.TiDB {
 					t.Skip("TiDB has no read-only transactions: transaction_read_only is a no-op function it refuses (1235)")
@@ -66,18 +67,18 @@ func TestClassify_realServerErrors(t *testing.T) {
 				db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, v, "1") })
 				_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
 				return wantErrno(t, err, 1792)
-			}, failedRefused},
+			}, fault.Refused},
 			{"no such table", func(t *testing.T, e *testEnv) error {
 				_, err := e.client(t, e.db, "sqllock_no_such_table").TryAcquire(testCtx(t), "job", time.Second)
 				return wantErrno(t, err, e.noSuchTable())
-			}, failedFinal},
+			}, fault.Final},
 			{"access denied", func(t *testing.T, e *testEnv) error {
 				skipOnVitess(t, e, vitessNoAuth)
 				db := e.openDBWith(t, func(c *mysql.Config) { c.User, c.Passwd = "sqllock_no_such_user", "wrong" })
 				_, err := e.client(t, db, "sqllock").TryAcquire(testCtx(t), "job", time.Second)
 				return wantErrno(t, err, 1045)
-			}, failedFinal},
-			{"statement time limit", statementTimeLimit, failedRolledBack},
+			}, fault.Final},
+			{"statement time limit", statementTimeLimit, fault.RolledBack},
 			{"connection killed while a statement runs", func(t *testing.T, e *testEnv) error {
 				skipOnVitess(t, e, vitessNoKill)
 				ctx := testCtx(t)
@@ -95,7 +96,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				})
 				var n int
 				return conn.QueryRowContext(ctx, "SELECT SLEEP(10)").Scan(&n)
-			}, failedUnknown},
+			}, fault.Unknown},
 			{"idle session closed by the server", func(t *testing.T, e *testEnv) error {
 				skipOnVitess(t, e, vitessNoIdleKill)
 				ctx := testCtx(t)
@@ -110,7 +111,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 				time.Sleep(2500 * time.Millisecond)
 				_, err = conn.ExecContext(ctx, "DO 1")
 				return err
-			}, failedUnknown},
+			}, fault.Unknown},
 		}
 		if os.Getenv(ownServerEnv) != "" {
 			cases = append(cases, ownServerCases...)
@@ -134,7 +135,7 @@ func TestClassify_realServerErrors(t *testing.T) {
 // err.
 func wantErrno(t *testing.T, err error, n int) error {
 	t.Helper()
-	if got, ok := serverErrno(err); !ok || got != n {
+	if got, ok := fault.Errno(err); !ok || got != n {
 		t.Fatalf("got %v, want server error %d", err, n)
 	}
 	return err
@@ -166,9 +167,13 @@ var ownServerCases = []classifyCase{
 		table := e.newTable(t)
 		db := limitedUser(t, e, table)
 		setGlobal(t, e, "read_only", "ON", "OFF")
-		_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
+		// The server's own refusal, which the first use's proof would
+		// find first (TestClient_firstUse_refusesReadOnlyServer).
+		c := e.client(t, db, table)
+		c.proven = true
+		_, err := c.TryAcquire(testCtx(t), "job", time.Second)
 		return wantErrno(t, err, 1290)
-	}, failedRefused},
+	}, fault.Refused},
 	{"too many connections", func(t *testing.T, e *testEnv) error {
 		table := e.newTable(t)
 		db := limitedUser(t, e, table)
@@ -198,7 +203,7 @@ var ownServerCases = []classifyCase{
 		}
 		_, err := e.client(t, db, table).TryAcquire(testCtx(t), "job", time.Second)
 		return wantErrno(t, err, 1040)
-	}, failedRefused},
+	}, fault.Refused},
 }
 
 // limitedUser returns a *sql.DB for an account with the privileges sqllock

@@ -5,10 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Statement preparation and execution: every statement a Client sends goes
@@ -106,12 +107,12 @@ func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 	text := c.sql[i] // a first-use check of another call may be choosing the forms
 	c.mu.Unlock()
 	var st *sql.Stmt
-	err := retryTransient(ctx, func() (err error) {
+	err := fault.Transient(ctx, func() (err error) {
 		st, err = c.db.PrepareContext(ctx, text)
 		return err
 	})
 	if err != nil {
-		if isConnectError(err) {
+		if fault.IsConnectError(err) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("prepare: %w", err)
@@ -165,12 +166,24 @@ func (c *Client) exec(ctx context.Context, i int, args ...any) (res sql.Result, 
 // execUntil is exec whose retries of a rolled-back statement also end at
 // until, when it is set: a refresh's retries end when the lease could.
 func (c *Client) execUntil(ctx context.Context, until time.Time, i int, args ...any) (res sql.Result, maybeApplied bool, err error) {
+	res, unknown, err := c.execSends(ctx, until, i, args...)
+	return res, unknown > 0, err
+}
+
+// execSends is execUntil that counts the sends whose outcome is unknown:
+// each of them may still commit.
+func (c *Client) execSends(ctx context.Context, until time.Time, i int, args ...any) (res sql.Result, unknown int, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, false, err // nothing sent, nothing to clean up
+		return nil, 0, err // nothing sent, nothing to clean up
 	}
 	st, err := c.stmt(ctx, i)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
+	}
+	if i == qAcquire || i == qRefresh {
+		if err := c.tableStillGood(ctx); err != nil {
+			return nil, 0, err
+		}
 	}
 	if i == qAcquire && c.oneRow.Load() {
 		args = args[:tidbAcquireArgs]
@@ -192,140 +205,48 @@ func (c *Client) execText(ctx context.Context, stmt, name, text string) (res sql
 
 // execTextUntil is execText whose retries also end at until, as execUntil's.
 func (c *Client) execTextUntil(ctx context.Context, until time.Time, stmt, name, text string) (res sql.Result, maybeApplied bool, err error) {
+	res, unknown, err := c.execTextSends(ctx, until, stmt, name, text)
+	return res, unknown > 0, err
+}
+
+// execTextSends is execTextUntil that counts the sends whose outcome is
+// unknown, as execSends.
+func (c *Client) execTextSends(ctx context.Context, until time.Time, stmt, name, text string) (res sql.Result, unknown int, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, false, err
+		return nil, 0, err
+	}
+	switch stmt {
+	case "all_acquire", "all_refresh":
+		if err := c.tableStillGood(ctx); err != nil {
+			return nil, 0, err
+		}
 	}
 	return c.send(ctx, until, stmt, name, strings.HasPrefix(stmt, "all_acquire"), func() (sql.Result, error) {
 		return c.db.ExecContext(ctx, text)
 	})
 }
 
-// send runs do, which sends statement stmt about name, with exec's retries.
-// An acquire (acquire) whose row stays locked past its bound is not retried.
-func (c *Client) send(ctx context.Context, until time.Time, stmt, name string, acquire bool, do func() (sql.Result, error)) (res sql.Result, maybeApplied bool, err error) {
-	var rowBusy error
-	err = retry(ctx, until, func() error {
-		var err error
-		if res, err = do(); err == nil {
-			return nil
-		}
-		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout && acquire {
-			// The acquire's row stayed locked past its bound (queries.sql,
-			// lock_wait_mariadb): another transaction writes it.
-			// The acquire was undone; the attempt reports the name held.
-			rowBusy = err
-			return errRowBusy
-		}
-		switch classify(err) {
-		case failedUnknown:
-			maybeApplied = true
-			c.logRetry(ctx, stmt, name, err)
-		case failedRolledBack:
-			c.logRetry(ctx, stmt, name, err)
-		case failedFinal:
-			if ctx.Err() != nil {
-				// A context that ended while the statement was on its
-				// way made the driver cut the connection: the outcome
-				// is unknown. (Never reset: an earlier attempt may also
-				// have been applied.)
-				maybeApplied = true
-			}
-		}
-		if c.stmtsClosed() {
-			return ErrClosed // "sql: statement is closed", or a retry would say so
-		}
-		return err
-	})
-	if rowBusy != nil {
-		return nil, maybeApplied, rowBusy
-	}
-	if err != nil {
-		return nil, maybeApplied, err
-	}
-	return res, maybeApplied, nil
+// send runs do, which sends statement stmt about name, through
+// fault.Send: exec's resends, each failed one told to the log and the
+// Observer's Retried, ending with ErrClosed once Close has closed the
+// statements. An acquire (acquire) whose row stays locked past its bound
+// is not sent again: it returns the server's 1205.
+func (c *Client) send(ctx context.Context, until time.Time, stmt, name string, acquire bool, do func() (sql.Result, error)) (res sql.Result, unknown int, err error) {
+	return fault.Send(ctx, fault.Sending{
+		Until:    until,
+		Acquire:  acquire,
+		Classify: classify,
+		Retried:  func(err error) { c.logRetry(ctx, stmt, name, err) },
+		Closed:   c.closedErr,
+	}, do)
 }
 
-// errRowBusy stops exec's retries of an acquire whose row stayed locked.
-var errRowBusy = errors.New("sqllock: the lease row stayed locked")
-
-// retryTransient runs f, which changes nothing on the server (a prepare, a
-// read), again while it fails with a broken connection or a rollback, as
-// retry does.
-func retryTransient(ctx context.Context, f func() error) error {
-	return retry(ctx, time.Time{}, f)
-}
-
-// retry runs f again while it fails in a way the same statement may get
-// past at once: a rollback (deadlock, lock wait timeout, cluster
-// certification conflict) until the budget ends, a broken connection up to
-// maxTransientAttempts times. The budget ends at ctx's deadline, at until
-// if that is sooner and set, and at the latest maxRetryBudget from now; a
-// pause that would end past it is not taken. A refusal (a read-only
-// server, no server) is returned at once: a failover outlasts any pause
-// here, and the loops that keep trying (Acquire, Elect, the keep-alive)
-// pace themselves.
-func retry(ctx context.Context, until time.Time, f func() error) error {
-	budget := time.Now().Add(maxRetryBudget)
-	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
-		budget = d
+// closedErr is ErrClosed once Close has closed the statements, else nil.
+func (c *Client) closedErr() error {
+	if c.stmtsClosed() {
+		return ErrClosed
 	}
-	if !until.IsZero() && until.Before(budget) {
-		budget = until
-	}
-	broken := 0
-	var last error // of the attempt before, for when ctx cuts this one
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case failedFinal, failedRefused:
-			if last != nil && ctx.Err() != nil {
-				return fmt.Errorf("%w (last error: %w)", err, last)
-			}
-			return err
-		case failedUnknown:
-			if broken++; broken >= maxTransientAttempts {
-				return err
-			}
-		}
-		wait := transientBackoff(attempt)
-		if time.Now().Add(wait).After(budget) {
-			return err
-		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
-			return fmt.Errorf("%w (last error: %w)", werr, err)
-		}
-		last = err
-	}
-}
-
-// maxTransientBackoff caps the pause between attempts of one statement.
-const maxTransientBackoff = 64 * time.Millisecond
-
-// transientBackoff is the pause before sending a rolled-back or cut
-// statement again: from about a millisecond, doubling up to
-// maxTransientBackoff, each drawn at random from the upper half of its step,
-// so that writers that conflicted (two sides of a deadlock, writers on
-// several cluster nodes) spread out instead of colliding again.
-func transientBackoff(attempt int) time.Duration {
-	d := maxTransientBackoff
-	if attempt < 7 {
-		d = min(time.Millisecond<<attempt, d)
-	}
-	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // ctxErr is ctx.Err, and DeadlineExceeded once ctx's deadline has passed
@@ -358,13 +279,16 @@ func (c *Client) serverError(op string, err error) error {
 		// "sql: statement is closed", which is ErrClosed, as exec says.
 		return ErrClosed
 	}
-	if n, ok := serverErrno(err); ok {
+	if g := sessionGuard(err); g != "" {
+		return errorf("%s: %s: %w", op, g, err)
+	}
+	if n, ok := fault.Errno(err); ok {
 		switch n {
-		case erNoSuchTable:
+		case fault.NoSuchTable:
 			return errorf("%s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
-		case erBadField:
+		case fault.BadField:
 			return errorf("%s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
-		case erUnknown:
+		case fault.UnknownError:
 			if strings.Contains(err.Error(), "table "+strings.Trim(c.table, "`")+" not found") {
 				return errorf("%s: Vitess knows no table %s in this keyspace: create it with Client.CreateTable or by running schema.sql, "+
 					"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace.%s ADD VINDEX xxhash(name) USING xxhash; docs/servers.md): %w",
@@ -372,7 +296,7 @@ func (c *Client) serverError(op string, err error) error {
 			}
 		}
 	}
-	if isConnectError(err) {
+	if fault.IsConnectError(err) {
 		return errorf("%s: connect to the server: %w", op, err)
 	}
 	return errorf("%s: %w", op, err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -188,7 +189,7 @@ func checkIn(ctx context.Context, t *testing.T, db *sql.DB, q string, out *[]str
 }
 
 func errText(err error) string {
-	if n, ok := serverErrno(err); ok {
+	if n, ok := fault.Errno(err); ok {
 		return fmt.Sprintf("error %d", n)
 	}
 	return "error " + err.Error()

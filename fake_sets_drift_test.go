@@ -76,7 +76,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	const ttl = time.Minute
 	set := func(token string, names ...string) *lockSet { return newLockSet(names, token) }
 	refresh := func(s *lockSet, d time.Duration) string {
-		return c.setSQL("all_refresh", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
+		return c.refreshAllSQL(s, fmt.Sprint(d.Microseconds()))
 	}
 	atLeast := func(s *lockSet, d time.Duration) string {
 		return c.setSQL("all_release_at_least", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // These tests run against a real server; see server_test.go for which.
@@ -31,6 +32,24 @@ func wantErrIs(t testing.TB, err, target error) {
 	if !errors.Is(err, target) {
 		t.Fatalf("got %v, want an error wrapping %v", err, target)
 	}
+}
+
+// checkedTx begins a transaction on c's pool and runs l.Check in it, as a
+// holder does before its protected writes: l's lease row stays locked
+// until the transaction ends. The test's end rolls it back, if the test
+// has not ended it.
+func checkedTx(t testing.TB, c *Client, l *Lock) *sql.Tx {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	if err := l.Check(ctx, tx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return tx
 }
 
 func inspect(t testing.TB, c *Client, name string) Info {
@@ -146,7 +165,7 @@ func (e *testEnv) openDBWith(t testing.TB, f func(*mysql.Config)) *sql.DB {
 }
 
 // Point 3: Refresh extends from the server's now, only while the lease is
-// ours and live.
+// ours and live, and never shortens it.
 func TestLock_Refresh(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
@@ -162,10 +181,20 @@ func TestLock_Refresh(t *testing.T) {
 		if d := time.Until(l.ValidUntil()); d < 59*time.Minute || d > time.Hour {
 			t.Fatalf("ValidUntil is %v away, want just under 1h", d)
 		}
-		// A refresh may also shorten the lease: it is set from now.
+		// A refresh never shortens the lease: the later expiry stays.
 		if err := l.Refresh(ctx, 40*time.Millisecond); err != nil {
 			t.Fatalf("Refresh: %v", err)
 		}
+		if got := inspect(t, a, "r"); got.TTL < 59*time.Minute {
+			t.Fatalf("after Refresh(40ms): got %+v, want the hour kept", got)
+		}
+		if d := time.Until(l.ValidUntil()); d < 59*time.Minute {
+			t.Fatalf("ValidUntil after Refresh(40ms) is %v away, want the hour kept", d)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l = mustAcquire(t, a, "r", 40*time.Millisecond)
 		time.Sleep(80 * time.Millisecond)
 		wantErrIs(t, l.Refresh(ctx, time.Second), ErrNotHeld)
 
@@ -263,9 +292,13 @@ func TestLock_Fence_order(t *testing.T) {
 			if i%2 == 1 {
 				c = b
 			}
-			l := mustAcquire(t, c, "f", 10*time.Second)
+			ttl := 10 * time.Second
+			if i%3 == 2 {
+				ttl = 300 * time.Millisecond // to lapse: no Refresh shortens a lease
+			}
+			l := mustAcquire(t, c, "f", ttl)
 			fences = append(fences, l.Fence())
-			if err := l.Refresh(ctx, 10*time.Second); err != nil {
+			if err := l.Refresh(ctx, ttl); err != nil {
 				t.Fatal(err)
 			}
 			if got := inspect(t, c, "f"); got.Fence != l.Fence() {
@@ -273,10 +306,7 @@ func TestLock_Fence_order(t *testing.T) {
 			}
 			if i%3 == 2 {
 				// Let it lapse: the next holder takes it over.
-				if err := l.Refresh(ctx, 20*time.Millisecond); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(60 * time.Millisecond)
+				time.Sleep(ttl + 100*time.Millisecond)
 				continue
 			}
 			if err := l.Release(ctx); err != nil {
@@ -554,6 +584,9 @@ func TestClient_Acquire(t *testing.T) {
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.DeadlineExceeded)
 
+		if e.variant.name != variants[0].name {
+			return // the rest does not depend on the DSN, and waits 2 s on the wake-up channel
+		}
 		limited := e.client(t, e.db, table, WithRetry(LimitRetry(LinearBackoff(time.Millisecond), 3)))
 		_, err = limited.Acquire(ctx, "q", time.Second)
 		wantErrIs(t, err, ErrNotAcquired)
@@ -576,7 +609,7 @@ func TestClient_badInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "CreateTable") || !strings.Contains(err.Error(), "schema.sql") {
 			t.Fatalf("got %v, want an error that says to call CreateTable or run schema.sql", err)
 		}
-		if n, ok := serverErrno(err); !ok || n != e.noSuchTable() {
+		if n, ok := fault.Errno(err); !ok || n != e.noSuchTable() {
 			t.Fatalf("got errno %d, %v, want the driver's %d kept", n, ok, e.noSuchTable())
 		}
 
@@ -632,7 +665,7 @@ func TestClient_connectError(t *testing.T) {
 				if !strings.HasPrefix(err.Error(), `sqllock: acquire "x": connect to the server: `) {
 					t.Errorf("got %q, want it to say that connecting failed", err)
 				}
-				if n, _ := serverErrno(err); n != tc.errno {
+				if n, _ := fault.Errno(err); n != tc.errno {
 					t.Errorf("got errno %d, want %d", n, tc.errno)
 				}
 			})
@@ -830,9 +863,13 @@ func TestVariants_reachTheServer(t *testing.T) {
 				t.Errorf("time_zone: got %s, want %s", zone, wantZone)
 			}
 		}
-		for name, wantMode := range map[string]string{"simultaneousAssignment": "SIMULTANEOUS_ASSIGNMENT", "allAtOnce": "ANSI_QUOTES"} {
-			if e.variant.name == name && !strings.Contains(mode, wantMode) {
-				t.Errorf("sql_mode: got %s, want it to contain %s", mode, wantMode)
+		for name, wantModes := range map[string][]string{"simultaneousAssignment": {"SIMULTANEOUS_ASSIGNMENT"}, "allAtOnce": {"ANSI_QUOTES"},
+			"sqlModeOracle": {"ORACLE"}, "sqlModesVitess": {"PAD_CHAR_TO_FULL_LENGTH", "NO_UNSIGNED_SUBTRACTION"},
+			"sqlModes": {"ANSI_QUOTES", "PIPES_AS_CONCAT", "PAD_CHAR_TO_FULL_LENGTH", "NO_BACKSLASH_ESCAPES", "NO_UNSIGNED_SUBTRACTION"}} {
+			for _, wantMode := range wantModes {
+				if e.variant.name == name && !strings.Contains(mode, wantMode) {
+					t.Errorf("sql_mode: got %s, want it to contain %s", mode, wantMode)
+				}
 			}
 		}
 		if e.server.TiDB {

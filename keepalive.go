@@ -32,7 +32,7 @@ type keepAlive struct {
 	stopOnce sync.Once
 	done     chan struct{} // closed when the goroutine has exited
 	// moved is signalled when the Lock's validUntil changes, so that the
-	// goroutine moves its deadline: a shorter Refresh moves it in.
+	// goroutine moves its deadline (a Refresh only moves it out).
 	moved  chan struct{}
 	margin time.Duration
 
@@ -61,8 +61,8 @@ type keepAlive struct {
 // one lease. When the Lock is released, the cause wraps [ErrNotHeld]; when
 // its Client is closed, [ErrClosed]. Once a release has started (by
 // [Lock.Release], the end of [Client.Do] or [Client.Close]), KeepAlive
-// returns a context that has ended. A [Lock.Refresh] moves the deadline to
-// follow the lease it leaves, shorter or longer. Every call returns a new
+// returns a context that has ended. A [Lock.Refresh] that lengthens the
+// lease moves the deadline out with it. Every call returns a new
 // context; all of them end together.
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
@@ -175,8 +175,9 @@ func (l *Lock) endLocked(ka *keepAlive, cause error) {
 }
 
 // lose is the renewer's last act when the lease is lost: it ends ka's
-// contexts with cause (unless something ended them first, such as a shorter
-// Refresh), logs the loss with the cause the contexts got, and forgets the
+// contexts with cause (unless something ended them first, such as a
+// Refresh that left too little lease), logs the loss with the cause the
+// contexts got, and forgets the
 // Lock as held.
 func (l *Lock) lose(ka *keepAlive, cause error) {
 	l.mu.Lock()
@@ -231,12 +232,12 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			return
 		case <-ka.moved:
 			if l.keepAliveEnded(ka) {
-				l.lose(ka, nil) // a shorter Refresh ended the contexts
+				l.lose(ka, nil) // a Refresh that left too little lease ended the contexts
 				return
 			}
 			deadline = l.ValidUntil().Add(-ka.margin)
 			deadT.Reset(time.Until(deadline))
-			// A shorter lease is renewed sooner: halfway to the new
+			// A short lease is renewed sooner: halfway to the new
 			// deadline, if that comes before the renewal planned.
 			if soon := time.Now().Add(time.Until(deadline) / 2); inFlight == nil && soon.Before(renewAt) {
 				renewAt = soon
@@ -250,7 +251,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			inFlight()
 			inFlight = nil
 			if l.keepAliveEnded(ka) {
-				// A shorter Refresh ended the contexts while this renewal was
+				// A Refresh that left too little lease ended the contexts while this renewal was
 				// on its way. Its success must not start the renewals again:
 				// every context has been told the lease is lost, and a lease
 				// renewed for nobody would block the name until Release.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // ---------------------------------------------------------------------------
@@ -225,11 +226,11 @@ func TestLate_cleanupDeleteRunsLate_keepsTheLock(t *testing.T) {
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
 			switch {
 			case le.is(q, qAcquire) && arg(args, 0) == "x":
-				if acquires++; acquires <= maxTransientAttempts {
+				if acquires++; acquires <= fault.MaxTransientAttempts {
 					return lose // the attempt's every send: outcome unknown
 				}
 			case le.is(q, qRelease) && arg(args, 0) == "x":
-				if releases++; releases <= maxTransientAttempts {
+				if releases++; releases <= fault.MaxTransientAttempts {
 					return hold // the cleanup's every send: fails here, runs later
 				}
 			}
@@ -304,7 +305,7 @@ func TestLate_acquireRunsLateUnderTheLock_leaseUntouched(t *testing.T) {
 		sends := 0
 		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
 			if le.is(q, qAcquire) && arg(args, 0) == "z" {
-				if sends++; sends <= maxTransientAttempts {
+				if sends++; sends <= fault.MaxTransientAttempts {
 					return hold
 				}
 			}
@@ -319,8 +320,8 @@ func TestLate_acquireRunsLateUnderTheLock_leaseUntouched(t *testing.T) {
 			t.Fatalf("owner: got %q, want the Lock's %q", owner, l.Token())
 		}
 		time.Sleep(10 * time.Millisecond) // so that a late expiry would differ
-		if n := le.lc.runHeld(t, le.straight); n != maxTransientAttempts {
-			t.Fatalf("held sends: got %d, want %d", n, maxTransientAttempts)
+		if n := le.lc.runHeld(t, le.straight); n != fault.MaxTransientAttempts {
+			t.Fatalf("held sends: got %d, want %d", n, fault.MaxTransientAttempts)
 		}
 		if gotOwner, gotExpires := le.owner(t, "z"); gotOwner != owner || gotExpires != expires {
 			t.Fatalf("lease after the late sends: got owner %q expiring %s, want %q expiring %s", gotOwner, gotExpires, owner, expires)
@@ -392,7 +393,7 @@ func TestLate_orphanAfterClose_deleted(t *testing.T) {
 				}
 				return lose
 			case le.is(q, qRelease) && arg(args, 0) == "c":
-				if releases++; releases <= maxTransientAttempts {
+				if releases++; releases <= fault.MaxTransientAttempts {
 					return hold // the cleanup fails
 				}
 			}

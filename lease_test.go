@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Real-server tests of the work run under a lease: keep-alive, Do, Check,
@@ -356,7 +358,10 @@ func TestClient_Held_List(t *testing.T) {
 			if got.TTL <= 50*time.Second || got.TTL > time.Minute {
 				t.Fatalf("List[%d].TTL: got %v, want just under a minute", i, got.TTL)
 			}
-			got.TTL = 0
+			if got.Age < 0 || got.Age > 10*time.Second {
+				t.Fatalf("List[%d].Age: got %v, want the time since its acquire", i, got.Age)
+			}
+			got.TTL, got.Age = 0, 0
 			if got != want[i] {
 				t.Fatalf("List[%d]: got %+v, want %+v", i, got, want[i])
 			}
@@ -370,16 +375,14 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
-		l := mustAcquire(t, a, "rows", 300*time.Millisecond)
-		tx, err := a.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		if err := l.Check(ctx, tx); err != nil {
-			t.Fatalf("Check: %v", err)
-		}
-		time.Sleep(400 * time.Millisecond) // the lease has expired
+		// Long enough that Check comes before the lapse on a loaded machine.
+		l := mustAcquire(t, a, "rows", time.Second)
+		tx := checkedTx(t, a, l)
+		// The lease has expired by the server's clock, which decides the
+		// takeover: ValidUntil is the client's earlier bound, and a loaded
+		// machine can leave the row live past it by a slow round trip.
+		time.Sleep(time.Until(l.ValidUntil()))
+		waitServerExpired(t, a, "rows")
 
 		type result struct {
 			l   *Lock
@@ -399,7 +402,7 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 				t.Fatalf("takeover: %v", r.err)
 			}
 			err := tx.Commit()
-			if n, _ := serverErrno(err); n != erTiDBWriteConflict {
+			if n, _ := fault.Errno(err); n != fault.TiDBWriteConflict {
 				t.Fatalf("Commit after a takeover, optimistic: got %v, want TiDB's write conflict (9007)", err)
 			}
 			return
@@ -438,6 +441,18 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// waitServerExpired returns once the server's clock has passed the expiry of
+// name's lease on c's table. Inspect is a plain read: it takes no row lock,
+// so it does not wait on a transaction that wrote the row.
+func waitServerExpired(t *testing.T, c *Client, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); inspect(t, c, name).Held; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of %q is still live by the server's clock 10s on", name)
+		}
+	}
 }
 
 // Check writes the lease row in the caller's transaction, at every isolation
@@ -530,7 +545,9 @@ func TestLock_Check_released(t *testing.T) {
 func TestLock_KeepAlive(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
-		const ttl = 300 * time.Millisecond
+		// Renewals every 500 ms, each with 375 ms to answer, 1.35 s before
+		// the keep-alive gives up: margins a loaded machine keeps.
+		const ttl = 1500 * time.Millisecond
 		acqCtx, cancelAcq := context.WithCancel(testCtx(t))
 		l, err := a.TryAcquire(acqCtx, "k", ttl)
 		if err != nil {
@@ -541,12 +558,12 @@ func TestLock_KeepAlive(t *testing.T) {
 		cancelAcq() // pglock's trap: this must not stop the renewals
 		<-short.Done()
 
-		time.Sleep(3 * ttl)
+		time.Sleep(2 * ttl)
 		if err := kctx.Err(); err != nil {
 			t.Fatalf("KeepAlive's context ended while renewals could succeed: %v", context.Cause(kctx))
 		}
 		if got := inspect(t, b, "k"); !got.Held || got.Fence != l.Fence() {
-			t.Fatalf("after 3 ttl: got %+v, want the lease renewed with fence %d", got, l.Fence())
+			t.Fatalf("after 2 ttl: got %+v, want the lease renewed with fence %d", got, l.Fence())
 		}
 		if err := l.Release(context.Background()); err != nil {
 			t.Fatal(err)
@@ -729,6 +746,9 @@ func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
 // order, fn runs once and one call reports it.
 func TestClient_Once_recordOnlyWhileLeaseHeld(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.variant.isolation != "" {
+			t.Skip("each isolation level is a subtest of every other variant")
+		}
 		for _, level := range isolationLevels {
 			t.Run(level, func(t *testing.T) { onceRecordRace(t, e, level) })
 		}
@@ -752,7 +772,7 @@ func onceRecordRace(t *testing.T, e *testEnv, level string) {
 		t.Fatal(err)
 	}
 	defer blocker.Close()
-	begin := "BEGIN"
+	begin := "START TRANSACTION" // BEGIN opens a block under MariaDB's sql_mode=ORACLE
 	if e.server.TiDB {
 		begin = "BEGIN PESSIMISTIC"
 	}
@@ -850,7 +870,10 @@ func TestClient_Once_recordRetried(t *testing.T) {
 }
 
 // Every statement that writes is safe for statement-based replication: with
-// binlog_format=STATEMENT the server raises no Note 1592 for any of them.
+// binlog_format=STATEMENT the server raises no Note 1592 for any of them,
+// but those that take or extend a lease, whose session guard reads
+// @@autocommit and SYSDATE() on purpose (queries.sql): for them the Note
+// names just those, and binlog_format=MIXED logs them as rows.
 func TestQueries_statementBinlogSafe(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		if e.server.TiDB {
@@ -858,6 +881,9 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 		}
 		c := e.newClient(t)
 		ctx := testCtx(t)
+		if _, err := c.stmt(ctx, qAcquire); err != nil { // the first use: the server's forms
+			t.Fatal(err)
+		}
 		conn, err := e.db.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -875,17 +901,22 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 		}
 		defer conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION binlog_format = DEFAULT")
 		const tok, us = "0123456789abcdef0123456789abcdef", int64(60_000_000)
+		acquire := []any{"n", tok, "h", us, "n", tok, "h", tok, us}
+		if e.oneRow() { // through Vitess: tidb_acquire's arguments
+			acquire = []any{"n", tok, "h", us}
+		}
 		for _, s := range []struct {
-			q    int
-			args []any
+			q       int
+			args    []any
+			guarded bool
 		}{
-			{qAcquire, []any{"n", tok, "h", us, "n", tok, "h", tok, us}},
-			{qAcquire, []any{"n", tok, "h", us, "n", tok, "h", tok, us}}, // the same owner again
-			{qRefresh, []any{us, "n", tok}},
-			{qCheck, []any{"n", tok}},
-			{qOnceRecord, []any{"n", tok}},
-			{qReleaseAtLeast, []any{us, "n", tok}},
-			{qRelease, []any{"n", tok}},
+			{qAcquire, acquire, true},
+			{qAcquire, acquire, true}, // the same owner again
+			{qRefresh, []any{us, "n", tok}, true},
+			{qCheck, []any{"n", tok}, false},
+			{qOnceRecord, []any{"n", tok}, false},
+			{qReleaseAtLeast, []any{us, "n", tok}, true},
+			{qRelease, []any{"n", tok}, false},
 		} {
 			if _, err := conn.ExecContext(ctx, c.sql[s.q], s.args...); err != nil {
 				t.Fatalf("%s: %v", stmtNames[s.q], err)
@@ -900,7 +931,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 				if err := rows.Scan(&level, &code, &msg); err != nil {
 					t.Fatal(err)
 				}
-				if code == 1592 {
+				if code == 1592 && !(s.guarded && guardUnsafe(msg)) {
 					t.Errorf("%s: got Note 1592 (%s), want none", stmtNames[s.q], msg)
 				}
 			}
@@ -919,7 +950,8 @@ func TestClient_Elect_handover(t *testing.T) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
 		b := e.client(t, e.openDB(t), table, WithHolder("b"))
-		const ttl = time.Second
+		// Renewals at 2 s leases: a keep-alive a loaded machine keeps until the stall.
+		const ttl = 2 * time.Second
 		ctx, cancel := context.WithCancel(testCtx(t))
 		defer cancel()
 
@@ -964,7 +996,9 @@ func TestClient_Elect_handover(t *testing.T) {
 		told := next(event{"a", "told", time.Time{}})
 		next(event{"b", "leader b", time.Time{}})
 		started := next(event{"b", "started", time.Time{}})
-		if handover := started.at.Sub(stalled); handover > 2*ttl {
+		// About one ttl and a poll; the bound leaves room for a loaded
+		// machine's delays.
+		if handover := started.at.Sub(stalled); handover > 4*ttl {
 			t.Fatalf("b led %v after a's network stopped, want within about one ttl (%v)", handover, ttl)
 		}
 		t.Logf("a was told %v after the stall, b led %v after it", told.at.Sub(stalled), started.at.Sub(stalled))
@@ -982,4 +1016,10 @@ func TestClient_Elect_handover(t *testing.T) {
 			t.Fatalf("after Elect returned: got %+v, want the lease released", got)
 		}
 	})
+}
+
+// guardUnsafe reports whether a Note 1592's reason is one the session guard
+// gives: a system variable (@@autocommit) or a system function (SYSDATE()).
+func guardUnsafe(msg string) bool {
+	return strings.Contains(msg, "system variable") || strings.Contains(msg, "system function")
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // expectQuery expects query name to run once with args, answered by rows,
@@ -104,8 +105,8 @@ func TestClient_List(t *testing.T) {
 			t.Fatalf("List: got %v, want nil", err)
 		}
 		want := []Info{
-			{Name: "a", Holder: "h1", Fence: 7, Held: true, TTL: 1500 * time.Millisecond},
-			{Name: "b", Holder: "h2", Fence: 0, Held: true, TTL: time.Microsecond},
+			{Name: "a", Holder: "h1", Fence: 7, Held: true, TTL: 1500 * time.Millisecond, Age: 500 * time.Millisecond},
+			{Name: "b", Holder: "h2", Fence: 0, Held: true, TTL: time.Microsecond, Age: time.Microsecond},
 		}
 		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 			t.Errorf("List: got %+v, want %+v", got, want)
@@ -175,17 +176,18 @@ func TestClient_Once_args(t *testing.T) {
 // A renewal that finds the lease gone ends the keep-alive's contexts with
 // ErrLockLost at once, well before the deadline.
 func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
+	t.Parallel() // waits a third of a 3 s lease
 	e := newMockEnv(t)
 	tok := &tokenArg{}
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 300_000, tok), okReply(42, 1))
-	e.expectExec("refresh", refreshArgs(300_000, "job", tok), okReply(0, 0))
-	l, err := e.c.TryAcquire(t.Context(), "job", 300*time.Millisecond)
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), okReply(0, 0))
+	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	kctx := l.KeepAlive(t.Context())
 	<-kctx.Done()
-	if left := time.Until(l.ValidUntil()); left < 100*time.Millisecond {
+	if left := time.Until(l.ValidUntil()); left < time.Second {
 		t.Errorf("told %v before the lease could expire, want about two thirds of the ttl", left)
 	}
 	assertErrIs(t, context.Cause(kctx), ErrLockLost, ErrNotHeld)
@@ -197,14 +199,17 @@ func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
 
 // Failed renewals are retried; one that succeeds keeps the contexts alive.
 func TestLock_KeepAlive_failureIsNotLoss(t *testing.T) {
+	t.Parallel() // waits a third of a 3 s lease
 	e := newMockEnv(t)
 	tok := &tokenArg{}
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 300_000, tok), okReply(42, 1))
+	// A 3 s lease: each renewal has 750 ms, and the retry after a failed
+	// one comes well before the deadline, also on a loaded machine.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
 	// The first renewal fails after its in-statement retries; the second
 	// succeeds.
-	e.expectExec("refresh", refreshArgs(300_000, "job", tok), append(repeatReply(errReply(errDeadlock), maxTransientAttempts), okReply(1, 1))...)
+	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), append(repeatReply(errReply(errDeadlock), fault.MaxTransientAttempts), okReply(1, 1))...)
 	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
-	l, err := e.c.TryAcquire(t.Context(), "job", 300*time.Millisecond)
+	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,75 +105,6 @@ func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
 	}
 }
 
-// A Refresh shorter than the lease a keep-alive renews moves the keep-alive's
-// deadline in: its context has ended by the time another Client can take
-// the name.
-func TestLock_KeepAlive_followsShorterRefresh(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		a, b := e.twoClients(t)
-		ctx := testCtx(t)
-		l := mustAcquire(t, a, "k", 3*time.Second)
-		kctx := l.KeepAlive(ctx)
-		if err := l.Refresh(ctx, 50*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		pollAcquire(t, b, "k", time.Minute)
-		if kctx.Err() == nil {
-			t.Fatal("another Client took the name while the keep-alive's context was live")
-		}
-		wantErrIs(t, context.Cause(kctx), ErrLockLost)
-	})
-}
-
-// A Refresh that shortens the lease, but not below the keep-alive's margin,
-// moves the keep-alive's deadline in: when no renewal gets through after it,
-// the context has ended by the time another Client can take the name.
-func TestLock_KeepAlive_deadlineFollowsShorterRefresh(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		table := e.newTable(t)
-		a, p := e.proxiedClient(t, table)
-		b := e.client(t, e.openDB(t), table)
-		ctx := testCtx(t)
-		// Margin 600ms: the deadline moves from 5.4s to 1.4s on.
-		l := mustAcquire(t, a, "k", 6*time.Second)
-		kctx := l.KeepAlive(ctx)
-		if err := l.Refresh(ctx, 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		p.Stall(true) // no renewal gets through
-		t.Cleanup(func() { p.Stall(false) })
-		pollAcquire(t, b, "k", time.Minute)
-		if kctx.Err() == nil {
-			t.Fatal("another Client took the name while the keep-alive's context was live")
-		}
-		wantErrIs(t, context.Cause(kctx), ErrLockLost)
-	})
-}
-
-// A Refresh that shortens the lease, but not below the keep-alive's margin,
-// makes the keep-alive renew sooner: the lease and its context outlive the
-// shorter lease.
-func TestLock_KeepAlive_renewsShorterLeaseSooner(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		a, b := e.twoClients(t)
-		ctx := testCtx(t)
-		// Margin 600ms; the next renewal was due 2s on, after the 2s lease
-		// Refresh leaves could expire.
-		l := mustAcquire(t, a, "k", 6*time.Second)
-		kctx := l.KeepAlive(ctx)
-		if err := l.Refresh(ctx, 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(3 * time.Second)
-		if kctx.Err() != nil {
-			t.Fatalf("keep-alive ended: %v", context.Cause(kctx))
-		}
-		if got := inspect(t, b, "k"); !got.Held || got.Fence != l.Fence() {
-			t.Fatalf("after the shorter lease could expire: got %+v, want it renewed with fence %d", got, l.Fence())
-		}
-	})
-}
-
 // An acquire that commits after Close has closed the statements gives its
 // lease back, whether or not the Client ever prepared the release: the
 // Client has no statement left, but the *sql.DB is open.
@@ -197,6 +128,7 @@ func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
 	}
 	for _, w := range warmups {
 		t.Run(w.name, func(t *testing.T) {
+			t.Parallel() // each waits out Close's bound on its own tables
 			eachServerEnv(t, func(t *testing.T, e *testEnv) {
 				table := e.newTable(t)
 				a, p := e.proxiedClient(t, table)

@@ -24,7 +24,8 @@ type Lock struct {
 
 	// refreshing holds a token while a Refresh runs: one at a time, so that
 	// validUntil follows the server, and a Refresh waiting for another
-	// gives up when its context ends.
+	// gives up when its context ends. Made by the first Refresh, under mu:
+	// most Locks are released without one.
 	refreshing chan struct{}
 
 	mu sync.Mutex
@@ -40,9 +41,9 @@ type Lock struct {
 	// releasing is the release under way, which other release calls wait
 	// for and share the result of.
 	releasing *releaseFlight
-	// lateSent: the acquire sent its statement more than once, the first
-	// at lateSent on monoBase's clock (observe.go), and that send may still
-	// commit until orphanWait after it; the release hands the token to the
+	// lateSent: the acquire sent its statement more than once, the last
+	// before lateSent on monoBase's clock (observe.go), and those sends may
+	// still commit until orphanWait after it; the release hands the token to the
 	// Client's orphan list (acquire.go, rule 3). Zero when sent once. (A
 	// duration, not a time.Time, keeps a Lock in its size class.)
 	lateSent time.Duration
@@ -67,7 +68,8 @@ type Lock struct {
 }
 
 // A releaseFlight is one release of a Lock under way; err is set when done
-// is closed.
+// is closed. done is made, under the Lock's mu, by the first call that
+// waits for the release: most releases have none.
 type releaseFlight struct {
 	done chan struct{}
 	err  error
@@ -76,7 +78,7 @@ type releaseFlight struct {
 // newLock returns the Lock for a lease just acquired.
 func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
 	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
-		nameArg: name, tokenArg: token, refreshing: make(chan struct{}, 1)}
+		nameArg: name, tokenArg: token}
 }
 
 // Name returns the name the lease is on; for a Lock on several names
@@ -99,8 +101,8 @@ func (l *Lock) Token() string { return l.token }
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // ValidUntil returns the instant, on this process's monotonic clock, before
-// which the lease cannot have expired: the send time of the acquire or the
-// last successful Refresh, plus its ttl. It assumes the client's and the
+// which the lease cannot have expired: the latest of the send time of the
+// acquire or of a successful Refresh, plus its ttl. It assumes the client's and the
 // server's clocks run at the same rate, not that they agree.
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
@@ -109,7 +111,11 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // Refresh extends the lease to ttl from the server's now, in one statement,
-// if it is still ours and has not expired. It returns an error wrapping
+// if it is still ours and has not expired. It never shortens the lease: a
+// ttl shorter than the lease has left leaves the lease, and [Lock.ValidUntil],
+// as they were, so that a send of an earlier, shorter Refresh that the
+// network or a proxy delivers late cannot end the lease before ValidUntil
+// says. It returns an error wrapping
 // [ErrNotHeld] when the lease is gone; any other error (network, server,
 // context) means the outcome is unknown, not that the lease is lost, and
 // Refresh may be called again. Refreshes of one Lock run one at a time; one
@@ -121,26 +127,27 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Lock()
 	released := l.released
+	if l.refreshing == nil {
+		l.refreshing = make(chan struct{}, 1)
+	}
+	refreshing := l.refreshing
 	l.mu.Unlock()
 	if released {
 		return l.releasedErr()
 	}
 	select {
-	case l.refreshing <- struct{}{}:
+	case refreshing <- struct{}{}:
 	case <-ctx.Done():
 		return fmt.Errorf("sqllock: refresh %q: %w", l.name, ctx.Err())
 	}
-	defer func() { <-l.refreshing }()
+	defer func() { <-refreshing }()
 	sent := time.Now()
 	until := l.ValidUntil()
 	ok, err := l.sendRefresh(ctx, until, ttl)
 	if err != nil {
-		// The refresh may have been applied; if it shortened the lease,
-		// the shorter bound is the one to trust.
-		l.mu.Lock()
-		l.setValidUntil(minTime(l.validUntil, sent.Add(ttl)))
-		l.mu.Unlock()
-		l.refreshed(sent, until, false, err)
+		// The refresh may have been applied, or may yet be: it never moves
+		// the expiry earlier, so ValidUntil stands.
+		l.refreshed(sent, until, ttl, false, err)
 		return l.c.serverError("refresh "+l.label(), err)
 	}
 	if !ok {
@@ -148,15 +155,17 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// this Client.
 		l.kickAll()
 		err := fmt.Errorf("%w: the lease on %s expired or was taken over", ErrNotHeld, l.label())
-		l.refreshed(sent, until, true, err)
+		l.refreshed(sent, until, ttl, true, err)
 		l.holdEnded(HoldLost, err)
 		return err
 	}
 	l.mu.Lock()
-	l.setValidUntil(sent.Add(ttl))
+	if t := sent.Add(ttl); t.After(l.validUntil) {
+		l.setValidUntil(t)
+	}
 	l.mu.Unlock()
 	l.c.held.readd(l) // after l.mu: the registry's lock comes first
-	l.refreshed(sent, until, false, nil)
+	l.refreshed(sent, until, ttl, false, nil)
 	return nil
 }
 
@@ -202,7 +211,11 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 // ctx had ended; an error that also wraps ctx's error when ctx had ended and
 // the release failed.
 func (l *Lock) Release(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	parent := ctx
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		parent = context.WithoutCancel(ctx) // else ctx never ends: one allocation less
+	}
+	rctx, cancel := context.WithTimeout(parent, ReleaseTimeout)
 	defer cancel()
 	err := l.release(rctx, 0, nil)
 	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {
@@ -223,19 +236,23 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 		return l.releasedErr()
 	}
 	if f := l.releasing; f != nil {
+		if f.done == nil {
+			f.done = make(chan struct{})
+		}
+		done := f.done
 		l.mu.Unlock()
 		select {
-		case <-f.done:
+		case <-done:
 			return f.err
 		case <-ctx.Done():
 			return fmt.Errorf("sqllock: release %q: %w", l.name, ctx.Err())
 		}
 	}
-	f := &releaseFlight{done: make(chan struct{})}
+	f := &releaseFlight{}
 	l.releasing = f
 	if l.endCause == nil {
 		if cause == nil {
-			cause = l.releasedErr()
+			cause = l.releasedCause()
 		}
 		l.endCause = cause
 	}
@@ -250,9 +267,12 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 	l.releaseDone(sent, err)
 	l.mu.Lock()
 	l.releasing = nil
-	l.mu.Unlock()
 	f.err = err
-	close(f.done)
+	done := f.done
+	l.mu.Unlock()
+	if done != nil {
+		close(done)
+	}
 	return err
 }
 
@@ -293,8 +313,14 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	defer l.c.held.remove(l)
 	if l.lateSent != 0 && time.Since(monoBase) < l.lateSent+orphanWait {
 		// A late send of the acquire could take the name again under this
-		// token, which nobody holds from now on (acquire.go, rule 3).
-		l.rememberLate()
+		// token, which nobody holds from now on (acquire.go, rule 3). A
+		// lease kept for a minimum hold ends by acquired_at + minHold, and
+		// acquired_at is before now: the list leaves it alone until then.
+		var kept time.Time
+		if minHold > 0 && ours {
+			kept = done.Add(minHold)
+		}
+		l.rememberLate(kept)
 	}
 	// Whatever the answer, the lease is no longer ours: a caller waiting
 	// for the name in this Client should try now.
@@ -326,6 +352,27 @@ func (l *Lock) releasedErr() error {
 	}
 	return err
 }
+
+// releasedCause is releasedErr as a release's cause (endCause), which the
+// Lock's keep-alive contexts end with: unless the Client is closed, it is
+// the Lock itself as a lateReleasedErr, whose text is made when it is read,
+// so that a release formats nothing.
+func (l *Lock) releasedCause() error {
+	if l.c.isClosed() {
+		return l.releasedErr()
+	}
+	return (*lateReleasedErr)(l)
+}
+
+// A lateReleasedErr is a released Lock's releasedErr, made when read: it
+// says and wraps what releasedErr does while the Client is open.
+type lateReleasedErr Lock
+
+func (e *lateReleasedErr) Error() string {
+	return ErrNotHeld.Error() + ": " + (*Lock)(e).label() + " was already released"
+}
+
+func (e *lateReleasedErr) Unwrap() error { return ErrNotHeld }
 
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {

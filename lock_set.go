@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The statements of a Lock on a set of names (acquire_all.go): each acts on
@@ -21,6 +23,7 @@ type lockSet struct {
 	fences   []uint64
 	lits     []string // each name as a hex literal
 	in       string   // lits, comma-separated: the set's IN list
+	union    string   // lits joined by " UNION ALL SELECT ": all_refresh's names
 	tokenLit string
 	label    string
 }
@@ -32,6 +35,7 @@ func newLockSet(names []string, token string) *lockSet {
 		s.lits[i] = hexLiteral(n)
 	}
 	s.in = strings.Join(s.lits, ", ")
+	s.union = strings.Join(s.lits, " UNION ALL SELECT ")
 	return s
 }
 
@@ -65,11 +69,16 @@ func (l *Lock) label() string {
 }
 
 // refreshSet sends the refresh of a set; ok reports whether every lease of
-// the set was extended.
+// the set was extended. It is all or nothing: a lease of the set another
+// owner holds, that expired or that is gone fails the statement with 1690
+// (queries.sql, all_refresh), which undoes it.
 func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
 	s := l.set
-	q := l.c.setSQL("all_refresh", strconv.FormatInt(ttl.Microseconds(), 10), s.tokenLit, s.in)
+	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
 	res, _, err := l.c.execTextUntil(ctx, until, "all_refresh", s.label, q)
+	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && sessionGuard(err) == "" {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -123,29 +132,42 @@ func (l *Lock) allRows(res sql.Result) (bool, error) {
 	return n == int64(len(l.set.names)), nil
 }
 
-// kickAll makes callers of this Client waiting for any name of the Lock
-// try now.
+// kickAll makes callers of this Client waiting for any name of the Lock,
+// or for its set or semaphore (wait_kinds.go), try now.
 func (l *Lock) kickAll() {
-	if l.set == nil {
-		l.c.waiters.kick(l.name)
+	if l.c.waiters.queued.Load() == 0 {
 		return
 	}
+	if l.set == nil {
+		l.c.waiters.kick(l.waitKey())
+		return
+	}
+	l.c.waiters.kick(l.waitKey())
 	for _, n := range l.set.names {
 		l.c.waiters.kick(n)
 	}
 }
 
-// sentTwice records that the Lock's acquire, first sent at sent, was sent
-// more than once (acquire.go, rule 3).
-func (l *Lock) sentTwice(sent time.Time) {
-	l.lateSent = max(sent.Sub(monoBase), 1)
+// sentTwice records that the Lock's acquire was sent more than once, the
+// last time at last at the latest (acquire.go, rule 3).
+func (l *Lock) sentTwice(last time.Time) {
+	l.lateSent = max(last.Sub(monoBase), 1)
+}
+
+// lateOrphan is the Lock's token as the orphan list keeps it once the Lock
+// is released (rememberLate).
+func (l *Lock) lateOrphan(kept time.Time) orphan {
+	x := newOrphan(l.token, l.ttl, monoBase.Add(l.lateSent), false)
+	x.kept = kept
+	return x
 }
 
 // rememberLate hands the Lock's token to the orphan list for each of its
 // names, until a late send of its acquire can no longer commit (acquire.go,
-// rule 3).
-func (l *Lock) rememberLate() {
+// rule 3). kept, when set, is when a release with a minimum hold keeps the
+// leases until at the latest: the list deletes nothing before.
+func (l *Lock) rememberLate(kept time.Time) {
 	for _, n := range l.Names() {
-		l.c.orphans.remember(orphanKey(n), l.token, l.ttl, monoBase.Add(l.lateSent))
+		l.c.orphans.putBack(orphanKey(n), []orphan{l.lateOrphan(kept)})
 	}
 }

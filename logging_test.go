@@ -110,7 +110,10 @@ func TestWithLogger_keepAliveFailureAndLoss(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c, p := e.proxiedClient(t, e.newTable(t), opt)
-		l := mustAcquire(t, c, "ka", 600*time.Millisecond)
+		// Renewals at 1 s, each with 750 ms, the deadline at 2.7 s: a
+		// stalled renewal fails, and is logged, before the deadline, also
+		// on a loaded machine.
+		l := mustAcquire(t, c, "ka", 3*time.Second)
 		kctx := l.KeepAlive(testCtx(t))
 		p.Stall(true)
 		defer p.Stall(false)
@@ -128,7 +131,9 @@ func TestWithLogger_lossNotHeld(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c := e.newClient(t, opt)
-		l := mustAcquire(t, c, "evicted", 300*time.Millisecond)
+		// Long enough that the renewal finds the lease gone before the
+		// keep-alive's deadline, also on a loaded machine.
+		l := mustAcquire(t, c, "evicted", 3*time.Second)
 		kctx := l.KeepAlive(testCtx(t))
 		if _, err := c.ForceRelease(testCtx(t), "evicted"); err != nil {
 			t.Fatal(err)

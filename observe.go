@@ -3,7 +3,10 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // An Observer is told what a Client does, for metrics and traces: each
@@ -24,9 +27,10 @@ import (
 // (see [WithLogger]); the operation goes on as if the func had returned,
 // so an observer's bug never leaves a lease half acquired or released.
 type Observer struct {
-	// AcquireDone is called when a TryAcquire or Acquire call (also the
-	// acquire of Do, TryDo and Once) returns, unless it refused its name
-	// or ttl. Elect's attempts are not acquire calls: their leases are
+	// AcquireDone is called when an acquire call of any kind returns
+	// (TryAcquire, Acquire, their All and Slot forms, the acquire of Do
+	// and its kin, and Once's), unless it refused its arguments. A set's
+	// event is named by the set's label, a semaphore's by its name. Elect's attempts are not acquire calls: their leases are
 	// told by HoldStart and HoldEnd.
 	AcquireDone func(AcquireEvent)
 	// HoldStart is called when a lease is taken, by any call (also
@@ -102,11 +106,11 @@ func errorOutcome(err error) Outcome {
 		return OutcomeCanceled
 	}
 	switch classify(err) {
-	case failedRolledBack:
+	case fault.RolledBack:
 		return OutcomeRolledBack
-	case failedUnknown:
+	case fault.Unknown:
 		return OutcomeBroken
-	case failedRefused:
+	case fault.Refused:
 		return OutcomeRefused
 	}
 	return OutcomeFailed
@@ -184,7 +188,10 @@ type RefreshEvent struct {
 	// refresh was sent: ValidUntil minus the send time, negative when it
 	// could have expired already. A keep-alive renews at about 2/3 of
 	// the ttl left; a Left near zero means renewals run late.
-	Left    time.Duration
+	Left time.Duration
+	// TTL is the lease length the refresh asked for: the ttl a keep-alive
+	// renews for, so that Left/TTL near 2/3 is on time and near 0 is late.
+	TTL     time.Duration
 	Took    time.Duration // from the send to the answer
 	Outcome Outcome       // OutcomeAcquired: renewed; OutcomeHeld: the lease was lost
 	Err     error
@@ -307,13 +314,14 @@ func (l *Lock) holdEnded(end HoldEnd, err error) {
 	observed(l.c, l.c.obs.HoldEnd, ev)
 }
 
-// refreshed reports a refresh of l sent at sent, when the lease could
-// expire at validUntil, that returned err (lost: it found the lease gone).
-func (l *Lock) refreshed(sent, validUntil time.Time, lost bool, err error) {
+// refreshed reports a refresh of l for ttl sent at sent, when the lease
+// could expire at validUntil, that returned err (lost: it found the lease
+// gone).
+func (l *Lock) refreshed(sent, validUntil time.Time, ttl time.Duration, lost bool, err error) {
 	if l.c.obs.Refreshed == nil {
 		return
 	}
-	ev := RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), Took: time.Since(sent), Err: err}
+	ev := RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), TTL: ttl, Took: time.Since(sent), Err: err}
 	switch {
 	case lost:
 		ev.Outcome = OutcomeHeld
@@ -337,6 +345,9 @@ func (c *Client) unknown(name string, settled bool) {
 	if c.obs.Unknown == nil {
 		return
 	}
+	// A semaphore's token is kept under its fence row's name: the event
+	// names the semaphore, as its AcquireEvent does.
+	name = strings.TrimSuffix(name, slotMark)
 	observed(c, c.obs.Unknown, UnknownEvent{Name: name, Settled: settled})
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // OnceTTL is the lease [Client.Once] holds on its name while fn runs,
@@ -53,6 +55,11 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	l, err := c.Acquire(ctx, name, OnceTTL)
 	if err != nil {
 		return false, err
+	}
+	// Once's statements are proven before fn first runs (proof_later.go).
+	if err := c.proveOnceOnce(ctx); err != nil {
+		_ = l.Release(ctx)
+		return false, c.serverError(fmt.Sprintf("once %q", name), err)
 	}
 	var recorded bool
 	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context) error {
@@ -120,7 +127,7 @@ func (c *Client) onceDoneRetrying(ctx context.Context, name string) (bool, error
 		if !ok {
 			return false, err
 		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
+		if werr := fault.Sleep(ctx, wait); werr != nil {
 			return false, errorf("once %q: %w (last error: %w)", name, werr, err)
 		}
 	}
@@ -134,7 +141,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
 	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
-	if n, _ := serverErrno(err); n == erDupEntry {
+	if n, _ := fault.Errno(err); n == fault.DupEntry {
 		// Written by an earlier attempt whose reply was lost: the insert
 		// found our lease row, or it would have had nothing to insert.
 		return nil

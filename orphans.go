@@ -2,11 +2,14 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // An acquire whose outcome is unknown (the connection broke after the
@@ -19,14 +22,19 @@ import (
 // acquireCall), and every later acquire of the name in this
 // Client first deletes the lease that token may hold, so the name does not
 // stay blocked for the whole ttl. Close does the same for every remembered
-// token. A token is forgotten once such a DELETE removes its lease, or once
-// it can no longer hold one: its statement can have committed no later than
-// orphanWait after it was sent, and its lease lasted ttl from then. Until
-// then, each acquire of the name costs one DELETE more.
+// token. A token is forgotten once such a DELETE removes its lease, when
+// only one send of it may have committed (a statement resent after a broken
+// connection may have several in flight, and removing what one wrote proves
+// nothing of the others), or once it can no longer hold one: its statements
+// can have committed no later than orphanWait after the last was sent, and
+// their lease lasted ttl from then. Until then, each acquire of the name
+// costs one DELETE more. A lease a release with a minimum hold keeps under
+// the token on purpose (WithMinHold) is left alone until the hold ends.
 //
-// The bound assumes the server's lock wait timeout is at most its default:
-// with a longer one, a cut acquire that waits longer still and then commits
-// leaves a lease that only expires.
+// The bound assumes the server's lock wait timeout is at most its default,
+// and that no proxy or server queue holds a send back longer than the rest
+// of orphanWait before the server starts it: otherwise a send that commits
+// later still leaves a lease that only expires (docs/guarantees.md).
 
 // orphanWait bounds how long after it was sent a cut acquire may still
 // commit on the server: longer than InnoDB's default lock wait timeout
@@ -54,16 +62,33 @@ type orphan struct {
 	// settled is when the acquire can no longer commit: from then on a
 	// DELETE that finds no row proves that no lease is left.
 	settled time.Time
+	// once: only one send of the token may have committed (the others
+	// failed for sure), so a DELETE that removes its lease settles it. A
+	// statement sent again after a broken connection may have several in
+	// flight: removing what one wrote proves nothing of the others, which
+	// are deleted again until settled.
+	once bool
 	// expires is when a lease the acquire took has expired for sure.
 	expires time.Time
+	// kept: a release with a minimum hold (WithMinHold) kept the lease
+	// under the token on purpose until then at the latest; no DELETE by
+	// the token is sent before, or the job would run again at once.
+	kept time.Time
 }
 
-// remember records token, of an acquire of name for ttl sent at sent. The
-// attempts of one Acquire share a token, so it is remembered once, with the
-// latest times.
-func (o *orphans) remember(name, token string, ttl time.Duration, sent time.Time) {
-	settled := sent.Add(orphanWait)
-	o.putBack(name, []orphan{{token: token, settled: settled, expires: settled.Add(ttl)}})
+// newOrphan returns token, of an acquire for ttl whose last send was at
+// last at the latest; once says that only one of its sends may have
+// committed.
+func newOrphan(token string, ttl time.Duration, last time.Time, once bool) orphan {
+	settled := last.Add(orphanWait)
+	return orphan{token: token, settled: settled, expires: settled.Add(ttl), once: once}
+}
+
+// remember records token, of an acquire of name for ttl whose last send was
+// at last at the latest. The attempts of one Acquire share a token, so it
+// is remembered once, with the latest times.
+func (o *orphans) remember(name, token string, ttl time.Duration, last time.Time, once bool) {
+	o.putBack(name, []orphan{newOrphan(token, ttl, last, once)})
 }
 
 // evictLocked forgets the token whose lease expires first. o.mu must be held.
@@ -146,6 +171,8 @@ next:
 			if y.token == x.token {
 				y.settled = maxTime(y.settled, x.settled)
 				y.expires = maxTime(y.expires, x.expires)
+				y.kept = maxTime(y.kept, x.kept)
+				y.once = y.once && x.once
 				o.byName[name][i] = y
 				continue next
 			}
@@ -183,37 +210,60 @@ func (o *orphans) remembered(name string) int {
 	return len(o.byName[name])
 }
 
-// deleteOrphan deletes the lease token may hold on name and reports whether
-// that settles it: the DELETE removed the lease, or found none after the
-// acquire could still commit.
+// settles reports whether a DELETE by an orphan's token, sent at sent,
+// that removed n rows settles it: it removed what the acquire wrote, and
+// only one send of it may have committed (once), or it was sent after the
+// acquire could commit (settled), so finding no row proves none is left.
+// Every kind of lease (a name, a set, a semaphore's slot) is settled by
+// this one rule.
+func (x orphan) settles(n int64, sent time.Time) bool {
+	return n > 0 && x.once || sent.After(x.settled)
+}
+
+// deleteOrphan deletes the lease token may hold on name, or the slot it may
+// hold in the semaphore whose fence row name is, and reports whether that
+// settles it (settles).
 func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
-	if strings.HasSuffix(name, slotMark) {
-		return c.deleteSlotOrphan(ctx, name, x) // a semaphore's: any of its slots
+	if time.Now().Before(x.kept) {
+		return false // the minimum hold still runs: its lease is no orphan
 	}
 	// Judged by when the DELETE was sent, not when its reply came: sent
 	// after the acquire could commit, finding no row proves none is left.
 	sent := time.Now()
-	res, _, err := c.exec(ctx, qRelease, name, x.token)
-	if errors.Is(err, ErrClosed) {
-		// Close has closed the statements, or this Client never prepared
-		// the release; the *sql.DB is still open: send it unprepared.
-		err = retryTransient(ctx, func() (err error) {
-			res, err = c.db.ExecContext(ctx, c.sql[qRelease], name, x.token)
+	n, err := c.deleteByToken(ctx, name, x.token)
+	if err != nil || !x.settles(n, sent) {
+		return false
+	}
+	c.unknown(name, true)
+	return true
+}
+
+// deleteByToken deletes the lease token holds on name, or any slot it holds
+// in the semaphore whose fence row name is, and returns how many rows went.
+func (c *Client) deleteByToken(ctx context.Context, name, token string) (int64, error) {
+	var res sql.Result
+	var err error
+	if sem, ok := strings.CutSuffix(name, slotMark); ok {
+		err = fault.Transient(ctx, func() (err error) {
+			res, err = c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), name, slotRowsEnd(sem), token)
 			return err
 		})
+	} else {
+		res, _, err = c.exec(ctx, qRelease, name, token)
+		if errors.Is(err, ErrClosed) {
+			// Close has closed the statements, or this Client never
+			// prepared the release; the *sql.DB is still open: send it
+			// unprepared.
+			err = fault.Transient(ctx, func() (err error) {
+				res, err = c.db.ExecContext(ctx, c.sql[qRelease], name, token)
+				return err
+			})
+		}
 	}
 	if err != nil {
-		return false
+		return 0, err
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false
-	}
-	settled := n == 1 || sent.After(x.settled)
-	if settled {
-		c.unknown(name, true)
-	}
-	return settled
+	return res.RowsAffected()
 }
 
 // claimOrphans deletes the leases that acquires of name with an unknown
@@ -221,6 +271,9 @@ func (c *Client) deleteOrphan(ctx context.Context, name string, x orphan) bool {
 // that stay unsettled are remembered again. It sends nothing when there are
 // none.
 func (c *Client) claimOrphans(ctx context.Context, name string) {
+	if c.orphans.n.Load() == 0 {
+		return // the common case: no clock read, no lock
+	}
 	xs := c.orphans.take(name, time.Now())
 	if len(xs) == 0 {
 		return

@@ -2,11 +2,15 @@ package sqllock
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // An acquire cut by its context while it waits for a lock on the lease row's
@@ -136,23 +140,194 @@ func TestClient_Close_releasesUnknownAcquire(t *testing.T) {
 func loseAcquire(t *testing.T, f *faultEnv, name string) {
 	t.Helper()
 	ctx := testCtx(t)
-	// One connection through the proxy, prepared, kept idle: the acquire
-	// runs on it, and every later statement needs a new one.
+	// The first use before the cut, and at most one idle connection
+	// (the first use's proof holds several at once), so that the acquire
+	// takes the only one, or a new one, and its resends and cleanup need
+	// another. The proxy refuses new connections from the cut on, not
+	// before: refusing in advance left the acquire no connection at all
+	// when the pool had dropped its idle one, and under load the acquire
+	// then never ran.
+	f.c.db.SetMaxIdleConns(1)
 	warm := mustAcquire(t, f.c, name, time.Minute)
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	before := inspect(t, f.witness, name).Fence
-	f.p.Refuse(true)
-	f.p.CutAfterCommand(proxyComStmtExecute, 1)
-	if _, err := f.c.TryAcquire(ctx, name, time.Hour); err == nil || errors.Is(err, ErrNotAcquired) {
+	f.p.CutAfterCommandThenRefuse(proxyComStmtExecute, 1)
+	_, err := f.c.TryAcquire(ctx, name, time.Hour)
+	if err == nil || errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryAcquire cut with no way back: got %v, want a connection error", err)
 	}
+	t.Logf("the cut acquire: %v", err)
 	got := inspect(t, f.witness, name)
 	if f.vitess && !got.Held {
 		t.Skip(vitessCancelsCut)
 	}
 	if !got.Held || got.Fence <= before || got.Holder != "faulty" {
 		t.Fatalf("after the cut acquire: got %+v, want held by faulty with a fence above %d", got, before)
+	}
+}
+
+// A lease whose acquire was sent twice (its first send held back, its
+// resend took the name) and that Do's release keeps for a minimum hold is
+// kept on purpose: the token goes to the orphan list, for a late send of
+// the acquire, but the Client's next acquire must not delete that lease as
+// an orphan and run the job again at once. For one name, a set and a slot.
+func TestLate_minHoldSentTwice_notRunAgain(t *testing.T) {
+	for _, kind := range []string{"lock", "set", "slot"} {
+		t.Run(kind, func(t *testing.T) {
+			eachServerEnv(t, func(t *testing.T, e *testEnv) {
+				switch kind {
+				case "set":
+					skipSetsOnVitess(t, e)
+				case "slot":
+					slotServer(t, e)
+				}
+				le := newLateEnv(t, e)
+				ctx := testCtx(t)
+				sends := 0
+				le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+					first := false
+					switch kind {
+					case "lock":
+						first = le.is(q, qAcquire) && arg(args, 0) == "mh"
+					case "set":
+						first = isSetAcquire(q) && !strings.Contains(q, proofLiteral)
+					case "slot":
+						first = isSlotAcquire(q) && !aboutProof(args)
+					}
+					if first {
+						if sends++; sends == 1 {
+							return hold // never run: the late send is another test's
+						}
+					}
+					return pass
+				})
+				runs := 0
+				job := func(context.Context) error { runs++; return nil }
+				do := func() error {
+					switch kind {
+					case "set":
+						return le.c.TryDoAll(ctx, []string{"mh1", "mh2"}, time.Minute, job, WithMinHold(time.Hour))
+					case "slot":
+						return le.c.TryDoSlot(ctx, "mh", 1, time.Minute, func(ctx context.Context, _ *Lock) error { return job(ctx) }, WithMinHold(time.Hour))
+					}
+					return le.c.TryDo(ctx, "mh", time.Minute, job, WithMinHold(time.Hour))
+				}
+				if err := do(); err != nil {
+					t.Fatalf("first TryDo: %v", err)
+				}
+				if sends < 2 {
+					t.Fatalf("acquire sends: got %d, want 2: the test did not send it twice", sends)
+				}
+				err := do()
+				if !errors.Is(err, ErrNotAcquired) || runs != 1 {
+					t.Fatalf("second TryDo within the minimum hold: got %v, %d runs, want ErrNotAcquired and 1 run", err, runs)
+				}
+			})
+		})
+	}
+}
+
+// An acquire whose every reply is lost was sent several times with one
+// token; the cleanup DELETE removes the lease one send wrote. Another send,
+// held back (a proxy's queue, a starved server thread), commits after that
+// DELETE: the token must still be remembered, so that the Client's next
+// acquire deletes that lease instead of finding the name blocked for the
+// ttl. For one name, a set and a slot.
+func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
+	for _, kind := range []string{"lock", "set", "slot"} {
+		t.Run(kind, func(t *testing.T) {
+			eachServerEnv(t, func(t *testing.T, e *testEnv) {
+				switch kind {
+				case "set":
+					skipSetsOnVitess(t, e)
+				case "slot":
+					slotServer(t, e)
+				}
+				le := newLateEnv(t, e)
+				ctx := testCtx(t)
+				sends := 0
+				le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+					acquire := false
+					switch kind {
+					case "lock":
+						acquire = le.is(q, qAcquire) && arg(args, 0) == "rs"
+					case "set":
+						acquire = isSetAcquire(q) && !strings.Contains(q, proofLiteral)
+					case "slot":
+						acquire = isSlotAcquire(q) && !aboutProof(args)
+					}
+					if !acquire {
+						return pass
+					}
+					if sends++; sends == 1 {
+						return hold // in flight until the test runs it
+					}
+					return lose // runs; its reply is lost
+				})
+				try := func() error {
+					var (
+						l   *Lock
+						err error
+					)
+					switch kind {
+					case "set":
+						l, err = le.c.TryAcquireAll(ctx, []string{"rs1", "rs2"}, time.Hour)
+					case "slot":
+						l, err = le.c.TryAcquireSlot(ctx, "rs", 1, time.Hour)
+					default:
+						l, err = le.c.TryAcquire(ctx, "rs", time.Hour)
+					}
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					return err
+				}
+				if err := try(); err == nil {
+					t.Fatal("acquire with every reply lost: got a Lock, want an error")
+				}
+				if sends != fault.MaxTransientAttempts {
+					t.Fatalf("sends: got %d, want %d", sends, fault.MaxTransientAttempts)
+				}
+				le.lc.setDecide(nil)
+				if n := le.lc.runHeld(t, le.straight); n != 1 {
+					t.Fatalf("held sends: got %d, want 1", n)
+				}
+				var held int
+				if err := le.straight.QueryRow("SELECT COUNT(*) FROM `" + le.table + "` WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name LIKE 'rs%'").Scan(&held); err != nil || held == 0 {
+					t.Fatalf("leases after the held send ran: got %d, %v: the test did not make the race", held, err)
+				}
+				if err := try(); err != nil {
+					t.Fatalf("the Client's next acquire after the held send committed: got %v, want it (its lease has no holder)", err)
+				}
+			})
+		})
+	}
+}
+
+// One rule settles an orphan's token, for every kind of lease: a DELETE that
+// removed rows settles it when only one send may have committed; one sent
+// after the acquire could commit settles it whatever it found.
+func TestOrphan_settles(t *testing.T) {
+	last := time.Now()
+	for _, tc := range []struct {
+		n    int64
+		once bool
+		sent time.Time
+		want bool
+	}{
+		{1, true, last, true},
+		{3, true, last, true}, // a set's rows, or a semaphore's
+		{1, false, last, false},
+		{0, true, last, false},
+		{0, false, last.Add(orphanWait + time.Millisecond), true},
+		{1, false, last.Add(orphanWait + time.Millisecond), true},
+		{0, false, last.Add(orphanWait), false},
+	} {
+		x := newOrphan("tok", time.Minute, last, tc.once)
+		if got := x.settles(tc.n, tc.sent); got != tc.want {
+			t.Errorf("n %d, once %t, sent %v after the last send: got %t, want %t", tc.n, tc.once, tc.sent.Sub(last), got, tc.want)
+		}
 	}
 }

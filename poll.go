@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// How the waiting Acquire calls of one Client poll, and what they cost the
-// server in connections. Calls waiting for the same name share a queue whose
-// head alone sends statements (waiters.go). The heads of every name share
+// How the waiting calls of one Client (Acquire, AcquireAll and AcquireSlot,
+// which wait in one path: wait_kinds.go) poll, and what they cost the
+// server in connections. Calls waiting for the same name, set or semaphore
+// share a queue whose head alone sends statements (waiters.go). The heads of every name share
 // two bounds more, so that a Client waiting for a hundred names loads the
 // server about as one waiting for a few:
 //
@@ -32,9 +33,10 @@ import (
 // orphan to delete for the name (orphans.go), which only the acquire's path
 // deletes.
 //
-// So a Client's waiting calls take at most DefaultWakeups (the channels,
+// Sets and semaphores do not look: the look answers for single names. So a
+// Client's waiting calls take at most DefaultWakeups (the channels,
 // WithWakeups) + maxWaitingAttempts + 1 (the look) connections at once,
-// however many names they wait for: 13 by default. The calls a caller makes
+// however many names, sets and semaphores they wait for: 13 by default. The calls a caller makes
 // itself (TryAcquire, Refresh, Release, Check's transaction, Inspect, List,
 // and the refreshes of KeepAlive and Do) take one each while they run, as any
 // query of the caller's would.

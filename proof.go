@@ -7,14 +7,26 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // ErrUnsupportedServer means the server, or something between it and the
 // Client (a proxy, a sharding layer), does not run sqllock's statements as
-// MySQL does, so a lease taken through it could be handed to two owners. It
-// comes from a Client's first use, before any lease is taken, and names what
-// was found.
-var ErrUnsupportedServer = errors.New("sqllock: unsupported server")
+// MySQL does, so a lease taken through it could be handed to two owners, or
+// cannot serve a kind of lease at all (a set through Vitess, a semaphore on
+// TiDB). It comes from a Client's first use, or the first use of that kind
+// of lease, before any lease of it is taken, and names what was found.
+// Every refusal of a server wraps it, and it matches errors.ErrUnsupported
+// too: errors.Is(err, errors.ErrUnsupported) holds for each of them.
+var ErrUnsupportedServer error = unsupportedServer{}
+
+type unsupportedServer struct{}
+
+func (unsupportedServer) Error() string { return "sqllock: unsupported server" }
+
+// Is makes ErrUnsupportedServer match errors.ErrUnsupported.
+func (unsupportedServer) Is(target error) bool { return target == errors.ErrUnsupported }
 
 // A server that calls itself MySQL may not behave like it: every decision
 // sqllock makes rests on the insert id of the OK packet of the statement
@@ -23,11 +35,15 @@ var ErrUnsupportedServer = errors.New("sqllock: unsupported server")
 // connection, or the first of two values a statement set) gives two owners
 // one name. So before the first statement that writes, a Client proves, on
 // one connection of its pool, what the statements rely on, with its own
-// table, statements and DSN, under a proof name nobody else uses:
+// table, statements and DSN, under a proof name nobody else uses, each
+// statement sent as the Client sends it (proof_statements.go):
 //
 //  0. the version, as the connection answers a query on no table: a layer
 //     answers that itself (Vitess says 8.4.6-Vitess), though it passes the
 //     first-use check's query on the table to the server behind it;
+//     then proveServer (proof_server.go): a writable server, one server
+//     behind the pool's connections, the row lock between two of them, and
+//     the semantics of proof_engine.go;
 //  1. acquire under token A: the insert id is a fence (above the marks 1 and
 //     2 the statement sets first), and it is the fence the table holds;
 //  2. refresh under token B, which matches no row and so sets no insert id:
@@ -35,18 +51,22 @@ var ErrUnsupportedServer = errors.New("sqllock: unsupported server")
 //  3. acquire under token B: 0, refused, while A's lease is live;
 //  4. acquire under token A again: the same fence, as a retry after a lost
 //     reply must give;
-//  5. release under token A: the row was A's;
+//  5. refresh under token A: extended;
+//  6. check, in a transaction as Lock.Check sends it: no row under B, the
+//     lease row under A;
+//  7. release_at_least under B: not ours; under A: ours;
+//  8. release under B: no row; under A: the row was A's;
 //
-// then it deletes the proof name's rows. The proof costs eight statements
-// (fifteen round trips with the default DSN, which prepares each write) and
-// four commits, once per Client: about four and a half uncontended
-// acquire-and-release pairs (BenchmarkFirstUse on MariaDB 10.11 here: a
-// first use 4.9 ms, 1.7 ms without the proof, a warm pair 0.71 ms). A
-// failed proof is made again by the next
-// statement that writes. A server that refuses writes (read-only, a
-// failover) fails the proof with its own error, which the callers that wait
-// for a failover treat as they treat it from an acquire; reads (Inspect,
-// List) need no proof.
+// then it deletes the proof name's rows. The proof costs fifteen
+// statements (about 24 round trips with the default DSN: five prepares,
+// and check's own each time) and a few commits, once per Client
+// (BenchmarkFirstUse; docs/servers.md has the figures). The statements of
+// sets, semaphores and Once are proven at their own first use
+// (proof_later.go). A failed proof is made again by the next statement that
+// writes. A server that refuses writes (read-only, a failover) fails the
+// proof with its own error, which the callers that wait for a failover
+// treat as they treat it from an acquire; reads (Inspect, List) need no
+// proof.
 
 // proofTTL is the proof lease's length: long enough that it cannot expire
 // between its steps, short enough that one left behind by a proof cut off
@@ -102,21 +122,21 @@ func (c *Client) proveOnce(ctx context.Context) error {
 
 // prove makes the proof above. A connection that breaks under it (a lost
 // reply, a killed connection) is no answer: the proof is made again on
-// another connection, under a fresh name, up to maxTransientAttempts times,
+// another connection, under a fresh name, up to fault.MaxTransientAttempts times,
 // as exec sends a statement again.
 func (c *Client) prove(ctx context.Context) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = c.proveAttempt(ctx)
-		if err == nil || !brokenProof(err) || attempt >= maxTransientAttempts {
+		if err == nil || !brokenProof(err) || attempt >= fault.MaxTransientAttempts {
 			break
 		}
-		if werr := sleepCtx(ctx, transientBackoff(attempt)); werr != nil {
+		if werr := fault.Sleep(ctx, fault.Backoff(attempt)); werr != nil {
 			err = fmt.Errorf("%w (last error: %w)", werr, err)
 			break
 		}
 	}
-	if err == nil || errors.Is(err, ErrUnsupportedServer) || isConnectError(err) {
+	if err == nil || errors.Is(err, ErrUnsupportedServer) || errors.Is(err, errReadOnlyServer) || fault.IsConnectError(err) {
 		return err // serverError names the step
 	}
 	return fmt.Errorf("check the statements on a proof name: %w", err)
@@ -124,30 +144,37 @@ func (c *Client) prove(ctx context.Context) error {
 
 // brokenProof reports whether the proof failed because its connection broke.
 func brokenProof(err error) bool {
-	return classify(err) == failedUnknown || errors.Is(err, sql.ErrConnDone)
+	return classify(err) == fault.Unknown || errors.Is(err, sql.ErrConnDone)
+}
+
+// proofConn returns a connection of the pool for one attempt at a proof,
+// with a proof name and two tokens of the attempt's own; the caller closes
+// the connection.
+func (c *Client) proofConn(ctx context.Context) (conn *sql.Conn, name, a, b string, err error) {
+	if a, err = newToken(); err != nil {
+		return nil, "", "", "", fmt.Errorf("sqllock: token: %w", err)
+	}
+	if b, err = newToken(); err != nil {
+		return nil, "", "", "", fmt.Errorf("sqllock: token: %w", err)
+	}
+	if conn, err = c.db.Conn(ctx); err != nil {
+		return nil, "", "", "", err
+	}
+	return conn, proofPrefix + a, a, b, nil
 }
 
 // proveAttempt makes one attempt at the proof on one connection, under a name
 // of its own, and deletes what it left there, with a context of its own.
 func (c *Client) proveAttempt(ctx context.Context) error {
-	a, err := newToken()
-	if err != nil {
-		return fmt.Errorf("sqllock: token: %w", err)
-	}
-	b, err := newToken()
-	if err != nil {
-		return fmt.Errorf("sqllock: token: %w", err)
-	}
-	name := proofPrefix + a
-	conn, err := c.db.Conn(ctx)
+	conn, name, a, b, err := c.proofConn(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
 	c.mu.Lock()
 	text := c.sql // TiDB's forms, if the first-use check chose them
 	c.mu.Unlock()
 	err = c.proveOn(ctx, conn, &text, name, a, b)
+	_ = conn.Close() // before the cleanup, which a pool of one needs
 	if err != nil && !isRefusal(err) {
 		// The proof name is ours alone: whatever the proof left there
 		// goes, on any connection, whatever ctx has become.
@@ -160,7 +187,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 
 // isRefusal reports whether err says the server refused the statement
 // outright, having run nothing.
-func isRefusal(err error) bool { return classify(err) == failedRefused }
+func isRefusal(err error) bool { return classify(err) == fault.Refused }
 
 // proveOn runs the proof's steps on conn: first the version as the
 // connection itself answers it, on no table (the first-use check's
@@ -176,87 +203,15 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 	if err := c.refuseByVersion(version); err != nil {
 		return err
 	}
-	return c.proveStatements(ctx, conn, text, version, name, a, b)
-}
-
-// proveStatements runs steps 1 to 5 of the proof on conn, under name, with
-// tokens a and b, on a server that calls itself version.
-func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[numStmts]string, version, name, a, b string) error {
-	us := proofTTL.Microseconds()
-	acquire := func(token string) (uint64, error) {
-		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.oneRow.Load() {
-			args = args[:tidbAcquireArgs]
-		}
-		id, err := proofExec(ctx, conn, text[qAcquire], args...)
-		return uint64(id), err
-	}
-	unsupported := func(format string, args ...any) error {
-		return errorf("%w: the server (%s), or a layer between it and this Client: %s, which MySQL and MariaDB never do, so a lease taken through it could have two owners; no lease was taken",
-			ErrUnsupportedServer, version, fmt.Sprintf(format, args...))
-	}
-
-	fence, err := acquire(a)
+	var plain bool
+	first, err := c.checkWritable(ctx, conn, version, &plain) // proof_server.go
 	if err != nil {
 		return err
 	}
-	var stored uint64
-	if err := retryRolledBack(ctx, func() error {
-		var holder sql.NullString
-		var held sql.NullBool
-		var left, ahead sql.NullInt64
-		return conn.QueryRowContext(ctx, text[qInspect], name).Scan(&holder, &stored, &held, &left, &ahead)
-	}); err != nil {
+	if err := c.proveStatements(ctx, conn, text, version, name, a, b); err != nil {
 		return err
 	}
-	if fence <= 2 || fence != stored {
-		return unsupported("an acquire that took a free name reported %d, and the table holds fence %d", fence, stored)
-	}
-	id, err := proofExec(ctx, conn, text[qRefresh], us, name, b)
-	if err != nil {
-		return err
-	}
-	if id != 0 {
-		return unsupported("a refresh under a token that holds nothing reported %d, left by an earlier statement, instead of 0", id)
-	}
-	if id, err := acquire(b); err != nil {
-		return err
-	} else if id != 0 {
-		return unsupported("an acquire of a name another owner held reported %d instead of 0 (refused)", id)
-	}
-	if again, err := acquire(a); err != nil {
-		return err
-	} else if again != fence {
-		return unsupported("an acquire repeated by the name's owner reported %d instead of its fence %d", again, fence)
-	}
-	var n int64
-	if err := retryRolledBack(ctx, func() error {
-		res, err := conn.ExecContext(ctx, text[qRelease], name, a)
-		if err == nil {
-			n, err = res.RowsAffected()
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-	if n != 1 {
-		return unsupported("a release by the name's owner deleted %d rows instead of 1", n)
-	}
-	_, err = conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
-	return err
-}
-
-// proofExec runs a statement of the proof and returns its insert id.
-func proofExec(ctx context.Context, conn *sql.Conn, query string, args ...any) (int64, error) {
-	var id int64
-	err := retryRolledBack(ctx, func() error {
-		res, err := conn.ExecContext(ctx, query, args...)
-		if err == nil {
-			id, err = res.LastInsertId()
-		}
-		return err
-	})
-	return id, err
+	return c.proveServer(ctx, conn, text, version, first, &plain, name, a, b)
 }
 
 // retryRolledBack runs f, a step of the proof, again while the server rolls
@@ -264,17 +219,17 @@ func proofExec(ctx context.Context, conn *sql.Conn, query string, args ...any) (
 // tokens make a repeat give the first attempt's answer. A broken connection
 // ends the attempt, which prove makes again on another.
 func retryRolledBack(ctx context.Context, f func() error) error {
-	budget := time.Now().Add(maxRetryBudget)
+	budget := time.Now().Add(fault.MaxRetryBudget)
 	for attempt := 1; ; attempt++ {
 		err := f()
-		if err == nil || classify(err) != failedRolledBack {
+		if err == nil || classify(err) != fault.RolledBack {
 			return err
 		}
-		wait := transientBackoff(attempt)
+		wait := fault.Backoff(attempt)
 		if time.Now().Add(wait).After(budget) {
 			return err
 		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
+		if werr := fault.Sleep(ctx, wait); werr != nil {
 			return fmt.Errorf("%w (last error: %w)", werr, err)
 		}
 	}

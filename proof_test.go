@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,6 +206,12 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 				}
 				switch m.mode {
 				case previous:
+					// One connection, whose last statement reported the
+					// held name's fence, as a busy pool's often has.
+					db.SetMaxOpenConns(1)
+					if _, err := db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = LAST_INSERT_ID(fence) WHERE name = ? AND kind = ?", "job", e.fenceKind()); err != nil {
+						t.Fatal(err)
+					}
 					got, err := unproven.TryAcquire(ctx, "job", time.Minute)
 					if err != nil {
 						t.Fatalf("unproven through previous: got %v, want a second owner (the layer no longer shows the flaw)", err)
@@ -262,15 +269,14 @@ func TestClient_firstUse_refusesVitessBehindItsServer(t *testing.T) {
 	}
 }
 
+// Each wrong answer of each statement of the proof, its positive and its
+// negative, is refused, naming the statement and the server.
 func TestClient_firstUse_proofAnswers(t *testing.T) {
-	const fence = 7
-	type answer struct {
-		id, rows int64
-	}
-	ok := []answer{{fence, 2}, {fence, 0} /* inspect: fence stored */, {0, 0}, {0, 0}, {fence, 1}, {0, 1}}
+	const fence = proofFence
+	type answer = proofAnswer
 	tests := []struct {
 		name string
-		step int // which answer is wrong
+		step int // which answer of proofSteps is wrong
 		bad  answer
 		want string
 	}{
@@ -279,42 +285,30 @@ func TestClient_firstUse_proofAnswers(t *testing.T) {
 		{"refresh reports a stale id", 2, answer{fence, 0}, "left by an earlier statement"},
 		{"refused acquire reports a fence", 3, answer{fence + 1, 0}, "instead of 0 (refused)"},
 		{"repeated acquire reports another fence", 4, answer{fence + 1, 1}, "instead of its fence 7"},
-		{"release deletes nothing", 5, answer{0, 0}, "deleted 0 rows instead of 1"},
+		{"owner's refresh reports 0", 5, answer{0, 0}, "statement refresh: a refresh by the owner of a live lease reported 0"},
+		{"check under another token changes a row", 6, answer{0, 1}, "statement check: a check under another token of a live lease changed 1 rows instead of 0"},
+		{"owner's check changes nothing", 7, answer{0, 0}, "statement check: a check by the owner of a live lease changed 0 rows instead of 1"},
+		{"release_at_least under another token reports ours", 8, answer{1, 1}, "statement release_at_least: a release with a minimum hold under a token that holds nothing reported 1"},
+		{"owner's release_at_least reports 0", 9, answer{0, 0}, "statement release_at_least: a release with a minimum hold by the lease's owner reported 0"},
+		{"release under another token deletes", 10, answer{0, 1}, "statement release: a release under another token changed 1 rows instead of 0"},
+		{"owner's release deletes nothing", 11, answer{0, 0}, "statement release: a release by the owner changed 0 rows instead of 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
 			e.expectAutocommit(1)
-			answers := append([]answer(nil), ok...)
-			answers[tt.step] = tt.bad
-			any9 := make([]driver.Value, 9)
-			for i := range any9 {
-				any9[i] = sqlmock.AnyArg()
-			}
 			e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
-			steps := []func(a answer){
-				func(a answer) {
-					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
-				},
-				func(a answer) {
-					e.mock.ExpectQuery(e.sql("inspect")).WithArgs(sqlmock.AnyArg()).
-						WillReturnRows(sqlmock.NewRows([]string{"h", "f", "l", "u", "a"}).AddRow(mockHolder, a.id, 1, 1, -1))
-				},
-				func(a answer) {
-					e.mock.ExpectExec(e.sql("refresh")).WithArgs(any9[:3]...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
-				},
-				func(a answer) {
-					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
-				},
-				func(a answer) {
-					e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
-				},
-				func(a answer) {
-					e.mock.ExpectExec(e.sql("release")).WithArgs(any9[:2]...).WillReturnResult(sqlmock.NewResult(a.id, a.rows))
-				},
-			}
+			e.expectServerFacts("10.11.19-MariaDB")
+			steps := e.proofSteps()
 			for i := 0; i <= max(tt.step, 1); i++ { // the fence is checked after the inspect
-				steps[i](answers[i])
+				a := steps[i].answer
+				if i == tt.step {
+					a = tt.bad
+				}
+				steps[i].expect(a)
+			}
+			if tt.step == 6 {
+				e.mock.ExpectRollback() // the check's transaction ends at its first wrong answer
 			}
 			// Whatever the proof left under its own name goes.
 			e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
@@ -341,7 +335,10 @@ func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
 		any9[i] = sqlmock.AnyArg()
 	}
 	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.mock.ExpectQuery(queries["server_mariadb"]).WithoutArgs().
+		WillReturnRows(sqlmock.NewRows([]string{"ro", "sro", "id", "cluster"}).AddRow(0, 0, "1 mock 3306 /data/", ""))
 	readOnly := errors.New("Error 1290 (HY000): The MySQL server is running with the --read-only option so it cannot execute this statement")
+	e.mock.ExpectPrepare(e.sql("acquire"))
 	e.mock.ExpectExec(e.sql("acquire")).WithArgs(any9...).WillReturnError(readOnly)
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 	if err == nil || !passable(err) {
@@ -374,6 +371,9 @@ func TestClient_firstUse_proofSurvivesBrokenConnection(t *testing.T) {
 	args := []driver.Value{name, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(),
 		sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}
 	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.mock.ExpectQuery(queries["server_mariadb"]).WithoutArgs().
+		WillReturnRows(sqlmock.NewRows([]string{"ro", "sro", "id", "cluster"}).AddRow(0, 0, "1 mock 3306 /data/", ""))
+	e.mock.ExpectPrepare(e.sql("acquire"))
 	e.mock.ExpectExec(e.sql("acquire")).WithArgs(args...).WillReturnError(mysql.ErrInvalidConn)
 	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 1))
 	e.expectProof()
@@ -391,3 +391,44 @@ func TestClient_firstUse_proofSurvivesBrokenConnection(t *testing.T) {
 type argFunc func(driver.Value) bool
 
 func (f argFunc) Match(v driver.Value) bool { return f(v) }
+
+// A proof whose inspect finds no row for the name an acquire just took
+// says so, naming the statement, not "sql: no rows in result set".
+func TestClient_firstUse_proofNoRowSaysWhat(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(1)
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.expectServerFacts("10.11.19-MariaDB")
+	steps := e.proofSteps()
+	steps[0].expect(steps[0].answer)
+	e.mock.ExpectPrepare(e.sql("inspect"))
+	e.mock.ExpectQuery(e.sql("inspect")).WithArgs(sqlmock.AnyArg()).
+		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead"}))
+	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	wantErrIs(t, err, ErrUnsupportedServer)
+	assertErrContains(t, err, "statement inspect: it found no fence for a name an acquire had just taken")
+	if strings.Contains(err.Error(), "no rows in result set") {
+		t.Errorf("got %v, want no bare %q", err, sql.ErrNoRows)
+	}
+	e.done()
+}
+
+// A statement of the proof that the session's sql_mode makes fail (a
+// syntax error) is refused with an error naming the statement, the step
+// and the sql_mode, which the user can change.
+func TestClient_firstUse_proofNamesSQLMode(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(1)
+	e.mock.ExpectQuery("SELECT VERSION()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"v"}).AddRow("10.11.19-MariaDB"))
+	e.expectServerFacts("10.11.19-MariaDB")
+	e.mock.ExpectPrepare(e.sql("acquire"))
+	syntax := &mysql.MySQLError{Number: 1064, Message: "You have an error in your SQL syntax"}
+	e.mock.ExpectExec(e.sql("acquire")).WithArgs(slices.Repeat([]driver.Value{sqlmock.AnyArg()}, 9)...).WillReturnError(syntax)
+	e.mock.ExpectQuery("SELECT @@SESSION.sql_mode").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"m"}).AddRow("ORACLE"))
+	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 0))
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	wantErrIs(t, err, ErrUnsupportedServer)
+	assertErrContains(t, err, `statement acquire failed under this session's sql_mode "ORACLE" (take a free name)`, "1064")
+	e.done()
+}

@@ -52,6 +52,9 @@ type proxy struct {
 	latency time.Duration
 	cutCode byte
 	cutLeft int // commands with cutCode to forward until a cut; 0 for none
+	// cutRefuses: the cut also makes the proxy refuse new connections
+	// (Refuse(true)), from the moment it fires.
+	cutRefuses bool
 }
 
 // A proxyConn is one client connection and the server connection it was
@@ -175,7 +178,17 @@ func (p *proxy) CutAll() {
 func (p *proxy) CutAfterCommand(code byte, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cutCode, p.cutLeft = code, max(n, 0)
+	p.cutCode, p.cutLeft, p.cutRefuses = code, max(n, 0), false
+}
+
+// CutAfterCommandThenRefuse is CutAfterCommand whose cut also makes the
+// proxy refuse every new connection, as Refuse(true), until Refuse(false):
+// the statement's resends and cleanup find no way back, on whichever
+// connection it ran, an idle one of the pool or a new one.
+func (p *proxy) CutAfterCommandThenRefuse(code byte, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutCode, p.cutLeft, p.cutRefuses = code, max(n, 0), true
 }
 
 // Latency delays each chunk the server sends by d before the proxy forwards
@@ -321,6 +334,9 @@ func (p *proxy) command(code byte) (cut bool) {
 	p.counts[code]++
 	if p.cutLeft > 0 && code == p.cutCode {
 		p.cutLeft--
+		if p.cutLeft == 0 && p.cutRefuses {
+			p.refuse = true
+		}
 		return p.cutLeft == 0
 	}
 	return false

@@ -2,9 +2,13 @@ package sqllock
 
 import (
 	_ "embed"
+	"encoding/hex"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 //go:embed queries.sql
@@ -126,6 +130,11 @@ var stmtNames = [numStmts]string{
 	qOnceReset:      "once_reset",
 }
 
+// guardApplierMariaDB is the session guard's test for a replica's applier
+// on MariaDB, a comment MySQL skips, in every guarded statement; on MySQL
+// the Client puts guard_applier_mysql after it (queries.sql, withGuard).
+const guardApplierMariaDB = "/*M! @@session.server_id = @@global.server_id AND */"
+
 // tidbPrefix names, in queries.sql, the statements that take the place of
 // others on TiDB (tablecheck.go): a name has one row there.
 const tidbPrefix = "tidb_"
@@ -141,3 +150,142 @@ var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, q
 // tidbAcquireArgs is how many of the acquire's arguments the one-row form
 // (TiDB's) takes: the first four, which both forms begin with (queries.sql).
 const tidbAcquireArgs = 4
+
+// The text of the statements a Client sends: its table and, on MySQL, its
+// applier test put in (substitute, withGuard), and the statements sent as
+// text with literals bound in place of their placeholders (bind): a set's
+// (setSQL), the semaphore's (slotSQL) and the first use's.
+
+// substitute puts the Client's quoted table name into a statement.
+func (c *Client) substitute(stmt string) string {
+	return c.withGuard(strings.ReplaceAll(stmt, tablePlaceholder, c.table))
+}
+
+// withGuard returns stmt with MySQL's test for a replica's applier in its
+// session guard, on MySQL (queries.sql, guard_applier_mysql); stmt as it is
+// elsewhere, or before the first use has found the server.
+func (c *Client) withGuard(stmt string) string {
+	if !c.mysqlGuard.Load() {
+		return stmt
+	}
+	return strings.ReplaceAll(stmt, guardApplierMariaDB, guardApplierMariaDB+" "+queries["guard_applier_mysql"])
+}
+
+// firstUseSQL returns the first_use query about table.
+func firstUseSQL(table string) string { return tableNamedSQL("first_use", table) }
+
+// tableNamedSQL returns statement name of queries.sql with table, a name
+// tableNameRE allows (no quoting needed inside a string literal), in place
+// of the string 'sqllock': the statements that name the table in a string
+// (first_use's reads of information_schema, the wake-up channels' lock
+// names).
+func tableNamedSQL(name, table string) string {
+	return strings.ReplaceAll(queries[name], "'sqllock'", "'"+table+"'")
+}
+
+// acquireAllSQL returns the text of the acquire of set s for ttl.
+func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
+	us := strconv.FormatInt(ttl.Microseconds(), 10)
+	holder := hexLiteral(c.holder)
+	var rows []string
+	if c.oneRow.Load() {
+		for _, n := range s.lits {
+			rows = append(rows, bind(queries["tidb_all_acquire_row"], n, s.tokenLit, holder, us))
+		}
+		return c.setSQL("tidb_all_acquire", strings.Join(rows, ",\n  "))
+	}
+	for _, n := range s.lits {
+		rows = append(rows, bind(queries["all_acquire_lease"], n, s.tokenLit, holder, us))
+	}
+	for i, n := range s.lits {
+		first := "all_acquire_fence"
+		if i == 0 {
+			first = "all_acquire_fence_first"
+		}
+		rows = append(rows, bind(queries[first], n))
+	}
+	for _, n := range s.lits {
+		rows = append(rows, bind(queries["all_acquire_fence_write"], n))
+	}
+	q := c.setSQL("all_acquire", strings.Join(rows, ",\n  "), s.tokenLit, holder, s.tokenLit, us)
+	if c.lockWait.Load() {
+		// As the single acquire: a holder's Check holds a lease row for a
+		// second at most, and the set is then reported held.
+		q = queries["lock_wait_mariadb"] + "\n" + q
+	}
+	return q
+}
+
+// releaseAllSQL returns the statement that deletes the leases of set s.
+func (c *Client) releaseAllSQL(s *lockSet) string {
+	if c.tidb.Load() || c.oneRow.Load() {
+		return c.setSQL("tidb_all_release", s.tokenLit, s.in)
+	}
+	return c.setSQL("all_release", s.tokenLit, s.in)
+}
+
+// refreshAllSQL returns the statement that extends the leases of set s to
+// ttl (all_refresh; on the one-row forms, where no fence row is written,
+// tidb_all_refresh).
+func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
+	if c.tidb.Load() || c.oneRow.Load() {
+		return c.setSQL("tidb_all_refresh", ttl, s.tokenLit, s.in)
+	}
+	return c.setSQL("all_refresh", s.union, ttl, s.tokenLit)
+}
+
+// setSQL returns set statement name of queries.sql with lits in place of
+// its placeholders, on the Client's table. The TiDB hint stays on TiDB
+// alone, as in chooseForms.
+func (c *Client) setSQL(name string, lits ...string) string {
+	q := queries[name]
+	if !c.tidb.Load() {
+		q = strings.ReplaceAll(q, tidbHint, "")
+	}
+	return c.substitute(bind(q, lits...))
+}
+
+// slotSQLs caches slot_acquire's text by table, server and visit.
+var slotSQLs sync.Map // slotSQLKey -> string
+
+type slotSQLKey struct {
+	table   string
+	mariadb bool
+	v       int
+}
+
+// slotSQL returns slot_acquire for table with its slot row written v times.
+func slotSQL(table string, mariadb bool, v int) string {
+	k := slotSQLKey{table, mariadb, v}
+	if s, ok := slotSQLs.Load(k); ok {
+		return s.(string)
+	}
+	q := queries["slot_acquire"]
+	start := strings.Index(q, "(LAST_INSERT_ID(IF(")
+	end := start + strings.Index(q[start:], "MICROSECOND),\n") + len("MICROSECOND),\n")
+	row := q[start:end]
+	text := q[:start] + strings.Repeat(row, v) + q[end:]
+	if mariadb {
+		text = queries["lock_wait_mariadb"] + "\n" + text
+	}
+	text = strings.ReplaceAll(text, tablePlaceholder, table)
+	slotSQLs.Store(k, text)
+	return text
+}
+
+// bind puts literals in place of the placeholders of stmt, in order. The
+// literals are made here (hex digits, numbers), never taken from a caller.
+func bind(stmt string, lits ...string) string {
+	var b strings.Builder
+	for _, l := range lits {
+		i := strings.IndexByte(stmt, '?')
+		b.WriteString(stmt[:i])
+		b.WriteString(l)
+		stmt = stmt[i+1:]
+	}
+	b.WriteString(stmt)
+	return b.String()
+}
+
+// hexLiteral writes name as a hex literal, X'...', whatever bytes it holds.
+func hexLiteral(name string) string { return "X'" + hex.EncodeToString([]byte(name)) + "'" }

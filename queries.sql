@@ -10,6 +10,36 @@
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
 -- statement and does not depend on the session time_zone.
 --
+-- The session guard. The pool is the application's, and two settings of a
+-- session, made on any of its connections at any time, would make a
+-- statement lie: a session timestamp (SET timestamp = ..., or a DSN's
+-- timestamp=...) replaces UTC_TIMESTAMP(6), so a live lease could be taken
+-- over or a lease written to end early; and with autocommit off (or, on
+-- MariaDB, an open transaction) a lease reported taken is undone by the
+-- application's ROLLBACK. So every statement that takes or extends a lease
+-- adds, once per row it writes, the term
+--   (18446744073709551615 + (@@autocommit = 0 ..) + (.. > 1000000)) * 0
+-- which is 0, or fails the statement with error 1690 (an unsigned value out
+-- of range, as all_acquire's refusal; no sql_mode turns it into a warning),
+-- and the server undoes it: nothing is written. The first part is autocommit
+-- off, or MariaDB's @@in_transaction; the second, NOW(6), the session's
+-- clock at the statement's start, more than a second from SYSDATE(6), the
+-- server's clock now, which no session timestamp moves (unless the server
+-- runs with --sysdate-is-now). The second counts the statement's own waits
+-- before the term (a table being altered; a row lock, in an UPDATE), so a
+-- statement that waited past a second is refused too, and sent again by
+-- the loops that wait. The Go side knows the guard by the first number in
+-- the error's text, and which part failed by the name SYSDATE in it (MySQL
+-- does not print @@autocommit there). Lock.Check's statements carry no
+-- guard: they run inside the application's transaction by design.
+-- Statement-based binary logging: the guard reads a system variable and
+-- SYSDATE, which are unsafe there, so binlog_format=MIXED logs these
+-- statements as rows; with STATEMENT a replica runs the guard again, where
+-- MariaDB's @@session.server_id is the origin's, not its own, which the
+-- /*M! */ parts use to let a replica's applier (inside a transaction, with
+-- its own clock) pass; on MySQL the Client adds a test of MySQL's own
+-- (guard_applier_mysql).
+--
 -- Results are read from the OK packet's insert id, set with
 -- LAST_INSERT_ID(expr): the table has no AUTO_INCREMENT column, so the id is
 -- the last LAST_INSERT_ID(expr) the statement evaluated, or 0 if it evaluated
@@ -43,9 +73,15 @@
 --    whatever the clock says; the clock only seeds a name's first fence and
 --    keeps fences readable as times. When the mark is 2 it reports the fence
 --    unchanged; when 0 it changes nothing, so a refused attempt writes nothing.
+-- The expiry never moves earlier (GREATEST; the lease row taken was expired,
+-- so there it is now + ttl): a send of the Lock's own acquire that runs late,
+-- after the Lock's Refresh lengthened the lease, finds the lease ours and
+-- must not end it before the Lock's ValidUntil (acquire.go, rule 3).
+-- expires_at is assigned last and read only there, so both orders agree.
 INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES
-  (?, 'L', ?, ?, LAST_INSERT_ID(1) * 0,
+  (?, 'L', ?, ?, LAST_INSERT_ID(1) * 0
+     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
   (?, 'F', '', '',
    IF(LAST_INSERT_ID() = 1, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))), 0),
@@ -59,7 +95,7 @@ ON DUPLICATE KEY UPDATE
   acquired_at = IF(kind = 'L' AND LAST_INSERT_ID() = 1, UTC_TIMESTAMP(6), acquired_at),
   holder = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), ?, holder),
   owner = IF(kind = 'L' AND LAST_INSERT_ID() = 1, ?, owner),
-  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at);
+  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), expires_at);
 
 -- The acquire's bound on waiting for the lease row, on MariaDB, which takes
 -- a per-statement setting: put before the acquire. The row waits only behind
@@ -75,14 +111,31 @@ ON DUPLICATE KEY UPDATE
 -- name: lock_wait_mariadb
 SET STATEMENT innodb_lock_wait_timeout = 1 FOR
 
+-- The session guard's test for a replica's applier, on MySQL: put after
+-- the MariaDB-only comment /*M! @@session.server_id = ... AND */ in every
+-- guarded statement when the first use finds MySQL itself (not TiDB, not
+-- through Vitess). A client's session reads 2^55 there, "undefined"; a
+-- replica's applier, the source's commit time (measured on MySQL 9.7 with
+-- binlog_format=STATEMENT), so the applier passes the clock test, which its
+-- own clock and lag would fail.
+
+-- name: guard_applier_mysql
+@@session.original_commit_timestamp = 36028797018963968 AND
+
 -- name: refresh
 -- Args: ttl µs, name, token. Insert id: 1 when extended, 0 when the lease is
 -- not ours or has expired (LAST_INSERT_ID in SET is evaluated only for a row
--- that matches; a lease row's fence is 0, so the column does not change).
+-- that matches, changed or not; a lease row's fence is 0, so the column does
+-- not change). The expiry becomes now + ttl or stays where it was, if that
+-- is later: it never moves earlier (GREATEST, as in acquire), so a send of
+-- the Lock's refresh that runs late, after a longer Refresh, cannot end the
+-- lease before the Lock's ValidUntil.
 UPDATE `sqllock`
-SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     fence = LAST_INSERT_ID(fence + 1) * 0
-WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+WHERE name = ? AND kind = 'L' AND owner = ?
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: release
 -- Args: name, token. Affected rows: 1 when the row was ours, 0 when not (a
@@ -150,6 +203,51 @@ SELECT LAST_INSERT_ID(LAST_INSERT_ID() XOR ?), LAST_INSERT_ID();
 -- under a name of its own (proof.go) and leaves nothing of it behind.
 DELETE FROM `sqllock` WHERE name = ?;
 
+-- name: server_mysql
+-- No args. Sent by a Client's first use on each connection it holds then
+-- (proof_server.go): whether the server refuses writes to accounts that
+-- could still write (read_only lets an account with SUPER, or MariaDB's
+-- READ ONLY ADMIN, write; super_read_only does not), and the server's
+-- identity, and its Group Replication group's, which every member shares.
+-- A server without the Group Replication plugin refuses the last variable
+-- (1193): then server_mysql_plain is sent instead.
+SELECT @@read_only, @@super_read_only, @@server_uuid, @@group_replication_group_name;
+
+-- name: server_mysql_plain
+-- No args. server_mysql for a server without Group Replication.
+SELECT @@read_only, @@super_read_only, @@server_uuid, '';
+
+-- name: server_mariadb
+-- No args. server_mysql for MariaDB, which has no server_uuid: its
+-- server_id with its host, port and data directory, which no two servers
+-- share, and for a Galera node its cluster's state UUID, which every node
+-- shares. MariaDB has no super_read_only: read_only refuses every account
+-- but those with READ ONLY ADMIN.
+SELECT @@read_only, 0, CONCAT_WS(' ', @@server_id, @@hostname, @@port, @@datadir),
+       IF(@@wsrep_on, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_CLUSTER_STATE_UUID'), '');
+
+-- name: proof_engine
+-- Args: a proof name. Read by the first use's proof of the server's
+-- semantics (proof_engine.go), after a takeover of the name's expired lease:
+-- its owner, the lease's length as stored (acquired_at and expires_at, both
+-- written from UTC_TIMESTAMP(6)), and a microsecond added to the clock,
+-- which must come back as one microsecond: a server that drops the fraction
+-- of a second when it adds an interval ends leases up to a second early.
+SELECT owner, TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 MICROSECOND)
+FROM `sqllock`
+WHERE name = ? AND kind = 'L';
+
+-- name: proof_overflow
+-- Args: a proof name. Must fail with error 1690 (BIGINT UNSIGNED value is
+-- out of range), which a set's acquire (all_acquire) relies on to refuse a
+-- held name and undo the whole statement: then it writes nothing (an
+-- engine that wraps instead writes the proof name's rows, which the proof
+-- clears). An UPDATE, not a SELECT: MySQL Router with connection sharing
+-- breaks the connection when a prepared SELECT's error comes after its
+-- columns.
+UPDATE `sqllock` SET fence = fence + 1 + 18446744073709551615 WHERE name = ?;
+
 -- name: release_at_least
 -- Args: min hold µs, name, token. Insert id: 1 when the lease was ours (not
 -- 0 on TiDB, whose form sets the fence plus one), 0 when not (as in refresh). Release for Do's WithMinHold: instead of deleting
@@ -160,10 +258,22 @@ DELETE FROM `sqllock` WHERE name = ?;
 -- ours, and nobody held the name in between. acquired_at is set only by an
 -- acquire that took the name, so renewals do not move the minimum, and it is
 -- not assigned here, so both assignment orders agree.
+-- The lease it keeps is nobody's: its owner becomes the token's released
+-- form, TO_BASE64(UNHEX(token)), 24 characters, which no token (32 hex
+-- digits) equals. So no send of the Lock's acquire or refresh that runs
+-- late prolongs it while it lasts (they find another owner's live lease),
+-- and a DELETE by the token (an orphan's) leaves it. The statement matches
+-- the token or its released form (LOWER(HEX(FROM_BASE64(..))) gives the
+-- token back; of a token, it gives 48 digits or NULL), so a send of it
+-- repeated after a lost reply answers as the first, and leaves the released
+-- form as it is (only a 32-byte owner is turned). Each assignment reads
+-- only its own column or acquired_at, so both assignment orders agree.
 UPDATE `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     fence = LAST_INSERT_ID(fence + 1) * 0
-WHERE name = ? AND kind = 'L' AND owner = ?;
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+    owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
+WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
 
 -- name: check
 -- Args: name, token. Sent inside the user's transaction by Lock.Check.
@@ -180,7 +290,7 @@ WHERE name = ? AND kind = 'L' AND owner = ?;
 -- does not depend on the DSN. acquired_at is the only column assigned, so
 -- both assignment orders agree.
 UPDATE `sqllock`
-SET acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+SET acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: list
@@ -324,7 +434,10 @@ WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (
 -- The ODKU part is shared by all rows: kind tells a lease row from a fence
 -- row, and the lowest bit of LAST_INSERT_ID() the first pass from the
 -- second. Only the fence assignment reads the old row (besides kind, which
--- no assignment changes), so both assignment orders agree.
+-- no assignment changes, and expires_at, read by its own assignment only),
+-- so both assignment orders agree. A lease row's expiry never moves earlier,
+-- as in acquire: a row taken had expired; a row that was ours keeps a later
+-- expiry a Refresh of the set gave it.
 INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES ?
 ON DUPLICATE KEY UPDATE
@@ -336,11 +449,13 @@ ON DUPLICATE KEY UPDATE
   acquired_at = IF(kind = 'L', UTC_TIMESTAMP(6), acquired_at),
   holder = IF(kind = 'L', ?, holder),
   owner = IF(kind = 'L', ?, owner),
-  expires_at = IF(kind = 'L', UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, expires_at);
+  expires_at = IF(kind = 'L', GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), expires_at);
 
 -- name: all_acquire_lease
 -- A lease row of all_acquire. Holes: name, token, holder, ttl µs.
-(?, 'L', ?, ?, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+(?, 'L', ?, ?, 0
+   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+ UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
 -- name: all_acquire_fence_first
 -- The first fence row of all_acquire's first pass. Holes: name.
@@ -356,15 +471,36 @@ ON DUPLICATE KEY UPDATE
 (?, 'F', '', '', LAST_INSERT_ID(LAST_INSERT_ID() | 1) * 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6));
 
 -- name: all_refresh
--- Holes: ttl µs, token, the names. Affected rows: how many of the set's
--- leases were ours and live, and are extended. The write also flips the
--- lowest bit of acquired_at's microseconds (as check does), so every row it
--- matches changes, and counts with and without clientFoundRows. Only
--- TiDB keeps the hint (as the TiDB forms below).
-UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
-SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-    acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
-WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
+-- Holes: the names, then ttl µs, token. Affected rows: how many of the set's
+-- leases are extended; the write also flips the lowest bit of acquired_at's
+-- microseconds (as check does), so every row it matches changes, and counts
+-- with and without clientFoundRows. All or nothing: a lease row of the set
+-- that is not ours, has expired, or is gone (deleted by a forced release,
+-- and not taken since) makes the statement fail with error 1690 (as
+-- all_acquire's refusal), and the server undoes it, so a refused refresh
+-- extends none of the others. The names come as a derived table, w, joined
+-- to their lease rows: a missing lease row comes as NULLs, the IF takes its
+-- second branch and the sum overflows. The names are Client-sent literals
+-- joined by " UNION ALL SELECT ", after a first row of NULL: a UNION is
+-- always materialized, never merged into the UPDATE, so no server takes a
+-- name for a constant and folds the overflow before the IF is decided (a
+-- derived table of one SELECT is merged, and then fails every refresh);
+-- the NULL row makes the IF NULL, so it matches nothing and raises
+-- nothing. The IF as a whole is not NULL when a name's lease row is
+-- missing, so no server turns the LEFT JOIN into an inner join, which would
+-- skip the missing row. The statement locks only the set's lease rows, one
+-- by one in the names' order (w is read first, in the order it was
+-- written), as all_acquire takes them: it never locks a fence row, so it
+-- waits for an acquire of a shared name at their first shared lease row
+-- and never deadlocks with it. The test is in WHERE, after the session
+-- guard (whose failure is told apart by its text), before SET. The expiry
+-- never moves earlier, as in refresh.
+UPDATE (SELECT NULL AS name UNION ALL SELECT ?) AS w
+LEFT JOIN `sqllock` AS l ON l.name = w.name AND l.kind = 'L'
+SET l.expires_at = GREATEST(l.expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    l.acquired_at = l.acquired_at + INTERVAL IF(MOD(MICROSECOND(l.acquired_at), 2) = 0, 1, -1) MICROSECOND
+WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND IF(l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6), 0, LENGTH(w.name) + 18446744073709551615) = 0;
 
 -- name: all_release
 -- Holes: token, the names. Affected rows: how many of the set's leases were
@@ -375,18 +511,21 @@ DELETE FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?);
 -- Holes: min hold µs, token, the names. As release_at_least, for a set; the
 -- flip of acquired_at (as all_refresh) makes the affected rows count every
 -- lease that was ours. expires_at is assigned first, from the old
--- acquired_at, in both assignment orders.
+-- acquired_at, in both assignment orders. The owner becomes the token's
+-- released form, and a repeat matches it, as in release_at_least.
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
-    acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
-WHERE kind = 'L' AND owner = ? AND name IN (?);
+    acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
+      + INTERVAL 0 + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 MICROSECOND,
+    owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
+WHERE kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))) AND name IN (?);
 
 -- name: all_check
 -- Holes: token, the names. As check, for a set, inside the user's
 -- transaction: affected rows count the set's leases that are ours and live,
 -- each now locked until the transaction ends.
 UPDATE `sqllock`
-SET acquired_at = acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND
+SET acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
 
 -- name: all_fences
@@ -432,10 +571,13 @@ SELECT name, fence FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?)
 -- argument reads columns, so TiDB evaluates it for this row. Assignments run
 -- left to right and each sees the ones before: all but the last read only
 -- columns not yet assigned, and expires_at, last, reads the new owner, which
--- is ours exactly when the lease was taken or was ours. VALUES() is the row
--- the INSERT would have written, so the arguments are given once.
+-- is ours exactly when the lease was taken or was ours, and the old expiry:
+-- never moved earlier, as in acquire (a lease taken had expired, or was
+-- released, which sets the expiry to then). VALUES() is the row the INSERT
+-- would have written, so the arguments are given once.
 INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
-VALUES (?, 'L', ?, ?, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))),
+VALUES (?, 'L', ?, ?, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))
+          + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
         UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
   fence = GREATEST(fence, LAST_INSERT_ID(
@@ -445,15 +587,20 @@ ON DUPLICATE KEY UPDATE
                    UTC_TIMESTAMP(6), acquired_at),
   holder = IF(owner = VALUES(owner) OR owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(holder), holder),
   owner = IF(owner = '' OR expires_at <= UTC_TIMESTAMP(6), VALUES(owner), owner),
-  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at);
+  expires_at = IF(owner = VALUES(owner), GREATEST(expires_at, VALUES(expires_at)), expires_at);
 
 -- name: tidb_refresh
--- Args: ttl µs, name, token. As refresh, with the fence kept: the insert id
--- is the fence plus one, never 0, and the column is written back unchanged.
+-- Args: ttl µs, name, token. As refresh (the expiry never moves earlier),
+-- with the fence kept: the insert id is the fence plus one, never 0, and the
+-- column is written back unchanged (plus the call times 0:
+-- LAST_INSERT_ID(fence + 1) - 1 is signed under NO_UNSIGNED_SUBTRACTION,
+-- error 1690 for a fence past 2^63).
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
-SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-    fence = LAST_INSERT_ID(fence + 1) - 1
-WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    fence = fence + LAST_INSERT_ID(fence + 1) * 0
+WHERE name = ? AND kind = 'L' AND owner = ?
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: tidb_release
 -- Args: name, token. Affected rows: 1 when the lease was ours (the owner
@@ -465,11 +612,13 @@ WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: tidb_release_at_least
 -- Args: min hold µs, name, token. As release_at_least, with the fence kept
--- as in tidb_refresh.
+-- as in tidb_refresh, and the owner released as in release_at_least.
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
-    fence = LAST_INSERT_ID(fence + 1) - 1
-WHERE name = ? AND kind = 'L' AND owner = ?;
+    fence = fence + LAST_INSERT_ID(fence + 1) * 0
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+    owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
+WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
 
 -- name: tidb_inspect
 -- Args: name. As inspect: no row when the name was never taken, the lease
@@ -517,7 +666,7 @@ FROM `sqllock` AS l JOIN (SELECT 'D' AS kind_ UNION ALL SELECT 'L') AS k
 WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
 ON DUPLICATE KEY UPDATE
   acquired_at = IF(`sqllock`.kind = 'L',
-                   `sqllock`.acquired_at + INTERVAL IF(MICROSECOND(`sqllock`.acquired_at) % 2 = 0, 1, -1) MICROSECOND,
+                   `sqllock`.acquired_at + INTERVAL IF(MOD(MICROSECOND(`sqllock`.acquired_at), 2) = 0, 1, -1) MICROSECOND,
                    `sqllock`.acquired_at);
 
 -- name: tidb_all_acquire
@@ -527,7 +676,8 @@ ON DUPLICATE KEY UPDATE
 -- name, and is read back with all_fences, since no insert id can carry
 -- them here. The fence assignment alone reads the old row: when it does not
 -- fail, every row is taken, and the other assignments take the row's new
--- values. VALUES() is the row the INSERT would have written.
+-- values, but for the expiry, never moved earlier (as in tidb_acquire).
+-- VALUES() is the row the INSERT would have written.
 INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES ?
 ON DUPLICATE KEY UPDATE
@@ -536,12 +686,26 @@ ON DUPLICATE KEY UPDATE
   acquired_at = UTC_TIMESTAMP(6),
   holder = VALUES(holder),
   owner = VALUES(owner),
-  expires_at = VALUES(expires_at);
+  expires_at = GREATEST(expires_at, VALUES(expires_at));
 
 -- name: tidb_all_acquire_row
 -- A row of tidb_all_acquire. Holes: name, token, holder, ttl µs.
-(?, 'L', ?, ?, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)),
+(?, 'L', ?, ?, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
+   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
  UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+
+-- name: tidb_all_refresh
+-- Holes: ttl µs, token, the names. all_refresh for the one-row forms,
+-- where a name has no fence row and its lease row is never deleted (a
+-- release empties its owner): a lease row of the set not ours or expired
+-- fails the statement with 1690, and the expiry never moves earlier.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
+WHERE kind = 'L'
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND IF(owner = ? AND expires_at > UTC_TIMESTAMP(6), 0, fence + 1 + 18446744073709551615) = 0
+  AND name IN (?);
 
 -- name: tidb_all_release
 -- Holes: token, the names. As tidb_release, for a set.
@@ -567,8 +731,8 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 
 -- name: slot_acquire
 -- Args: mode, P, n; then for each slot row i = 1..v, i, P i, i, token, i,
--- holder, i, ttl µs; then P; then token, n, mode, v, token, holder, token,
--- ttl µs, token, token, token, n. n as text. mode is 128 when v = n, 256
+-- holder, i, ttl µs; then P; then token, n, mode, v, token, holder, ttl µs,
+-- token, n. n as text. mode is 128 when v = n, 256
 -- when v > n (the Go side widens the visit to check a smaller n; v < n
 -- never). The slot row (the second of VALUES) is written once here; the Go
 -- side repeats it for slots 1..v, v at most 64.
@@ -602,10 +766,13 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 --    128 + i then came from this row's VALUES, and the slot is taken if it is free
 --    (owner '' or expired by the server's clock) or already ours (a retry
 --    after an unknown outcome), else the mark falls back to 128. A slot
---    before it taken (128 + j, j < i) leaves it alone, unless it is ours:
---    then it is made free, so a retry that finds an earlier slot free holds
---    one slot, not two. A slot taken again that was ours keeps its
---    acquired_at, which release_at_least counts from. In check mode a live
+--    before it taken (128 + j, j < i) leaves it alone, even when it is
+--    ours: a send that runs late must not free the slot a later send of
+--    the token took and returned, so a retry that finds an earlier slot
+--    free holds two, and the Go side deletes the one it does not report
+--    (slotCall.taken). A slot taken again that was ours keeps its
+--    acquired_at, which release_at_least counts from, and a later expiry
+--    (GREATEST, as in acquire: a free slot's has passed). In check mode a live
 --    slot (ours counts) turns 256 into 384; a new slot row is inserted free.
 -- 3. The fence row again (the same key: the update meets the row as step 1
 --    left it). Its VALUES part adds 65536 to the mark, which tells the update
@@ -631,7 +798,8 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 -- safe for statement-based replication, as acquire is.
 INSERT INTO `sqllock` (fence, name, kind, owner, holder, acquired_at, expires_at)
 VALUES
-  (LAST_INSERT_ID(?) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+  (LAST_INSERT_ID(?) * 0
+     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
   (LAST_INSERT_ID(IF(LAST_INSERT_ID() = 128, 128 + ?, LAST_INSERT_ID())) * 0, ?, 'L', IF(LAST_INSERT_ID() = 128 + ?, ?, ''), IF(LAST_INSERT_ID() = 128 + ?, ?, ''), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL IF(LAST_INSERT_ID() = 128 + ?, ?, 0) MICROSECOND),
   (LAST_INSERT_ID(LAST_INSERT_ID() + 65536) * 0, ?, 'F', '', '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE
@@ -652,21 +820,19 @@ ON DUPLICATE KEY UPDATE
   acquired_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE) AND owner <> ?,
                    UTC_TIMESTAMP(6), acquired_at),
   holder = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
-              IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
-                 '', holder)),
-  expires_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
-                  IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
-                     UTC_TIMESTAMP(6), expires_at)),
+              holder),
+  expires_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                  expires_at),
   owner = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
-             IF(IF(kind = 'L', LAST_INSERT_ID() BETWEEN 129 AND 192 AND LAST_INSERT_ID() <> 128 + CAST(RIGHT(name, 2) AS UNSIGNED) AND owner = ?, FALSE),
-                '', IF(kind = 'F' AND LAST_INSERT_ID() = 1, ?, owner)));
+             IF(kind = 'F' AND LAST_INSERT_ID() = 1, ?, owner));
 
 -- name: slot_release
 -- Args: P, Q, token. Deletes every slot row of the semaphore held by
 -- token, for an acquire whose outcome is unknown (the lease it may have
 -- taken could be on any slot): affected rows, with or without
 -- clientFoundRows, count the slots it held. The fence row (name P, kind 'F')
--- is not a lease row.
+-- is not a lease row. With a slot's name for P or Q, it deletes the
+-- token's slots before or after that one (slotCall.releaseOthers).
 DELETE FROM `sqllock` WHERE name > ? AND name < ? AND kind = 'L' AND owner = ?;
 
 -- name: slot_list

@@ -39,6 +39,7 @@ var (
 
 func TestMain(m *testing.M) {
 	findServers()
+	testdsn.AtLeastParallel(len(testServers)) // every server's subtest at once
 	code := m.Run()
 	for _, purge := range dockerPurges {
 		purge()
@@ -116,12 +117,33 @@ func requireServers(t testing.TB) {
 }
 
 // eachServer runs f as a subtest named by each server; a server that did not
-// answer fails its subtest.
+// answer fails its subtest. The servers' subtests run in parallel, each
+// server's one at a time: a test owns its tables on each server, so only
+// the test's own state is shared between them, and f must not touch the
+// enclosing test's t or variables without a lock.
 func eachServer(t *testing.T, f func(t *testing.T, s testServer)) {
+	t.Helper()
+	onServers(t, true, f)
+}
+
+// eachServerInTurn is eachServer with the servers' subtests one after
+// another, for a test that cannot run in parallel (testing.AllocsPerRun),
+// with the default DSN.
+func eachServerInTurn(t *testing.T, f func(t *testing.T, e *testEnv)) {
+	t.Helper()
+	onServers(t, false, func(t *testing.T, s testServer) {
+		f(t, newEnv(t, s, variants[0]))
+	})
+}
+
+func onServers(t *testing.T, parallel bool, f func(t *testing.T, s testServer)) {
 	t.Helper()
 	requireServers(t)
 	for _, s := range testServers {
 		t.Run(s.Label, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
 			if s.Err != nil {
 				t.Fatal(s.Err)
 			}
@@ -174,6 +196,22 @@ var variants = []variant{
 	}},
 	{name: "simultaneousAssignment", mariadbOnly: "SIMULTANEOUS_ASSIGNMENT is a MariaDB sql_mode (10.3.5+); MySQL has none", apply: func(c *mysql.Config) {
 		setParam(c, "sql_mode", "CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')")
+	}},
+	// sql_modes that change how statements parse or compute: MariaDB's
+	// ORACLE alone (it changes the grammar), and the others together, as a
+	// user's DSN sets them (they replace the server's default). Every
+	// statement must run alike under each, or the first use must refuse it.
+	// Together, not one variant each: each variant runs every test again on
+	// every server, and docs/servers.md's sql_mode table gives each mode
+	// alone.
+	{name: "sqlModeOracle", mariadbOnly: "ORACLE is a MariaDB sql_mode (10.3+); MySQL has none", apply: func(c *mysql.Config) {
+		setParam(c, "sql_mode", "'ORACLE'")
+	}},
+	{name: "sqlModes", notVitess: "vtgate refuses the ANSI_QUOTES in ANSI and NO_BACKSLASH_ESCAPES (1235); sqlModesVitess is the rest", apply: func(c *mysql.Config) {
+		setParam(c, "sql_mode", "'ANSI,PAD_CHAR_TO_FULL_LENGTH,NO_BACKSLASH_ESCAPES,NO_UNSIGNED_SUBTRACTION'")
+	}},
+	{name: "sqlModesVitess", vitessOnly: "sqlModes without what vtgate refuses (1235)", apply: func(c *mysql.Config) {
+		setParam(c, "sql_mode", "'PAD_CHAR_TO_FULL_LENGTH,NO_UNSIGNED_SUBTRACTION'")
 	}},
 	// Everything at once, with a lenient sql_mode that truncates long values
 	// instead of failing, and the quoting modes that change how SQL parses.

@@ -2,13 +2,13 @@ package sqllock
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Counting semaphores: TryAcquireSlot and AcquireSlot take one of a name's
@@ -139,42 +139,53 @@ func (c *Client) TryAcquireSlot(ctx context.Context, name string, n int, ttl tim
 	if err != nil {
 		return nil, err
 	}
-	return s.attempt(ctx)
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	l, err := s.attempt(ctx)
+	s.done(ctx, start, l, err)
+	return l, err
 }
 
 // AcquireSlot takes one of the n slots of name like [Client.TryAcquireSlot],
 // waiting between attempts while all n are held, as the Client's
 // [RetryStrategy] says, until it succeeds, the strategy gives up, or ctx
-// ends. It polls: slots have no wake-up channel, and calls waiting for one
-// semaphore do not queue. When ctx ends first, the error satisfies both
-// errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()). Errors other
-// than all slots held (a refused n, a missing table, a lost server) end the
-// call at once.
+// ends. It waits as [Client.Acquire] does, with the semaphore in place of a
+// name: calls of one Client for the same semaphore queue up behind one
+// poller, and a [Lock.Release] of any of its slots in the Client makes the
+// first in line try at once. With [WithWakeups], processes waiting for a
+// semaphore queue on its channel, in the order they came; for a semaphore of
+// one slot, the release wakes the process that has waited longest, and for
+// more, the first in line polls while the others wait behind it. When ctx
+// ends first, the error satisfies both errors.Is(err, ErrNotAcquired) and
+// errors.Is(err, ctx.Err()). An error that may pass (a failover's read-only
+// server, a restart) counts as a refused attempt, as in [Client.Acquire],
+// and the error that ends the call wraps the last such error. Other errors
+// (a refused n, a missing table, a refused login) end the call at once.
 func (c *Client) AcquireSlot(ctx context.Context, name string, n int, ttl time.Duration) (*Lock, error) {
 	s, err := c.newSlotCall(name, n, ttl)
 	if err != nil {
 		return nil, err
 	}
-	for attempt := 1; ; attempt++ {
-		l, err := s.attempt(ctx)
-		if err == nil || !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
-			return l, err
-		}
-		if cerr := ctxErr(ctx); cerr != nil {
-			// ctx ended while the attempt ran, which found every slot held.
-			if !errors.Is(err, cerr) {
-				err = fmt.Errorf("%w (%w)", err, cerr)
-			}
-			return nil, err
-		}
-		wait, ok := c.retry.Backoff(attempt)
-		if !ok {
-			return nil, err
-		}
-		if werr := sleepCtx(ctx, wait); werr != nil {
-			return nil, errorf("acquire a slot of %q: %w: %w", name, ErrNotAcquired, werr)
-		}
+	start := c.obsNow(c.obs.AcquireDone != nil)
+	var l *Lock
+	if _, ok := c.retry.Backoff(1); !ok {
+		l, err = s.attempt(ctx)
+	} else {
+		l, err = c.acquireQueued(ctx, s)
 	}
+	s.done(ctx, start, l, err)
+	return l, err
+}
+
+// done reports the call, begun at start, that returned l and err to the
+// Observer's AcquireDone, as every kind's acquire call is, under the
+// semaphore's name.
+func (s *slotCall) done(ctx context.Context, start time.Time, l *Lock, err error) {
+	if s.c.obs.AcquireDone == nil {
+		return
+	}
+	a := s.acquireCall
+	a.name = s.sem
+	s.c.acquireDone(ctx, &a, start, l, err)
 }
 
 // A slotCall is one call that takes a slot of a semaphore. It owns the
@@ -232,12 +243,13 @@ func (s *slotCall) attempt(ctx context.Context) (*Lock, error) {
 	for round := 0; round < maxSlotRounds; round++ {
 		sent := time.Now()
 		s.attempts++
-		res, maybeApplied, err := c.execSlot(ctx, slotSQL(c.table, mariadb, v), s.args(v))
+		res, unknown, err := c.execSlot(ctx, s.sem, c.withGuard(slotSQL(c.table, mariadb, v)), s.args(v))
+		last := time.Now() // no send of the round is later
 		if err != nil {
-			if maybeApplied {
-				s.cleanup(ctx, sent)
+			if unknown > 0 {
+				s.cleanup(ctx, last, unknown)
 			}
-			if errors.Is(err, errRowBusy) {
+			if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
 				return nil, fmt.Errorf("%w: a slot of %q stayed locked by another transaction (a holder's Lock.Check?)", ErrNotAcquired, s.sem)
 			}
 			if cerr := ctxErr(ctx); cerr != nil {
@@ -247,19 +259,19 @@ func (s *slotCall) attempt(ctx context.Context) (*Lock, error) {
 		}
 		id64, err := res.LastInsertId()
 		if err != nil {
-			if maybeApplied {
-				s.retire(sent)
+			if unknown > 0 {
+				s.retire(last, unknown == 1)
 			}
 			return nil, errorf("%s: %w", op, err)
 		}
 		id := uint64(id64)
-		if id < slotTaken && maybeApplied {
+		if id < slotTaken && unknown > 0 {
 			// An earlier send of this round may commit later (rule 2).
-			s.retire(sent)
+			s.retire(last, unknown == 1)
 		}
 		switch {
 		case id >= slotTaken:
-			return s.taken(ctx, id, sent, maybeApplied)
+			return s.taken(ctx, id, sent, last, unknown)
 		case id == 0:
 			return nil, fmt.Errorf("%w: all %d slots of %q are held", ErrNotAcquired, s.n, s.sem)
 		case id == slotResized:
@@ -279,25 +291,49 @@ func (s *slotCall) attempt(ctx context.Context) (*Lock, error) {
 	return nil, errorf("%w: %w: the slot count of %q kept changing (callers ask for different counts)", ErrNotAcquired, ErrSlotCount, s.sem)
 }
 
-// taken returns the Lock on the slot the answer id names.
-func (s *slotCall) taken(ctx context.Context, id uint64, sent time.Time, maybeApplied bool) (*Lock, error) {
+// taken returns the Lock on the slot the answer id names, taken by a
+// statement first sent at sent and last before last, unknown of whose sends
+// had an unknown outcome.
+func (s *slotCall) taken(ctx context.Context, id uint64, sent, last time.Time, unknown int) (*Lock, error) {
 	c := s.c
 	slot, fence := int(id%128), id/128
 	if slot < 1 || slot > s.n {
-		s.cleanup(ctx, sent)
+		s.cleanup(ctx, last, unknown+1)
 		return nil, errorf("acquire a slot of %q: unexpected answer %d (slot %d); was the table changed by hand?", s.sem, id, slot)
 	}
 	l := newLock(c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl))
-	if maybeApplied {
-		l.sentTwice(sent) // acquire.go, rule 3
+	if unknown > 0 {
+		l.sentTwice(last) // acquire.go, rule 3
+		s.releaseOthers(ctx, slot)
 	}
 	l.holdStarted()
 	if !c.held.add(l) {
-		s.cleanup(ctx, sent)
+		s.cleanup(ctx, last, unknown+1)
 		l.holdEnded(HoldClosed, ErrClosed)
 		return nil, ErrClosed
 	}
 	return l, nil
+}
+
+// releaseOthers deletes the slots other than slot that the call's token
+// holds: a send of the statement whose reply was lost may have taken one,
+// which a later send leaves ours (queries.sql, slot_acquire). It is given
+// back at once rather than at the Lock's release (rule 3 of acquireCall),
+// with a context of its own; on failure it expires by itself. A send that
+// runs later still may take one again: that one goes at the release.
+func (s *slotCall) releaseOthers(ctx context.Context, slot int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	c, mine := s.c, slotName(s.sem, slot)
+	for _, r := range [][2]string{{s.name, mine}, {mine, slotRowsEnd(s.sem)}} {
+		err := fault.Transient(ctx, func() error {
+			_, err := c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), r[0], r[1], s.token)
+			return err
+		})
+		if err != nil {
+			return
+		}
+	}
 }
 
 // args returns slot_acquire's arguments for a visit of v slot rows.
@@ -314,12 +350,13 @@ func (s *slotCall) args(v int) []any {
 		args = append(args, i, slotName(s.sem, i), i, token, i, c.holderArg, i, us)
 	}
 	args = append(args, p)
-	return append(args, token, n, mode, v, token, c.holderArg, token, us, token, token, token, n)
+	return append(args, token, n, mode, v, token, c.holderArg, us, token, n)
 }
 
 // slotsServer makes the Client's first-use check and the proof of its
-// statements, if not made yet, and refuses servers whose LAST_INSERT_ID()
-// does not carry a value from row to row. It reports whether the server is
+// statements, if not made yet, refuses servers whose LAST_INSERT_ID()
+// does not carry a value from row to row, and proves the semaphore
+// statements at the first use (proof_later.go). It reports whether the server is
 // MariaDB, whose per-statement lock wait bound the statement takes.
 func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	if _, err := c.stmt(ctx, qRelease); err != nil {
@@ -327,166 +364,14 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	}
 	switch {
 	case c.tidb.Load():
-		return false, errors.New("counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs")
+		return false, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	case c.oneRow.Load():
-		return false, errors.New("counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs")
+		return false, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.HasPrefix(c.sql[qAcquire], queries["lock_wait_mariadb"]), nil
-}
-
-// slotSQLs caches slot_acquire's text by table, server and visit.
-var slotSQLs sync.Map // slotSQLKey -> string
-
-type slotSQLKey struct {
-	table   string
-	mariadb bool
-	v       int
-}
-
-// slotSQL returns slot_acquire for table with its slot row written v times.
-func slotSQL(table string, mariadb bool, v int) string {
-	k := slotSQLKey{table, mariadb, v}
-	if s, ok := slotSQLs.Load(k); ok {
-		return s.(string)
-	}
-	q := queries["slot_acquire"]
-	start := strings.Index(q, "(LAST_INSERT_ID(IF(")
-	end := start + strings.Index(q[start:], "MICROSECOND),\n") + len("MICROSECOND),\n")
-	row := q[start:end]
-	text := q[:start] + strings.Repeat(row, v) + q[end:]
-	if mariadb {
-		text = queries["lock_wait_mariadb"] + "\n" + text
-	}
-	text = strings.ReplaceAll(text, tablePlaceholder, table)
-	slotSQLs.Store(k, text)
-	return text
-}
-
-// slotStmts holds a Client's slot_acquire statements, prepared once per
-// number of slot rows visited (at most MaxSlots of them), until Close.
-type slotStmts struct {
-	mu     sync.Mutex
-	byText map[string]*sql.Stmt
-	closed bool
-}
-
-// stmt returns the statement of text, preparing it on first use.
-func (s *slotStmts) stmt(ctx context.Context, db *sql.DB, text string) (*sql.Stmt, error) {
-	s.mu.Lock()
-	st, closed := s.byText[text], s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, ErrClosed
-	}
-	if st != nil {
-		return st, nil
-	}
-	err := retryTransient(ctx, func() (err error) {
-		st, err = db.PrepareContext(ctx, text)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if prev := s.byText[text]; prev != nil || s.closed {
-		_ = st.Close() // another call prepared it first, or Close came
-		if s.closed {
-			return nil, ErrClosed
-		}
-		return prev, nil
-	}
-	if s.byText == nil {
-		s.byText = make(map[string]*sql.Stmt)
-	}
-	s.byText[text] = st
-	return st, nil
-}
-
-// close closes the statements, for Client.Close, once its leases are
-// released; a statement prepared later is closed at once.
-func (s *slotStmts) close() {
-	s.mu.Lock()
-	stmts := s.byText
-	s.byText, s.closed = nil, true
-	s.mu.Unlock()
-	for _, st := range stmts {
-		_ = st.Close()
-	}
-}
-
-func (s *slotStmts) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-// execSlot sends slot_acquire's text, prepared once, as exec sends a
-// statement: again while the server rolls it back or the connection breaks
-// before the reply. maybeApplied reports whether an attempt that failed may
-// have committed.
-func (c *Client) execSlot(ctx context.Context, text string, args []any) (res sql.Result, maybeApplied bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	st, err := c.slots.stmt(ctx, c.db, text)
-	if err != nil {
-		return nil, false, err
-	}
-	var rowBusy bool
-	err = retry(ctx, time.Time{}, func() error {
-		var err error
-		if res, err = st.ExecContext(ctx, args...); err == nil {
-			return nil
-		}
-		if n, ok := serverErrno(err); ok && n == erLockWaitTimeout {
-			rowBusy = true // the statement was undone; a slot row stayed locked
-			return errRowBusy
-		}
-		switch classify(err) {
-		case failedUnknown:
-			maybeApplied = true
-		case failedFinal:
-			if ctx.Err() != nil {
-				maybeApplied = true
-			}
-		}
-		if c.slots.isClosed() {
-			return ErrClosed // "sql: statement is closed"
-		}
-		return err
-	})
-	if rowBusy {
-		return nil, maybeApplied, errRowBusy
-	}
-	return res, maybeApplied, err
-}
-
-// deleteSlotOrphan deletes the slots token may hold in the semaphore whose
-// fence row is named p, as deleteOrphan does for a lease.
-func (c *Client) deleteSlotOrphan(ctx context.Context, p string, x orphan) bool {
-	sent := time.Now()
-	sem := strings.TrimSuffix(p, slotMark)
-	var res sql.Result
-	err := retryTransient(ctx, func() (err error) {
-		res, err = c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), p, slotRowsEnd(sem), x.token)
-		return err
-	})
-	if err != nil {
-		return false
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false
-	}
-	settled := n >= 1 || sent.After(x.settled)
-	if settled {
-		c.unknown(p, true)
-	}
-	return settled
+	mariadb = strings.HasPrefix(c.sql[qAcquire], queries["lock_wait_mariadb"])
+	c.mu.Unlock()
+	return mariadb, c.proveSlotsOnce(ctx, mariadb)
 }
 
 // Slot returns the number of the semaphore slot the lease is on, 1 to n,

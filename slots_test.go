@@ -4,11 +4,15 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // ---------------------------------------------------------------------------
@@ -151,6 +155,9 @@ func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not available") {
 			t.Errorf("%s: got %v, want an error naming %s", tc.version, err, tc.want)
 		}
+		if !errors.Is(err, ErrUnsupportedServer) || !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("%s: got %v, want an error wrapping ErrUnsupportedServer and errors.ErrUnsupported", tc.version, err)
+		}
 		e.done()
 	}
 }
@@ -190,9 +197,20 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 		ctx := testCtx(t)
 		var locks []*Lock
 		var last uint64
+		// Slot 2's lease is short, to lapse below: no Refresh shortens a
+		// lease.
+		const short = 3 * time.Second
+		var lapse time.Time
 		for i := 1; i <= 3; i++ {
 			c := e.client(t, e.openDB(t), table, WithHolder("h"+string(rune('0'+i))))
-			l := mustSlot(t, c, "jobs", 3, time.Minute)
+			ttl := time.Minute
+			if i == 2 {
+				ttl = short
+			}
+			l := mustSlot(t, c, "jobs", 3, ttl)
+			if i == 2 {
+				lapse = time.Now().Add(short) // after the server's expiry
+			}
 			if l.Slot() != i || l.Name() != "jobs" {
 				t.Fatalf("slot %d: got %q slot %d", i, l.Name(), l.Slot())
 			}
@@ -221,6 +239,9 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 		if err := locks[1].Refresh(ctx, 50*time.Millisecond); err != nil {
 			t.Fatalf("Refresh: %v", err)
 		}
+		if end := time.Now().Add(50 * time.Millisecond); end.After(lapse) {
+			lapse = end
+		}
 		tx, err := e.db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +258,7 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 			t.Fatalf("after a release: got slot %d fence %d, want slot 1 above %d", l.Slot(), l.Fence(), last)
 		}
 		last = l.Fence()
-		time.Sleep(100 * time.Millisecond) // slot 2's lease lapses
+		time.Sleep(time.Until(lapse) + 100*time.Millisecond) // slot 2's lease lapses
 		l2 := mustSlot(t, other, "jobs", 3, time.Minute)
 		if l2.Slot() != 2 || l2.Fence() <= last {
 			t.Fatalf("after a lapse: got slot %d fence %d, want slot 2 above %d", l2.Slot(), l2.Fence(), last)
@@ -287,8 +308,9 @@ func TestTryAcquireSlot_otherN(t *testing.T) {
 }
 
 // A statement sent again with the same token (an exec retry after a lost
-// reply) holds one slot, not two: it takes its own slot again, or an
-// earlier free one and frees its own.
+// reply) takes its own slot again, or an earlier free one and keeps its
+// own (a late send must not free the slot a later send returned); the call
+// then gives back every slot of the token but the one it reports.
 func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
@@ -317,8 +339,12 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 			t.Fatalf("same token, slot 1 free: got %v, %v, want slot 1", l3, err)
 		}
 		var n int
+		if err := e.db.QueryRow("SELECT COUNT(*) FROM `"+table+"` WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6)", s.token).Scan(&n); err != nil || n != 2 {
+			t.Fatalf("live rows of the token after the statement: got %d, %v, want 2 (slot 2 kept)", n, err)
+		}
+		s.releaseOthers(ctx, l3.Slot())
 		if err := e.db.QueryRow("SELECT COUNT(*) FROM `"+table+"` WHERE kind = 'L' AND owner = ?", s.token).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("rows of the token: got %d, %v, want 1", n, err)
+			t.Fatalf("rows of the token after releaseOthers: got %d, %v, want 1", n, err)
 		}
 		info, err := c.InspectSlots(ctx, "r")
 		if err != nil || len(info.Held) != 1 || info.Held[0].Slot != 1 {
@@ -405,6 +431,18 @@ func raceSlots(t *testing.T, clients []*Client, n, rounds int) {
 }
 
 func isSlotAcquire(q string) bool { return strings.Contains(q, "RIGHT(name, 2)") }
+
+// aboutProof reports whether a statement's arguments name a proof's rows
+// (proof_later.go): the semaphore statements' proof passes the layers that
+// lose the Client's own.
+func aboutProof(args []driver.NamedValue) bool {
+	for _, a := range args {
+		if s, ok := a.Value.(string); ok && strings.HasPrefix(s, proofPrefix) {
+			return true
+		}
+	}
+	return false
+}
 func isSlotRelease(q string) bool {
 	return strings.HasPrefix(q, "DELETE") && strings.Contains(q, "name > ?")
 }
@@ -415,8 +453,8 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		le := newLateEnv(t, e)
-		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) {
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
 				return lose
 			}
 			return pass
@@ -428,8 +466,10 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 		if _, err := le.witness.TryAcquireSlot(testCtx(t), "lost", 1, time.Minute); err != nil {
 			t.Fatalf("the witness: got %v, want the slot: the lost acquire's slot was deleted", err)
 		}
-		if got := le.c.orphans.remembered(slotRows("lost")); got != 0 {
-			t.Errorf("tokens remembered: got %d, want 0 (the DELETE settled it)", got)
+		// Every send ran: the DELETE removed what one wrote, which proves
+		// nothing of the others, so the token stays remembered (orphans.go).
+		if got := le.c.orphans.remembered(slotRows("lost")); got != 1 {
+			t.Errorf("tokens remembered: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 		}
 	})
 }
@@ -445,8 +485,9 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 			ctx := testCtx(t)
 			// The acquire's replies are lost; its DELETE is held back, as
 			// if it ran late, and never arrives.
-			le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
 				switch {
+				case aboutProof(args):
 				case isSlotAcquire(q):
 					return lose
 				case isSlotRelease(q):
@@ -480,8 +521,9 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 			if err != nil || l.Slot() != 1 {
 				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
 			}
-			if got := le.c.orphans.remembered(slotRows("orph")); got != 0 {
-				t.Errorf("tokens remembered after: got %d, want 0", got)
+			// Deleted again until no send of it can commit (orphans.go).
+			if got := le.c.orphans.remembered(slotRows("orph")); got != 1 {
+				t.Errorf("tokens remembered after: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 			}
 		})
 	}
@@ -496,7 +538,12 @@ func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 		c := e.newClient(t, WithRetry(LinearBackoff(5*time.Millisecond)))
 		other := e.client(t, e.openDB(t), strings.Trim(c.table, "`"))
 		l := mustSlot(t, other, "wait", 1, time.Minute)
-		ctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+		// c's first slot proves its statements first, within the caller's
+		// context; the short one below is for the wait alone.
+		if err := mustSlot(t, c, "warm", 1, time.Minute).Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
 		defer cancel()
 		_, err := c.AcquireSlot(ctx, "wait", 1, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
@@ -530,6 +577,9 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("got %v, want an error naming %s", err, want)
 		}
+		// As every refusal of a server (proof.go).
+		wantErrIs(t, err, ErrUnsupportedServer)
+		wantErrIs(t, err, errors.ErrUnsupported)
 		var n int
 		if err := e.db.QueryRow("SELECT COUNT(*) FROM " + c.table + " WHERE name LIKE 'jobs%'").Scan(&n); err != nil || n != 0 {
 			t.Fatalf("rows of the semaphore: got %d, %v, want 0", n, err)
@@ -544,14 +594,17 @@ func TestDoSlot(t *testing.T) {
 		slotServer(t, e)
 		c := e.newClient(t)
 		ctx := testCtx(t)
-		err := c.DoSlot(ctx, "do", 1, time.Second, func(ctx context.Context, l *Lock) error {
+		// Renewals every 500 ms, each with 375 ms to answer, 1.35 s before
+		// the keep-alive gives up: margins a loaded machine keeps.
+		const ttl = 1500 * time.Millisecond
+		err := c.DoSlot(ctx, "do", 1, ttl, func(ctx context.Context, l *Lock) error {
 			if l.Slot() != 1 || l.Fence() == 0 {
 				t.Errorf("fn's Lock: got slot %d fence %d", l.Slot(), l.Fence())
 			}
 			if err := c.TryDoSlot(ctx, "do", 1, time.Second, func(context.Context, *Lock) error { return nil }); !errors.Is(err, ErrNotAcquired) {
 				t.Errorf("TryDoSlot while the one slot is held: got %v, want ErrNotAcquired", err)
 			}
-			time.Sleep(1500 * time.Millisecond) // past the ttl: the keep-alive renews
+			time.Sleep(ttl + 300*time.Millisecond) // past the ttl: the keep-alive renews
 			return ctx.Err()
 		})
 		if err != nil {
@@ -574,8 +627,8 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 		le := newLateEnv(t, e)
 		ctx := testCtx(t)
 		sends := 0
-		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) {
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
 				if sends++; sends == 1 {
 					return lose
 				}
@@ -609,9 +662,10 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 	})
 }
 
-// slot_acquire and slot_release are safe for statement-based replication
-// (no Note 1592 under binlog_format=STATEMENT), and raise no warning at all:
-// no truncating cast, no deprecated syntax.
+// slot_release is safe for statement-based replication (no Note 1592 under
+// binlog_format=STATEMENT), and slot_acquire is but for its session guard
+// (TestQueries_statementBinlogSafe); neither raises any other warning: no
+// truncating cast, no deprecated syntax.
 func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
@@ -646,11 +700,11 @@ func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 			text string
 			args []any
 		}{
-			{"take", slotSQL(c.table, false, 3), three.args(3)},
-			{"take again, the same token", slotSQL(c.table, false, 3), three.args(3)},
-			{"another n, refused", slotSQL(c.table, false, 2), two.args(2)},
+			{"take", c.withGuard(slotSQL(c.table, false, 3)), three.args(3)},
+			{"take again, the same token", c.withGuard(slotSQL(c.table, false, 3)), three.args(3)},
+			{"another n, refused", c.withGuard(slotSQL(c.table, false, 2)), two.args(2)},
 			{"release", c.substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
-			{"another n, resized", slotSQL(c.table, false, 3), two.args(3)}, // the wider visit of a smaller n
+			{"another n, resized", c.withGuard(slotSQL(c.table, false, 3)), two.args(3)}, // the wider visit of a smaller n
 		} {
 			if _, err := conn.ExecContext(ctx, s.text, s.args...); err != nil {
 				t.Fatalf("%s: %v", s.what, err)
@@ -665,6 +719,9 @@ func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 				if err := rows.Scan(&level, &code, &msg); err != nil {
 					t.Fatal(err)
 				}
+				if code == 1592 && s.what != "release" && guardUnsafe(msg) {
+					continue
+				}
 				t.Errorf("%s: got %s %d (%s), want no warning", s.what, level, code, msg)
 			}
 			rows.Close()
@@ -672,6 +729,164 @@ func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 		info, err := c.InspectSlots(ctx, "b")
 		if err != nil || info.N != 2 {
 			t.Fatalf("after the resize: got %+v, %v, want 2 slots", info, err)
+		}
+	})
+}
+
+// A slot acquire whose first send is held back and whose resend takes slot 2
+// (slot 1 being another's) returns a Lock on slot 2. The first send, run
+// late after slot 1 was released, takes slot 1 under the same token; it
+// must leave slot 2 the Lock's: the Lock's Refresh succeeds, and a third
+// Client cannot take slot 2.
+func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		first := mustSlot(t, le.witness, "mv", 2, time.Minute)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquireSlot(ctx, "mv", 2, time.Minute)
+		if err != nil || l.Slot() != 2 {
+			t.Fatalf("TryAcquireSlot, first send held: got %v, %v, want slot 2", l, err)
+		}
+		le.lc.setDecide(nil)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, slotName("mv", 1)); owner != l.Token() {
+			t.Fatalf("slot 1 after the late send: owner %q, want the Lock's token: the test did not make the race", owner)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh of the Lock on slot %d after the late send: %v", l.Slot(), err)
+		}
+		third := e.client(t, e.openDB(t), le.table)
+		if got, err := third.TryAcquireSlot(ctx, "mv", 2, time.Minute); err == nil {
+			t.Fatalf("a third Client: got slot %d while the Lock reports slot %d, want ErrNotAcquired", got.Slot(), l.Slot())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A slot acquire whose first send takes slot 2 (slot 1 being another's) and
+// loses its reply, and whose resend finds slot 1 free, returns a Lock on
+// slot 1 and gives slot 2 back at once: the token holds one slot.
+func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		first := mustSlot(t, le.witness, "one", 2, time.Minute)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
+				switch sends++; sends {
+				case 1:
+					return lose // takes slot 2; the reply is lost
+				case 2:
+					if err := first.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquireSlot(ctx, "one", 2, time.Minute)
+		if err != nil || l.Slot() != 1 || sends != 2 {
+			t.Fatalf("TryAcquireSlot: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
+		}
+		var n int
+		if err := le.straight.QueryRow("SELECT COUNT(*) FROM `"+le.table+"` WHERE kind = 'L' AND owner = ?", l.Token()).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("rows of the token: got %d, %v, want 1", n, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A slot's acquire calls are told to the Observer as every kind's are: each
+// call's AcquireDone under the semaphore's name, and each send of the slot
+// statement that may be sent again to Retried, as the single acquire's
+// sends are.
+func TestTryAcquireSlot_observed(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		r := newEventRecorder()
+		le := newLateEnv(t, e, WithObserver(r.observer()))
+		ctx := testCtx(t)
+		l := mustSlot(t, le.c, "jobs", 1, time.Minute)
+		if _, err := le.c.TryAcquireSlot(ctx, "jobs", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("the second slot of one: got %v, want ErrNotAcquired", err)
+		}
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if _, err := le.c.AcquireSlot(short, "jobs", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("AcquireSlot while held: got %v, want ErrNotAcquired", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
+				return lose
+			}
+			return pass
+		})
+		if _, err := le.c.TryAcquireSlot(ctx, "lost", 1, time.Minute); err == nil {
+			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		calls := map[string]int{}
+		for _, ev := range r.acquires {
+			calls[fmt.Sprintf("%s %s", ev.Name, ev.Outcome)]++
+			if ev.Attempts < 1 {
+				t.Errorf("AcquireEvent %+v: no attempt counted", ev)
+			}
+		}
+		if want := map[string]int{"warm acquired": 1, "jobs acquired": 1, "jobs held": 2, "lost broken": 1}; !maps.Equal(calls, want) {
+			t.Errorf("acquire calls told: got %v, want %v", calls, want)
+		}
+		if got := r.counts["retry slot_acquire lost broken"]; got != fault.MaxTransientAttempts {
+			t.Errorf("sends of the lost slot acquire told to Retried: got %d, want %d (%s)", got, fault.MaxTransientAttempts, showCounts(r.counts))
+		}
+		if got := r.counts["unknown lost settled=false"]; got != 1 {
+			t.Errorf("the lost slot acquire's token told to Unknown under the semaphore's name: got %d, want 1 (%s)", got, showCounts(r.counts))
+		}
+	})
+}
+
+// On MariaDB a slot acquire waits at most a second for a slot row that a
+// holder's Lock.Check keeps locked, and reports the semaphore held, as a
+// single acquire reports its name (queries.sql, lock_wait_mariadb).
+func TestTryAcquireSlot_rowLockedByCheck_held(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		if !e.server.MariaDB {
+			t.Skip("the bound on a row lock is MariaDB's (lock_wait_mariadb); on MySQL the acquire waits for the transaction")
+		}
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustSlot(t, a, "sem", 1, time.Minute)
+		checkedTx(t, a, l)
+		short, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := b.TryAcquireSlot(short, "sem", 1, time.Minute)
+		if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "stayed locked") {
+			t.Fatalf("TryAcquireSlot while the holder's Check locks the slot: got %v, want ErrNotAcquired saying the slot stayed locked", err)
 		}
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,8 @@ type Client struct {
 	onceByRows atomic.Bool      // once_record reports by the rows it inserted (tablecheck.go, once.go)
 	lockWait   atomic.Bool      // MariaDB: acquires bound their wait for a row (queries.sql, lock_wait_mariadb)
 	skew       skewWarnings     // clock.go
+	recheck    tableRecheck     // the table checked again while the Client runs; tablecheck.go
+	mysqlGuard atomic.Bool      // MySQL itself: the session guard tests for its applier (withGuard)
 	stmts      [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters  waiters       // Acquire calls waiting for a name (waiters.go)
@@ -74,9 +75,10 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
-	held    held      // the Locks to release on Close; held.go
-	slots   slotStmts // slot_acquire prepared per number of slot rows; slots.go
-	orphans orphans   // tokens of acquires whose outcome stays unknown; orphans.go
+	held    held                       // the Locks to release on Close; held.go
+	slots   slotStmts                  // slot_acquire prepared per number of slot rows; slots.go
+	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
+	orphans orphans                    // tokens of acquires whose outcome stays unknown; orphans.go
 }
 
 // An Option configures a Client in [New].
@@ -166,11 +168,6 @@ func defaultHolder() string {
 		h = h[len(h)-MaxHolderLen:]
 	}
 	return h
-}
-
-// substitute puts the Client's quoted table name into a statement.
-func (c *Client) substitute(stmt string) string {
-	return strings.ReplaceAll(stmt, tablePlaceholder, c.table)
 }
 
 // CreateTable creates the Client's table if it does not exist, running the

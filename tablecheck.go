@@ -10,6 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 var (
@@ -17,7 +21,9 @@ var (
 	// describes: a column of another type, nullable, comparing names without
 	// regard to case, or another primary key. The error that wraps it names
 	// each difference and the ALTER TABLE statement that mends them. It
-	// comes from a Client's first use, before any lease is taken.
+	// comes from a Client's first use, before any lease is taken, and from
+	// a running Client's acquires and refreshes when the table was altered
+	// under it (tableRecheck), which then send nothing.
 	ErrBadTable = errors.New("sqllock: table does not match schema.sql")
 )
 
@@ -73,7 +79,7 @@ const erNativeFunctionRefused = 3566
 func (c *Client) readCarries(ctx context.Context) (bool, error) {
 	var set, read sql.NullString
 	err := c.db.QueryRowContext(ctx, queries["carries"], 1).Scan(&set, &read)
-	if n, ok := serverErrno(err); ok && n == erNativeFunctionRefused {
+	if n, ok := fault.Errno(err); ok && n == erNativeFunctionRefused {
 		return true, nil
 	}
 	if err != nil {
@@ -99,7 +105,7 @@ type foundIndex struct {
 func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	table := strings.Trim(c.table, "`")
 	var fu *firstUse
-	err = retryTransient(ctx, func() error {
+	err = fault.Transient(ctx, func() error {
 		var err error
 		fu, err = c.readFirstUse(ctx, table)
 		if err == nil && fu.autocommit && !c.formsAreChosen() {
@@ -108,7 +114,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 		return err
 	})
 	if err != nil {
-		if isConnectError(err) {
+		if fault.IsConnectError(err) {
 			return false, err // serverError names the step
 		}
 		return false, fmt.Errorf("check the server and table: %w", err)
@@ -126,6 +132,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if err := fu.compare(c.table); err != nil {
 		return false, err
 	}
+	c.recheck.due.Store(time.Now().Add(tableRecheckEvery).UnixNano())
 	return true, nil
 }
 
@@ -180,7 +187,66 @@ func (c *Client) chooseForms(version string, carries bool) {
 	case strings.Contains(version, "MariaDB"):
 		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
 		c.lockWait.Store(true)
+	case strings.HasPrefix(version, "5."):
+		// MySQL 5.7 has no variable that tells its replica's applier
+		// (docs/servers.md).
+	default:
+		// MySQL: the session guard lets its replica's applier pass by a
+		// variable of its own (queries.sql, guard_applier_mysql).
+		c.mysqlGuard.Store(true)
+		for i := range c.sql {
+			c.sql[i] = c.withGuard(c.sql[i])
+		}
 	}
+}
+
+// tableRecheckEvery is how often a running Client checks its table again
+// (tableRecheck).
+const tableRecheckEvery = time.Second
+
+// A tableRecheck checks the Client's table against schema.sql again, as the
+// first use did, while the Client runs: an operator may alter it under
+// running Clients. A column made DATETIME without fractions, say, cuts up
+// to a second off every lease written, which no answer shows (the insert
+// ids come from the BIGINT fence and marks), and gave several holders at
+// once with 1s leases. So the trigger is time: the first statement that
+// takes or extends a lease after tableRecheckEvery sends the first_use
+// query first (one read of the table's definition, about as dear as one
+// lock statement, at most once a second), and while the table differs,
+// every such statement fails with the difference, wrapping ErrBadTable,
+// and sends nothing; it is checked again each second, so a mended table
+// serves again. Changes an answer does show (the fence row gone, a mark or
+// slot out of range) are reported where the answer is read. The zero value
+// is due at once; checkFirstUse sets the first due time.
+type tableRecheck struct {
+	due     atomic.Int64 // UnixNano from which the next check is due
+	running atomic.Bool  // a check is under way; other calls do not wait for it
+	bad     atomic.Pointer[error]
+}
+
+// tableStillGood returns the difference the last check found between the
+// table and schema.sql, checking again first when due. A check that cannot
+// read the table's definition (a lost connection, the table gone) finds no
+// difference: the statement then meets the same trouble and says so.
+func (c *Client) tableStillGood(ctx context.Context) error {
+	r := &c.recheck
+	if now := time.Now().UnixNano(); now >= r.due.Load() && r.running.CompareAndSwap(false, true) {
+		r.due.Store(now + int64(tableRecheckEvery))
+		defer r.running.Store(false)
+		fu, err := c.readFirstUse(ctx, strings.Trim(c.table, "`"))
+		if err == nil && fu.found {
+			if err := fu.compare(c.table); err != nil {
+				err = errorf("%w (found while this Client ran: the table was altered; until it is mended, no lease is taken or extended)", err)
+				r.bad.Store(&err)
+				return err
+			}
+			r.bad.Store(nil)
+		}
+	}
+	if p := r.bad.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // formsAreChosen reports whether chooseForms has run.
@@ -188,12 +254,6 @@ func (c *Client) formsAreChosen() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.formsChosen
-}
-
-// firstUseSQL returns the first_use query about table, a name tableNameRE
-// allows, which needs no quoting inside a string literal.
-func firstUseSQL(table string) string {
-	return strings.ReplaceAll(queries["first_use"], "'sqllock'", "'"+table+"'")
 }
 
 // readFirstUse sends the first_use query and collects its rows about table.
@@ -221,6 +281,10 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 			fu.version = f[1].String
 			foldNames = f[2].String != "0"
 			continue
+		}
+		if col := nullAnswer(what, f); col != "" {
+			return nil, errorf("%w: cannot check the table: information_schema answered NULL for %s, which it never leaves NULL "+
+				"(the first_use query, queries.sql): the server's answers cannot be trusted, so nothing is known of the table", ErrUnsupportedServer, col)
 		}
 		// The views may match table names without regard to case; a
 		// server that stores them as written tells them apart.
@@ -261,6 +325,30 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 		}
 	}
 	return fu, nil
+}
+
+// nullAnswer returns the column of information_schema that a first_use row
+// of kind what answered NULL where the view never does (a NOT NULL column
+// of it), or "". STATISTICS.COLUMN_NAME may be NULL (a functional key part)
+// and COLLATION_NAME is NULL for binary columns.
+func nullAnswer(what string, f [6]sql.NullString) string {
+	var need map[int]string
+	switch what {
+	case "server":
+		need = map[int]string{0: "@@autocommit", 1: "VERSION()", 2: "@@lower_case_table_names"}
+	case "table":
+		need = map[int]string{0: "TABLES.TABLE_NAME", 1: "TABLES.ENGINE"}
+	case "column":
+		need = map[int]string{0: "COLUMNS.TABLE_NAME", 1: "COLUMNS.COLUMN_NAME", 2: "COLUMNS.COLUMN_TYPE", 3: "COLUMNS.IS_NULLABLE"}
+	case "index":
+		need = map[int]string{0: "STATISTICS.TABLE_NAME", 1: "STATISTICS.INDEX_NAME", 2: "STATISTICS.NON_UNIQUE", 3: "STATISTICS.SEQ_IN_INDEX"}
+	}
+	for i := range f {
+		if col, ok := need[i]; ok && !f[i].Valid {
+			return col
+		}
+	}
+	return ""
 }
 
 // compare holds the table fu found against schema.sql and returns an error

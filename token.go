@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 )
 
@@ -18,4 +19,16 @@ func newToken() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// releasedToken returns the owner a release with a minimum hold leaves on a
+// lease of token (queries.sql, release_at_least): TO_BASE64(UNHEX(token)),
+// which no token equals, so no statement of the token touches the lease
+// again; a forced release deletes it by this owner.
+func releasedToken(token string) string {
+	b, err := hex.DecodeString(token)
+	if err != nil {
+		return token
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }

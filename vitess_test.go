@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The tests below run on the Vitess keyspaces SQLLOCK_TEST_DSN names
@@ -15,13 +17,14 @@ import (
 // Why tests skip through Vitess: what vtgate does not pass on or refuses,
 // named in docs/testing.md.
 const (
-	vitessNoKill     = "vtgate refuses KILL (VT07001: kill statement execution not permitted), so a test cannot cut a connection from the server's side"
-	vitessNoAuth     = "vttestserver's vtgate checks no password (--mysql-auth-server-impl none)"
-	vitessNoReadOnly = "through vtgate a session's transaction_read_only=1 did not refuse an autocommit write (no 1792): vtgate does not pass it to the tablet's statement"
-	vitessNoIdleKill = "vtgate does not close a client's session when its wait_timeout passes: the setting goes to the tablet's connections, not to vtgate's"
-	vitessNoChannels = "the wake-up channels stay off through Vitess (TestVitess_wakeupsOff)"
-	vitessNoProxy    = "these tests are of the fault proxy itself, not of sqllock, and vtgate cannot prepare their DO ? (1815)"
-	vitessCancelsCut = "vtgate cancelled the acquire when its client's connection was cut, before it committed, so no lease was left to clean up (it may also commit first: then the test runs)"
+	vitessNoKill      = "vtgate refuses KILL (VT07001: kill statement execution not permitted), so a test cannot cut a connection from the server's side"
+	vitessNoAuth      = "vttestserver's vtgate checks no password (--mysql-auth-server-impl none)"
+	vitessNoTimestamp = "vtgate refuses SET timestamp (1105, a syntax error): no session timestamp reaches a tablet through it"
+	vitessNoReadOnly  = "through vtgate a session's transaction_read_only=1 did not refuse an autocommit write (no 1792): vtgate does not pass it to the tablet's statement"
+	vitessNoIdleKill  = "vtgate does not close a client's session when its wait_timeout passes: the setting goes to the tablet's connections, not to vtgate's"
+	vitessNoChannels  = "the wake-up channels stay off through Vitess (TestVitess_wakeupsOff)"
+	vitessNoProxy     = "these tests are of the fault proxy itself, not of sqllock, and vtgate cannot prepare their DO ? (1815)"
+	vitessCancelsCut  = "vtgate cancelled the acquire when its client's connection was cut, before it committed, so no lease was left to clean up (it may also commit first: then the test runs)"
 )
 
 // noSuchTable is the error number a statement on a missing table gets:
@@ -29,9 +32,9 @@ const (
 // not found"), since vtgate routes by a vschema that does not have it.
 func (e *testEnv) noSuchTable() int {
 	if e.server.Vitess && e.server.VitessShards > 1 {
-		return erUnknown
+		return fault.UnknownError
 	}
-	return erNoSuchTable
+	return fault.NoSuchTable
 }
 
 // skipOnVitess skips t through Vitess, saying why.

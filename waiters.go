@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-// Acquire calls of one Client that wait for the same name share one poller,
+// Acquire calls of one Client that wait for the same name share one poller
+// (and so do AcquireAll calls for one set, and AcquireSlot calls for one
+// semaphore: each kind's key names its queue, wait_kinds.go),
 // so that a process sends the same statements per second whether one
 // goroutine waits for a name or a thousand do. The callers form a queue in
 // arrival order. Only its head sends statements, as the RetryStrategy paces
@@ -46,6 +48,14 @@ type waitQueue struct {
 	// Client after the head's statement was sent: its answer is stale, so
 	// the head tries again at once.
 	kicked bool
+	// refusal is the last error that may pass (a read-only server, a
+	// failover) that the queue's attempts met since the last answer: what
+	// every caller of the queue, not only the head that met it, reports
+	// when its wait ends without the lock.
+	refusal error
+	// held is the answer of the last attempt that found the key held (a
+	// *HeldError for a set): what a caller whose strategy gave up returns.
+	held error
 }
 
 // A waiter is one Acquire call in a queue.
@@ -108,13 +118,16 @@ func (ws *waiters) leave(name string, q *waitQueue, w *waiter) {
 }
 
 // acquired takes the head w out of q after it took the lock. The next head
-// waits one step of its strategy before trying: the name is held in this
-// Client, whose Release will wake it sooner.
-func (ws *waiters) acquired(name string, q *waitQueue, w *waiter, s RetryStrategy) {
+// waits one step of its strategy before trying: the key is held in this
+// Client, whose Release will wake it sooner; unless the key is shared (a
+// semaphore's other slots may be free), when it tries at once.
+func (ws *waiters) acquired(name string, q *waitQueue, w *waiter, s RetryStrategy, shared bool) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.remove(name, q, w)
-	if len(q.waiters) > 0 && !q.kicked {
+	if shared {
+		q.next = time.Now()
+	} else if len(q.waiters) > 0 && !q.kicked {
 		d, _ := s.Backoff(max(q.waiters[0].attempts, 1))
 		q.next = time.Now().Add(d)
 	}
@@ -177,52 +190,57 @@ func (ws *waiters) waiting(name string) int {
 	return 0
 }
 
-// acquireQueued is Acquire for a strategy that may retry: the call joins
-// the name's queue and waits there, trying only while it is the head. With
-// wake-up channels on (wake.go), the head of a name this Client waited for
-// waits on the channel instead of sleeping between attempts.
-func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, error) {
-	name, ttl := a.name, a.ttl
+// acquireQueued is the wait of every kind of acquire (wait_kinds.go) for
+// a strategy that may retry: the call joins its key's queue and waits
+// there, trying only while it is the head. With wake-up channels on
+// (wake.go), the head of a key this Client waited for waits on the channel
+// instead of sleeping between attempts.
+func (c *Client) acquireQueued(ctx context.Context, call waitCall) (*Lock, error) {
+	key, ttl := call.key(), call.leaseTTL()
 	var lock *Lock // set when the call returns one
 	ws := &c.waiters
 	w := &waiter{wake: make(chan struct{}, 1)}
-	q := ws.join(name, w)
-	useWake := c.wake.on && c.wake.contended(name)
+	q := ws.join(key, w)
+	useWake := c.wake.on && c.wake.contended(key)
 	waited := false        // refused, or queued behind another process
 	refusedBefore := false // an attempt of this call was refused
 	defer func() {
-		if lock == nil {
-			if c.wake.on && ws.waiting(name) == 0 {
-				// Nobody here waits for the name any more: the next
-				// process may have the channel this queue holds.
-				c.letGo(ctx, name, nil)
-			}
+		if c.wake.on && (lock == nil || call.shared()) && ws.waiting(key) == 0 {
+			// Nobody here waits for the key any more: the next process
+			// may have the channel this queue holds.
+			c.letGo(ctx, key, nil)
 		}
 	}()
-	var lastErr error // the last passable error, while no answer came since
 	for {
 		ws.mu.Lock()
 		if w.gaveUp {
+			refusal, held := q.refusal, q.held
 			ws.mu.Unlock()
-			return nil, heldError(name)
+			if refusal != nil {
+				return nil, errorf("%s: %w: the retry strategy gave up (last error: %w)", call.op(), ErrNotAcquired, refusal)
+			}
+			if held == nil {
+				held = errorf("%s: %w: the retry strategy gave up", call.op(), ErrNotAcquired)
+			}
+			return nil, held
 		}
 		head := q.waiters[0] == w
 		wait := time.Until(q.next)
 		ws.mu.Unlock()
 
 		if head && !useWake && c.wake.on {
-			// A release of this Client that had waited for the name
+			// A release of this Client that had waited for the key
 			// makes the queue wait behind the other processes.
-			useWake = c.wake.contended(name)
+			useWake = c.wake.contended(key)
 		}
-		granted := false // the channel woke this head: the name was let go of
+		granted := false // the channel woke this head: the key was let go of
 		if head && useWake {
 			began := c.obsNow(c.obs.Wakeup != nil)
-			st, queued, err := c.waitWake(ctx, name, ttl)
-			c.waitWoke(name, st, err, began)
+			st, queued, err := c.waitWake(ctx, key, ttl)
+			c.waitWoke(call.label(), st, err, began)
 			if err != nil {
-				ws.leave(name, q, w)
-				return nil, c.waitEnded(name, err, lastErr)
+				ws.leave(key, q, w)
+				return nil, waitEnded(call, err, ws.refusalOf(q))
 			}
 			waited = waited || queued
 			granted = st == wakeGranted
@@ -240,28 +258,28 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 
 		if !head || wait > 0 {
 			if err := c.sleepQueued(ctx, w, head, wait); err != nil {
-				ws.leave(name, q, w)
-				return nil, c.waitEnded(name, err, lastErr)
+				ws.leave(key, q, w)
+				return nil, waitEnded(call, err, ws.refusalOf(q))
 			}
 			continue
 		}
 
-		if refusedBefore && !granted && !kicked && ws.queued.Load() > lookAbove && !c.orphans.has(name) {
+		if name := call.lookName(); name != "" && refusedBefore && !granted && !kicked && ws.queued.Load() > lookAbove && !c.orphans.has(name) {
 			// The name was held at the last answer, and this Client
 			// waits for many: ask whether it is free, with the other
 			// names due now, in one statement (poll.go), and send the
 			// acquire only if it is.
 			held, err := c.lookHeld(ctx, name)
 			if err != nil && (errors.Is(err, ErrClosed) || ctxErr(ctx) != nil) {
-				ws.leave(name, q, w)
-				return nil, c.waitEnded(name, err, lastErr)
+				ws.leave(key, q, w)
+				return nil, waitEnded(call, err, ws.refusalOf(q))
 			}
 			if err == nil && held {
-				lastErr = nil
+				ws.setRefused(q, nil, heldError(name))
 				if c.wake.on {
-					c.wake.waited(name) // as a refused acquire does
+					c.wake.waited(key) // as a refused acquire does
 				}
-				if !ws.refused(name, q, w, c.retry) {
+				if !ws.refused(key, q, w, c.retry) {
 					return nil, heldError(name)
 				}
 				continue
@@ -269,24 +287,28 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 			// Free, or the look failed: the acquire decides.
 		}
 		if err := c.attemptSlot(ctx); err != nil {
-			ws.leave(name, q, w)
-			return nil, c.waitEnded(name, err, lastErr)
+			ws.leave(key, q, w)
+			return nil, waitEnded(call, err, ws.refusalOf(q))
 		}
-		l, err := a.attempt(ctx)
+		l, err := call.attempt(ctx)
 		c.putAttemptSlot()
 		if err == nil {
 			if c.wake.on {
-				// The channel the queue holds, if any, goes with the
-				// lease: whichever head waited on it.
-				c.wake.handTo(ctx, name, l)
+				if !call.shared() {
+					// The channel the queue holds, if any, goes with the
+					// lease: whichever head waited on it. A semaphore's
+					// other slots may be free: its queue keeps the
+					// channel, and lets go of it when it empties.
+					c.wake.handTo(ctx, key, l)
+				}
 				if waited {
-					c.wake.waited(name)
+					c.wake.waited(key)
 				}
 				l.mu.Lock()
 				l.contended, l.probe = waited, !waited
 				l.mu.Unlock()
 			}
-			ws.acquired(name, q, w, c.retry)
+			ws.acquired(key, q, w, c.retry, call.shared())
 			lock = l
 			return l, nil
 		}
@@ -294,48 +316,81 @@ func (c *Client) acquireQueued(ctx context.Context, a *acquireCall) (*Lock, erro
 		// whose context ended must see its error whatever the answer was.
 		cerr := ctxErr(ctx)
 		switch {
-		case cerr == nil && errors.Is(err, ErrNotAcquired):
-			lastErr = nil
+		case cerr == nil && errors.Is(err, ErrNotAcquired) && !call.final(err):
+			ws.setRefused(q, nil, err)
 			waited, refusedBefore = true, true
 			if c.wake.on {
 				useWake = true
-				c.wake.waited(name) // the callers behind this one wait on the channel too
+				c.wake.waited(key) // the callers behind this one wait on the channel too
 			}
 		case cerr == nil && passable(err):
 			// A failover, a restart, a full server: it may pass, so it
 			// counts as a refused attempt; the last one says why the call
-			// failed if it does not.
-			lastErr = err
+			// failed if it does not, for every caller in the queue.
+			ws.setRefusal(q, err)
 		default:
-			ws.leave(name, q, w)
+			ws.leave(key, q, w)
+			lastErr := ws.refusalOf(q)
 			if cerr != nil && !errors.Is(err, cerr) {
 				if lastErr == nil && !errors.Is(err, ErrNotAcquired) {
 					lastErr = err
 				}
 				if lastErr != nil {
-					return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, cerr, lastErr)
+					return nil, errorf("%s: %w: %w (last error: %w)", call.op(), ErrNotAcquired, cerr, lastErr)
 				}
-				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, cerr)
+				return nil, errorf("%s: %w: %w", call.op(), ErrNotAcquired, cerr)
+			}
+			if cerr != nil && lastErr != nil && errors.Is(err, cerr) {
+				// The attempt was cut by ctx; the refusal before it says why.
+				return nil, errorf("%s: %w: %w (last error: %w)", call.op(), ErrNotAcquired, cerr, lastErr)
+			}
+			if cerr != nil && !errors.Is(err, ErrNotAcquired) {
+				// ctx ended within the attempt (a first use's proof, say):
+				// nothing was taken.
+				return nil, errorf("%s: %w: %w", call.op(), ErrNotAcquired, err)
 			}
 			return nil, err
 		}
-		if !ws.refused(name, q, w, c.retry) {
+		if !ws.refused(key, q, w, c.retry) {
 			return nil, err
 		}
 	}
 }
 
-// waitEnded is the error of an Acquire of name whose wait ended with err
-// (its context's, or ErrClosed); lastErr is the last passable error since
-// the last answer, if any.
-func (c *Client) waitEnded(name string, err, lastErr error) error {
+// setRefusal records err as the last refusal of q's attempts; nil clears it.
+func (ws *waiters) setRefusal(q *waitQueue, err error) {
+	ws.mu.Lock()
+	q.refusal = err
+	ws.mu.Unlock()
+}
+
+// setRefused records the answer of q's last attempt, held (wrapping
+// ErrNotAcquired), and clears the last refusal.
+func (ws *waiters) setRefused(q *waitQueue, refusal, held error) {
+	ws.mu.Lock()
+	q.refusal, q.held = refusal, held
+	ws.mu.Unlock()
+}
+
+// refusalOf returns the last refusal any attempt of q met since the last
+// answer (the caller's own, when it was the head, or another head's), or nil.
+func (ws *waiters) refusalOf(q *waitQueue) error {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return q.refusal
+}
+
+// waitEnded is the error of call whose wait ended with err (its context's,
+// or ErrClosed); lastErr is the last passable error since the last answer,
+// if any.
+func waitEnded(call waitCall, err, lastErr error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return err
 	case lastErr != nil:
-		return errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, err, lastErr)
+		return errorf("%s: %w: %w (last error: %w)", call.op(), ErrNotAcquired, err, lastErr)
 	}
-	return errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
+	return errorf("%s: %w: %w", call.op(), ErrNotAcquired, err)
 }
 
 // sleepQueued blocks until w is woken, or, for the head, until wait has

@@ -2,10 +2,16 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // These tests run against a real server, through the counting proxy: what
@@ -22,13 +28,15 @@ func headAttempts(c *Client, name string) int {
 	return -1
 }
 
-// 64 goroutines waiting for one name send no more statements per second than
-// one does: only the first in line polls.
+// 64 goroutines waiting for one name send no more statements per poll than
+// one does: only the first in line polls. Counted per poll of the head, not
+// per second, so that a loaded machine, which slows the polls, cannot
+// change the comparison.
 func TestClient_Acquire_sharedPoller(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		mustAcquire(t, e.client(t, e.db, table), "busy", time.Minute)
-		const window = time.Second
+		const polls = 30
 		sent := func(waiters int) int {
 			c, p := e.proxiedClient(t, table, WithRetry(LinearBackoff(10*time.Millisecond)))
 			ctx, cancel := context.WithCancel(testCtx(t))
@@ -48,7 +56,8 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 				return c.waiters.waiting("busy") == waiters && headAttempts(c, "busy") > 0
 			})
 			p.ResetCounts()
-			time.Sleep(window)
+			first := headAttempts(c, "busy")
+			waitFor(t, time.Minute, fmt.Sprintf("%d polls", polls), func() bool { return headAttempts(c, "busy") >= first+polls })
 			n := p.CommandCount()
 			cancel()
 			wg.Wait()
@@ -59,12 +68,12 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 		}
 		one := sent(1)
 		many := sent(64)
-		t.Logf("statements in %v: 1 waiter %d, 64 waiters %d", window, one, many)
-		if one < 5 {
-			t.Fatalf("1 waiter sent %d statements in %v polling every 10ms; the test cannot compare", one, window)
+		t.Logf("statements in %d polls of the head: 1 waiter %d, 64 waiters %d", polls, one, many)
+		if one < polls/2 {
+			t.Fatalf("1 waiter sent %d statements in %d polls; the test cannot compare", one, polls)
 		}
 		if many*2 > one*3 {
-			t.Fatalf("64 waiters sent %d statements, 1 waiter %d: want at most 1.5 times as many", many, one)
+			t.Fatalf("64 waiters sent %d statements, 1 waiter %d, in %d polls: want at most 1.5 times as many", many, one, polls)
 		}
 	})
 }
@@ -198,6 +207,98 @@ func TestClient_Acquire_queuedCallersCountAttempts(t *testing.T) {
 		// without the queue they would send callers*limit.
 		if n < limit || n > callers*limit/4 {
 			t.Fatalf("sent %d statements, want between %d and %d", n, limit, callers*limit/4)
+		}
+	})
+}
+
+// readOnlyDB opens a pool whose every session refuses writes (error 1792, a
+// read-only transaction): a refusal that may pass, as a failover's read-only
+// server's 1290 is, which a test cannot make without changing the server's
+// globals.
+func readOnlyDB(t *testing.T, e *testEnv) *sql.DB {
+	t.Helper()
+	variable := "transaction_read_only"
+	if e.server.MariaDB {
+		variable = "tx_read_only"
+	}
+	db := sql.OpenDB(e.quietConnector(t, func(c *mysql.Config) { setParam(c, variable, "1") }))
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// wantRefusal fails t unless err, the end of a waiting call whose context
+// ended and that only ever met the server's refusal, says so: it wraps the
+// context's error, ErrNotAcquired, and the refusal.
+func wantRefusal(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s: got %v, want an error wrapping the context's deadline", what, err)
+	}
+	if me := (*mysql.MySQLError)(nil); !errors.As(err, &me) || me.Number != fault.ReadOnlyTx {
+		t.Errorf("%s: got %v, want an error wrapping the server's refusal (1792)", what, err)
+	}
+	if !strings.Contains(err.Error(), "READ ONLY") {
+		t.Errorf("%s: got %v, want the server's refusal named", what, err)
+	}
+}
+
+// Every caller of a waiting call that only ever met a refusal ends with it
+// wrapped, not with a bare deadline: followers in a queue, whose head met
+// it, too (before, 12 of 16 waiting Acquire calls in 4 Clients said only
+// "not acquired: context deadline exceeded"); and AcquireAll, AcquireSlot and
+// Elect.
+func TestClient_Acquire_onlyRefused(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipFakeFor(t, e, "it needs a session that refuses writes")
+		if e.server.TiDB {
+			t.Skip("TiDB has no read-only transactions: transaction_read_only is a no-op function it refuses (1235)")
+		}
+		skipOnVitess(t, e, vitessNoReadOnly)
+		table := e.newTable(t)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		errs := map[string]error{}
+		run := func(what string, f func(ctx context.Context) error) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+				defer cancel()
+				err := f(ctx)
+				mu.Lock()
+				errs[what] = err
+				mu.Unlock()
+			}()
+		}
+		for i := range 2 {
+			c := e.client(t, readOnlyDB(t, e), table, WithRetry(LinearBackoff(50*time.Millisecond)))
+			for j := range 4 {
+				run(fmt.Sprintf("Acquire %d.%d", i, j), func(ctx context.Context) error {
+					_, err := c.Acquire(ctx, "x", time.Minute)
+					return err
+				})
+			}
+			if e.oneRow() {
+				continue
+			}
+			run(fmt.Sprintf("AcquireAll %d", i), func(ctx context.Context) error {
+				_, err := c.AcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				return err
+			})
+			run(fmt.Sprintf("AcquireSlot %d", i), func(ctx context.Context) error {
+				_, err := c.AcquireSlot(ctx, "sem", 2, time.Minute)
+				return err
+			})
+			run(fmt.Sprintf("Elect %d", i), func(ctx context.Context) error {
+				return c.Elect(ctx, "leader", time.Minute, Callbacks{OnStartedLeading: func(context.Context) {}})
+			})
+		}
+		wg.Wait()
+		for what, err := range errs {
+			if !strings.HasPrefix(what, "Elect") && !errors.Is(err, ErrNotAcquired) {
+				t.Errorf("%s: got %v, want ErrNotAcquired", what, err)
+			}
+			wantRefusal(t, what, err)
 		}
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -60,7 +59,8 @@ const DefaultWakeups = 4
 // processes poll. The default is [DefaultWakeups].
 //
 // With them, a process waiting in [Client.Acquire] for a name another
-// process holds blocks on a server named lock (GET_LOCK) instead of
+// process holds (or in [Client.AcquireAll] for a set, or in
+// [Client.AcquireSlot] for a semaphore, each with a channel of its own) blocks on a server named lock (GET_LOCK) instead of
 // polling: the holder lets go of it right after its [Lock.Release], which
 // wakes the process that has waited longest within a round trip, and sends
 // nothing while it waits (but one poll every few seconds, in case the
@@ -74,9 +74,14 @@ const DefaultWakeups = 4
 // for the name, and kept by a Lock taken after waiting until its Release
 // (or until its lease could have lapsed); n bounds them. A pool limited by
 // SetMaxOpenConns keeps one connection free for the lease statements: when
-// it has no other, the Client polls instead. One statement more (GET_LOCK,
-// which writes nothing) per contended Acquire, and one more (RELEASE_LOCK)
-// after the Release of a Lock that waited. The Release of a Lock whose
+// it has no other, the Client polls instead; and a Lock taken after waiting
+// lets go of the channel at once instead of keeping it, so that the lease's
+// own statements (Refresh, the keep-alive's, Release) never wait for a
+// connection the channel holds while the caller's work holds the others
+// (the next process then polls for the name rather than hearing of its
+// release). One statement more (GET_LOCK, which writes nothing) per
+// contended Acquire, and one more (RELEASE_LOCK) after the Release of a
+// Lock that waited, or after its acquire in a limited pool. The Release of a Lock whose
 // Acquire did not wait sends one statement more too, after its own, at most
 // ten times a second per name and fifty per Client (IS_USED_LOCK, which
 // writes nothing): whether another process waits, so that this one queues
@@ -172,26 +177,10 @@ func (ws *wakeups) init(table string) {
 	ws.on = ws.max > 0
 	ws.stop, ws.cancel = context.WithCancel(context.Background())
 	raw := strings.Trim(table, "`")
-	ws.waitSQL = strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+raw+"'")
-	ws.releaseSQL = strings.ReplaceAll(queries["wake_release"], "'sqllock'", "'"+raw+"'")
-	ws.probeSQL = strings.ReplaceAll(queries["wake_probe"], "'sqllock'", "'"+raw+"'")
+	ws.waitSQL = tableNamedSQL("wake_wait", raw)
+	ws.releaseSQL = tableNamedSQL("wake_release", raw)
+	ws.probeSQL = tableNamedSQL("wake_probe", raw)
 }
-
-// bind puts literals in place of the placeholders of stmt, in order. The
-// literals are made here (hex digits, numbers), never taken from a caller.
-func bind(stmt string, lits ...string) string {
-	var b strings.Builder
-	for _, l := range lits {
-		i := strings.IndexByte(stmt, '?')
-		b.WriteString(stmt[:i])
-		b.WriteString(l)
-		stmt = stmt[i+1:]
-	}
-	b.WriteString(stmt)
-	return b.String()
-}
-
-func hexLiteral(name string) string { return "X'" + hex.EncodeToString([]byte(name)) + "'" }
 
 // contended reports whether this Client waited for name within the last
 // contendedFor.
@@ -267,11 +256,15 @@ func (ws *wakeups) take(ctx context.Context, name string) (*wakeChan, error) {
 		}
 		ws.mu.Unlock()
 		select {
-		case ch.sem <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-ws.stop.Done():
-			return nil, ErrClosed
+		case ch.sem <- struct{}{}: // free: taken even if ctx has ended
+		default:
+			select {
+			case ch.sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-ws.stop.Done():
+				return nil, ErrClosed
+			}
 		}
 		ws.mu.Lock()
 		current := ws.chans[name] == ch && !ws.closed
@@ -291,13 +284,34 @@ func (ws *wakeups) takeAnyway(ctx context.Context, name string) *wakeChan {
 	if !ws.has(name) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	ch, err := ws.take(ctx, name)
 	if err != nil {
 		return nil
 	}
 	return ch
+}
+
+// boundKey marks a context whose deadline bounds even what anyway runs: a
+// release's, which must end within ReleaseTimeout, its channel's let-go
+// included.
+type boundKey struct{}
+
+// bounded returns ctx marked so that anyway keeps to its deadline.
+func bounded(ctx context.Context) context.Context {
+	return context.WithValue(ctx, boundKey{}, true)
+}
+
+// anyway returns a context for what must be done whatever ctx's end: ctx's
+// values, ending after d; before, at ctx's deadline, when ctx is bounded. A
+// let-go cut short by it discards the connection, with which the server
+// named lock dies.
+func anyway(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && ctx.Value(boundKey{}) != nil && time.Until(dl) < d {
+		return context.WithDeadline(context.WithoutCancel(ctx), dl)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 // put lets go of ch's sem, dropping ch when it holds nothing. After Close

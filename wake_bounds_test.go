@@ -120,7 +120,9 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Minute)
 		got := make(chan acquired, 1)
 		go func() {
-			l, err := c.Acquire(ctx, "n", 300*time.Millisecond)
+			// Long enough that the check below comes before the lapse on a
+			// loaded machine.
+			l, err := c.Acquire(ctx, "n", time.Second)
 			got <- acquired{l, err}
 		}()
 		waitFor(t, time.Minute, "the Client waits", func() bool { return headAttempts(c, "n") > 0 })
@@ -135,7 +137,7 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 			t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
 		}
 		// Left to lapse: no Release, no Refresh.
-		waitFor(t, 5*time.Second, "the channel is let go of after the lease lapsed", func() bool {
+		waitFor(t, 10*time.Second, "the channel is let go of after the lease lapsed", func() bool {
 			return !c.wake.holdsWake("n") && channelHolder(t, e.db, table, "n") == 0
 		})
 	})

@@ -20,6 +20,15 @@ func (ws *wakeups) handTo(ctx context.Context, name string, l *Lock) {
 	if ch == nil {
 		return
 	}
+	if ch.conn != nil && ch.byLock == nil && l.c.db.Stats().MaxOpenConnections > 0 {
+		// A bounded pool: kept for the Lock's life, the channel could
+		// take the connection the lease's own statements (Refresh, the
+		// keep-alive's, Release) need once the caller's work holds the
+		// others. It is let go of now; the next process polls.
+		ws.put(name, ch)
+		l.c.letGo(ctx, name, nil)
+		return
+	}
 	if ch.conn != nil && ch.byLock == nil {
 		ws.set(ch, ch.conn, l)
 		l.mu.Lock()
@@ -52,7 +61,7 @@ func (l *Lock) lapsed() {
 	}
 	l.wake = false
 	l.mu.Unlock()
-	l.c.letGo(context.Background(), l.name, l)
+	l.c.letGo(context.Background(), l.waitKey(), l)
 }
 
 // afterRelease does what the wake-up channels (wake.go) ask after the
@@ -65,15 +74,17 @@ func (l *Lock) afterRelease(ctx context.Context, ok bool) {
 		l.lapse.Stop()
 	}
 	l.mu.Unlock()
+	key := l.waitKey() // the queue and channel of its kind (wait_kinds.go)
+	ctx = bounded(ctx) // the release's bound holds for the let-go and the probe
 	if contended {
-		l.c.wake.waited(l.name) // this Client's next Acquire queues behind the others
+		l.c.wake.waited(key) // this Client's next Acquire queues behind the others
 	}
 	if wake {
 		// Right after the statement, whatever its outcome: the channel
 		// wakes the next process, whose acquire decides.
-		l.c.letGo(ctx, l.name, l)
+		l.c.letGo(ctx, key, l)
 	}
 	if probe {
-		l.c.probe(ctx, l.name)
+		l.c.probe(ctx, key)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"strconv"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The statements on a name's wake-up channel (wake.go): the wait of the head
@@ -80,12 +82,12 @@ func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (
 			_ = conn.Close()
 			return wakeTimedOut, true, nil
 		}
-		if _, ok := serverErrno(err); ok && classify(err) != failedUnknown {
+		if _, ok := fault.Errno(err); ok && classify(err) != fault.Unknown {
 			_ = conn.Close() // an error reply: the connection holds nothing
 		} else {
 			discardConn(conn)
 		}
-		if elapsed := time.Since(began); classify(err) == failedUnknown && wctx.Err() == nil && elapsed < wait {
+		if elapsed := time.Since(began); classify(err) == fault.Unknown && wctx.Err() == nil && elapsed < wait {
 			// The connection broke mid-wait. The driver reports its own
 			// read timeout (a DSN's readTimeout) so too: when two waits
 			// in a row break after the same time, that is what cut them.
@@ -106,7 +108,7 @@ func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeS
 	if c.wake.stop.Err() != nil {
 		return wakeFailed, false, ErrClosed
 	}
-	if n, ok := serverErrno(err); ok && n == erNotSupportedYet {
+	if n, ok := fault.Errno(err); ok && n == fault.NotSupportedYet {
 		if !c.wake.refused.Swap(true) {
 			c.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
 			c.wokeUp("", WakeupOff, 0)
@@ -126,7 +128,7 @@ func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
 		return
 	}
 	defer ws.put(name, ch)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	if ch.conn == nil || ch.byLock != by {
 		return
@@ -162,7 +164,7 @@ func (c *Client) probe(ctx context.Context, name string) {
 	if c.wake.stop.Err() != nil || !c.wake.probeDue(name) {
 		return // Close has started: nothing of this Client waits any more
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	var id sql.NullInt64
 	if err := c.db.QueryRowContext(ctx, bind(c.wake.probeSQL, hexLiteral(name))).Scan(&id); err == nil && id.Valid {

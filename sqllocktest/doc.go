@@ -16,8 +16,11 @@
 // [Server.Down] and [Server.Up] stop and restart the server.
 //
 // Any other SQL fails with an error that says the fake does not implement
-// it, naming the statement: a Lock.Check transaction that also writes your
-// own tables needs a real server. sqllock's own tests run on the fake as one
+// it, naming the statement, unless [WithHandler] gives a [Handler] that
+// answers it: so a Lock.Check transaction that also writes your own tables
+// (the pattern docs/usage.md recommends) runs on the fake, your Handler
+// keeping those tables and applying a transaction's writes when it commits
+// ([Tx.OnCommit]); see [ExampleWithHandler]. sqllock's own tests run on the fake as one
 // more server, so that where the fake and MySQL differ a test fails
 // (docs/testing.md in the repository lists the tests that need a real
 // server's own behaviour).

@@ -94,11 +94,17 @@ func (c *conn) Prepare(query string) (driver.Stmt, error) {
 // does not exist.
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	p, err := parse(query)
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if err != nil && c.s.handler != nil && !c.s.mentionsTable(query) {
+		if c.broken {
+			return nil, driver.ErrBadConn
+		}
+		return &userStmt{c: c, query: query}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	c.s.mu.Lock()
-	defer c.s.mu.Unlock()
 	if c.broken {
 		return nil, driver.ErrBadConn
 	}
@@ -139,7 +145,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if err != nil {
 		return nil, err
 	}
-	return st.(*stmt).ExecContext(ctx, args)
+	return st.(driver.StmtExecContext).ExecContext(ctx, args)
 }
 
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
@@ -147,7 +153,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if err != nil {
 		return nil, err
 	}
-	return st.(*stmt).QueryContext(ctx, args)
+	return st.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
 
 func (c *conn) Ping(ctx context.Context) error {

@@ -2,6 +2,8 @@ package sqllocktest
 
 import (
 	"database/sql/driver"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strconv"
@@ -27,7 +29,7 @@ var handlers = map[string]*handler{
 	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
 	"proof_clear":          {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
 	"all_acquire":          {needsTable: true, writes: true, locks: setAcquireRefs, run: allAcquire}, // sets.go
-	"all_refresh":          {needsTable: true, writes: true, locks: setRefs(2), run: allRefresh},
+	"all_refresh":          {needsTable: true, writes: true, locks: allRefreshRefs, run: allRefresh},
 	"all_release":          {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
 	"all_release_at_least": {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
 	"all_check":            {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
@@ -41,6 +43,11 @@ var handlers = map[string]*handler{
 	"wake_waiters":         {run: wakeWaiters},
 	"version":              {run: version},
 	"carries":              {run: carries},
+	"server_mysql":         {run: serverFacts},
+	"server_mysql_plain":   {run: serverFacts},
+	"server_mariadb":       {run: serverFacts},
+	"proof_engine":         {needsTable: true, run: proofEngine},
+	"proof_overflow":       {needsTable: true, run: proofOverflow},
 	"schema":               {writes: true, run: createTable},
 	"drop_table":           {writes: true, run: dropTable},
 	"drop_table_if_exists": {writes: true, run: dropTable},
@@ -95,9 +102,12 @@ func acquire(x *call) (*outcome, error) {
 			r.owner = updOwner2
 		}
 		if lid == 1 || lid == 2 {
-			if r.expires, err = plus(x.now, updTTL, "expires_at"); err != nil {
+			// GREATEST(expires_at, now + ttl): never earlier.
+			exp, err := plus(x.now, updTTL, "expires_at")
+			if err != nil {
 				return nil, err
 			}
+			r.expires = max(r.expires, exp)
 		}
 		if x.s.write(x.c, lref, &r) {
 			out.affected += 2
@@ -143,22 +153,45 @@ func (x *call) leaseRow(name, token string, live bool) *row {
 	return r
 }
 
-// refresh: args ttl µs, name, token.
+// refresh: args ttl µs, name, token. The expiry never moves earlier.
 func refresh(x *call) (*outcome, error) {
 	return bump(x, func(r *row, us int64) error {
-		var err error
-		r.expires, err = plus(x.now, us, "expires_at")
+		e, err := plus(x.now, us, "expires_at")
+		r.expires = max(r.expires, e)
 		return err
 	}, true)
 }
 
-// release_at_least: args min hold µs, name, token.
+// release_at_least: args min hold µs, name, token. The owner becomes the
+// token's released form, which a repeat matches too.
 func releaseAtLeast(x *call) (*outcome, error) {
 	return bump(x, func(r *row, us int64) error {
 		var err error
 		r.expires, err = plus(r.acquired, us, "expires_at")
+		r.owner = releasedOwner(r.owner)
 		return err
 	}, false)
+}
+
+// releasedOwner is IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner).
+func releasedOwner(owner string) string {
+	if len(owner) != 32 {
+		return owner
+	}
+	b, err := hex.DecodeString(owner)
+	if err != nil {
+		return "" // UNHEX gives NULL; a token is hex
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// ownedOrReleased reports ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))).
+func ownedOrReleased(owner, token string) bool {
+	if owner == token {
+		return true
+	}
+	b, err := base64.StdEncoding.DecodeString(owner)
+	return err == nil && owner != "" && hex.EncodeToString(b) == token
 }
 
 // bump runs refresh and release_at_least, which differ in the expiry they
@@ -174,6 +207,12 @@ func bump(x *call, set func(*row, int64) error, live bool) (*outcome, error) {
 		return nil, err
 	}
 	r := x.leaseRow(a[0], a[1], live)
+	if !live {
+		// release_at_least: the token or its released form.
+		if r = x.s.read(x.c, x.ref(a[0], 'L')); r != nil && !ownedOrReleased(r.owner, a[1]) {
+			r = nil
+		}
+	}
 	if r == nil {
 		return &outcome{}, nil
 	}
@@ -487,4 +526,39 @@ func setFence(x *call) (*outcome, error) {
 		}
 	}
 	return out, nil
+}
+
+// serverFacts: a writable server, and its identity: the fake's, one per
+// process. Its Group Replication group is empty (no group).
+func serverFacts(x *call) (*outcome, error) {
+	return &outcome{cols: []string{"read_only", "super_read_only", "id", "group"},
+		rows: [][]driver.Value{{int64(0), int64(0), []byte("sqllocktest " + x.s.version), []byte("")}}}, nil
+}
+
+// proof_engine: args name. The lease row's owner, its length in µs, and
+// the one microsecond added to the clock.
+func proofEngine(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	out := &outcome{cols: []string{"owner", "length", "one"}}
+	if l := x.s.read(x.c, x.ref(name, 'L')); l != nil {
+		out.rows = append(out.rows, []driver.Value{[]byte(l.owner), l.expires - l.acquired, int64(1)})
+	}
+	return out, nil
+}
+
+// proof_overflow: args name. Error 1690 on the name's first row, as MySQL's.
+func proofOverflow(x *call) (*outcome, error) {
+	name, err := x.str(0)
+	if err != nil {
+		return nil, err
+	}
+	for _, kind := range []byte("FL") {
+		if x.s.read(x.c, x.ref(name, kind)) != nil {
+			return nil, errOutOfRange("((`fence` + 1) + 18446744073709551615)")
+		}
+	}
+	return &outcome{}, nil
 }

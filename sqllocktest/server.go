@@ -43,6 +43,7 @@ type Server struct {
 	offset   time.Duration
 	noLocks  bool // GET_LOCK is refused
 	lockWait time.Duration
+	handler  Handler // answers the SQL that is not sqllock's
 
 	tables map[string]*table
 	rowLks map[rowRef]*conn // rows locked by open transactions

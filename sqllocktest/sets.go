@@ -47,9 +47,14 @@ func setAcquireRefs(x *call) []rowRef {
 // setNames returns the names listed from literal first on, each once, as
 // IN reads them.
 func setNames(x *call, first int) []string {
+	return unique(x.p.lits[min(first, len(x.p.lits)):])
+}
+
+// unique returns lits without repeats, in order.
+func unique(lits []string) []string {
 	var names []string
 	seen := map[string]bool{}
-	for _, n := range x.p.lits[min(first, len(x.p.lits)):] {
+	for _, n := range lits {
 		if !seen[n] {
 			seen[n] = true
 			names = append(names, n)
@@ -122,9 +127,11 @@ func allAcquire(x *call) (*outcome, error) {
 				return nil, errOutOfRange("((`" + x.p.table + "`.`fence` + 1) + 18446744073709551615)")
 			}
 			r.acquired, r.holder, r.owner = x.now, updHolder, updOwner2
-			if r.expires, err = plus(x.now, updTTL, "expires_at"); err != nil {
+			exp, err := plus(x.now, updTTL, "expires_at")
+			if err != nil {
 				return nil, err
 			}
+			r.expires = max(r.expires, exp) // GREATEST: never earlier
 		} else if lid&1 == 0 {
 			// The first pass: LAST_INSERT_ID(GREATEST(fence + 1, lid DIV 2) * 2) * 0 + fence.
 			if old.fence == 1<<64-1 {
@@ -158,9 +165,13 @@ func eachOwned(x *call, first int, live bool, f func(r *row) (*row, error)) (*ou
 	if len(x.p.lits) <= first {
 		return nil, errSyntax(x.p.t.name)
 	}
-	token := x.p.lits[first-1]
+	return eachOwnedOf(x, setNames(x, first), x.p.lits[first-1], live, f)
+}
+
+// eachOwnedOf is eachOwned on the given names and token.
+func eachOwnedOf(x *call, names []string, token string, live bool, f func(r *row) (*row, error)) (*outcome, error) {
 	out := &outcome{}
-	for _, name := range setNames(x, first) {
+	for _, name := range names {
 		ref := x.ref(name, 'L')
 		r := x.leaseRow(name, token, live)
 		if r == nil {
@@ -178,7 +189,7 @@ func eachOwned(x *call, first int, live bool, f func(r *row) (*row, error)) (*ou
 }
 
 // flip flips the lowest bit of acquired_at's microseconds, so that the row
-// changes: acquired_at + INTERVAL IF(MICROSECOND(acquired_at) % 2 = 0, 1, -1) MICROSECOND.
+// changes: acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND.
 func flip(r *row) {
 	if r.acquired%2 == 0 {
 		r.acquired++
@@ -187,20 +198,45 @@ func flip(r *row) {
 	}
 }
 
-// all_refresh: ttl µs, token, the names.
+// all_refresh: the names, then ttl µs, token.
 func allRefresh(x *call) (*outcome, error) {
-	us, err := litInt(x, 0)
+	n := len(x.p.lits)
+	if n < 3 {
+		return nil, errSyntax(x.p.t.name)
+	}
+	us, err := litInt(x, n-2)
 	if err != nil {
 		return nil, err
 	}
-	return eachOwned(x, 2, true, func(r *row) (*row, error) {
-		var err error
-		if r.expires, err = plus(x.now, us, "expires_at"); err != nil {
+	token := x.p.lits[n-1]
+	names := unique(x.p.lits[:n-2])
+	// All or nothing: a lease row of the set that is not ours and live, or
+	// missing (the LEFT JOIN from the names), fails the statement (1690)
+	// before anything is written.
+	for _, name := range names {
+		if r := x.s.read(x.c, x.ref(name, 'L')); r == nil || r.owner != token || r.expires <= x.now {
+			return nil, errOutOfRange("(length(`w`.`name`) + 18446744073709551615)")
+		}
+	}
+	return eachOwnedOf(x, names, token, true, func(r *row) (*row, error) {
+		e, err := plus(x.now, us, "expires_at")
+		if err != nil {
 			return nil, err
 		}
+		r.expires = max(r.expires, e)
 		flip(r)
 		return r, nil
 	})
+}
+
+// allRefreshRefs returns the rows all_refresh locks: the lease rows of its
+// names, which come first.
+func allRefreshRefs(x *call) []rowRef {
+	var refs []rowRef
+	for i := 0; i < len(x.p.lits)-2; i++ {
+		refs = append(refs, x.ref(x.p.lits[i], 'L'))
+	}
+	return refs
 }
 
 // all_release_at_least: min hold µs, token, the names. expires_at is set
@@ -210,14 +246,29 @@ func allReleaseAtLeast(x *call) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	return eachOwned(x, 2, false, func(r *row) (*row, error) {
+	if len(x.p.lits) <= 2 {
+		return nil, errSyntax(x.p.t.name)
+	}
+	token := x.p.lits[1]
+	out := &outcome{}
+	for _, name := range setNames(x, 2) {
+		ref := x.ref(name, 'L')
+		old := x.s.read(x.c, ref)
+		if old == nil || !ownedOrReleased(old.owner, token) {
+			x.s.lockRow(x.c, ref)
+			continue
+		}
+		r := *old
 		var err error
 		if r.expires, err = plus(r.acquired, us, "expires_at"); err != nil {
 			return nil, err
 		}
-		flip(r)
-		return r, nil
-	})
+		flip(&r)
+		r.owner = releasedOwner(r.owner)
+		x.s.write(x.c, ref, &r)
+		out.affected++
+	}
+	return out, nil
 }
 
 // all_release: token, the names. A DELETE.

@@ -27,10 +27,11 @@ var schemaSQL string
 // run, and why; every other statement of the file has a handler in handlers.go
 // (a set's in sets.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
-	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
-	"slot_acquire":      "counting semaphores are not in the fake: test them against a real server",
-	"slot_release":      "counting semaphores are not in the fake",
-	"slot_list":         "counting semaphores are not in the fake",
+	"lock_wait_mariadb":   "it is only a prefix of the acquire, run as part of it on MariaDB",
+	"guard_applier_mysql": "it is only a part of the session guard of the statements that take or extend a lease, which a Client adds on MySQL (mysqlGuard)",
+	"slot_acquire":        "counting semaphores are not in the fake: test them against a real server",
+	"slot_release":        "counting semaphores are not in the fake",
+	"slot_list":           "counting semaphores are not in the fake",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
 	// says it is MySQL, so a Client takes the two-row form, whose insert
@@ -51,6 +52,22 @@ var setRows = map[string]bool{
 // when the server says it is TiDB: the fake says it is MySQL.
 const tidbPrefix = "tidb_"
 
+// guardApplierMariaDB is the session guard's MariaDB-only test for a
+// replica's applier; a Client puts guard_applier_mysql after it when the
+// server is MySQL, as the fake says it is (the library's withGuard).
+const guardApplierMariaDB = "/*M! @@session.server_id = @@global.server_id AND */"
+
+// mysqlGuard returns text as a Client sends it to MySQL.
+func mysqlGuard(qs map[string]string, text string) string {
+	return strings.ReplaceAll(text, guardApplierMariaDB, guardApplierMariaDB+" "+qs["guard_applier_mysql"])
+}
+
+// inTransactionGuard is the session guard's MariaDB-only test for an open
+// transaction, which the first use's row-lock proof leaves out of the
+// acquire it sends inside a transaction of its own (the library's
+// inTransaction): the fake knows the acquire without it too.
+const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */"
+
 // tidbHint is the hint that only TiDB's statements keep.
 const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 
@@ -64,8 +81,13 @@ var textStatements = map[string]bool{
 // listStatements take a list of literals, separated by commas, in place of
 // their last placeholder (a set's names, in IN (?)).
 var listStatements = map[string]bool{
-	"look": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
+	"look": true, "all_release": true, "all_release_at_least": true, "all_check": true,
 }
+
+// unionStatements take a list of literals, separated by " UNION ALL
+// SELECT ", in place of their first placeholder (a set's names, as the
+// derived table of all_refresh).
+var unionStatements = map[string]bool{"all_refresh": true}
 
 // rowsStatements take a list of rows, each one of setRows, separated by
 // commas, in place of their first placeholder (VALUES ?).
@@ -75,13 +97,14 @@ var rowsStatements = map[string]bool{"all_acquire": true}
 type hole int
 
 const (
-	holeNone        hole = iota
-	holeTable            // `name`: the Client's table
-	holeTableString      // 'name': the table's name in a string literal
-	holeLiteral          // X'hex' or a whole number, put in place of a placeholder
-	holeLiteralList      // one literal or more, separated by ", "
-	holeUint             // an unsigned whole number written in the text (#UINT# in a template)
-	holeRows             // one row or more, each one of setRows, separated by ", "
+	holeNone         hole = iota
+	holeTable             // `name`: the Client's table
+	holeTableString       // 'name': the table's name in a string literal
+	holeLiteral           // X'hex' or a whole number, put in place of a placeholder
+	holeLiteralList       // one literal or more, separated by ", "
+	holeLiteralUnion      // one literal or more, separated by " UNION ALL SELECT "
+	holeUint              // an unsigned whole number written in the text (#UINT# in a template)
+	holeRows              // one row or more, each one of setRows, separated by ", "
 )
 
 type segment struct {
@@ -148,15 +171,33 @@ func mustTemplates() []*template {
 		panic(err)
 	}
 	var out []*template
+	var addOne func(name, text string, mariadb bool)
 	add := func(name, text string, mariadb bool) {
 		// TiDB's hint stays on TiDB's server alone: a Client sends the
 		// statement without it to any other (queries.go, tidbHint).
 		text = strings.ReplaceAll(text, tidbHint, "")
+		addOne(name, text, mariadb)
+		if guarded := mysqlGuard(qs, text); guarded != text && !mariadb {
+			// MySQL runs the statement with MySQL's test for its applier
+			// (as a Client sends it once its first use found MySQL) and
+			// without (a comment to MySQL), so the fake does too.
+			addOne(name, guarded, mariadb)
+		}
+	}
+	addOne = func(name, text string, mariadb bool) {
 		t := newTemplate(name, text, textStatements[name], mariadb)
 		if listStatements[name] {
 			for i := len(t.segments) - 1; i >= 0; i-- {
 				if t.segments[i].hole == holeLiteral {
 					t.segments[i].hole = holeLiteralList
+					break
+				}
+			}
+		}
+		if unionStatements[name] {
+			for i := range t.segments {
+				if t.segments[i].hole == holeLiteral {
+					t.segments[i].hole = holeLiteralUnion
 					break
 				}
 			}
@@ -182,11 +223,17 @@ func mustTemplates() []*template {
 			continue
 		case setRows[name]:
 			rowTemplates = append(rowTemplates, newTemplate(name, text, true, false))
+			if guarded := mysqlGuard(qs, text); guarded != text {
+				rowTemplates = append(rowTemplates, newTemplate(name, guarded, true, false))
+			}
 			continue
 		case handlers[name] == nil:
 			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in handlers.go or say why in notImplemented", name))
 		}
 		add(name, text, false)
+		if name == "acquire" {
+			add(name, strings.Replace(text, inTransactionGuard, "", 1), false)
+		}
 	}
 	add("acquire", qs["lock_wait_mariadb"]+"\n"+qs["acquire"], true)
 	add("schema", schema["schema"], false)
@@ -357,7 +404,11 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 				}
 				q = rest
 			}
-		case holeLiteralList:
+		case holeLiteralList, holeLiteralUnion:
+			sep := ", "
+			if s.hole == holeLiteralUnion {
+				sep = " UNION ALL SELECT "
+			}
 			for {
 				v, n, ok := readLiteral(q)
 				if !ok {
@@ -365,7 +416,7 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 				}
 				p.lits = append(p.lits, v)
 				q = q[n:]
-				rest, more := strings.CutPrefix(q, ", ")
+				rest, more := strings.CutPrefix(q, sep)
 				if !more {
 					break
 				}

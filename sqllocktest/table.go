@@ -36,6 +36,7 @@ type txn struct {
 	before   map[rowRef]*row // each row written, as it was committed; nil when absent
 	order    []rowRef
 	readOnly bool
+	user     *Tx // the Handler's statements' transaction, if any ran
 }
 
 func copyRow(r *row) *row {
@@ -150,6 +151,7 @@ func (s *Server) endTx(c *conn, commit bool) {
 		}
 	}
 	c.tx = nil
+	endUserTx(tx, commit)
 	s.broadcast()
 }
 

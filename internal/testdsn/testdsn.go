@@ -18,9 +18,11 @@ package testdsn
 import (
 	"context"
 	"database/sql"
+	"flag"
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -205,6 +207,22 @@ func Servers() []Server {
 	return servers
 }
 
+// AtLeastParallel raises go test's -parallel, unless the command line set
+// it, to n: with its default, GOMAXPROCS, a 2-core machine would test two of
+// three servers at a time. Call it from TestMain, before m.Run.
+func AtLeastParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if f := flag.Lookup("test.parallel"); f != nil && !set {
+		if cur, err := strconv.Atoi(f.Value.String()); err == nil && cur < n {
+			_ = f.Value.Set(strconv.Itoa(n))
+		}
+	}
+}
+
 // NoServer skips t, or fails it when CI is set, for want of any server.
 func NoServer(t testing.TB, why string) {
 	t.Helper()
@@ -214,9 +232,9 @@ func NoServer(t testing.TB, why string) {
 	t.Skip(why)
 }
 
-// Each runs f as a subtest named by each server Env names. A server that did
-// not answer fails its subtest; with Env unset, t skips (fails in CI) and
-// says how to start servers.
+// Each runs f as a subtest named by each server Env names, the servers'
+// subtests in parallel. A server that did not answer fails its subtest;
+// with Env unset, t skips (fails in CI) and says how to start servers.
 func Each(t *testing.T, f func(t *testing.T, s Server)) {
 	t.Helper()
 	all := Servers()
@@ -225,6 +243,7 @@ func Each(t *testing.T, f func(t *testing.T, s Server)) {
 	}
 	for _, s := range all {
 		t.Run(s.Label, func(t *testing.T) {
+			t.Parallel()
 			if s.Err != nil {
 				t.Fatal(s.Err)
 			}

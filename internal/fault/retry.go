@@ -1,0 +1,98 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// MaxTransientAttempts bounds how often one operation sends its statement
+// when the connection breaks: the server may be gone, and each attempt may
+// wait for a connection.
+const MaxTransientAttempts = 4
+
+// MaxRetryBudget bounds how long one operation goes on sending its statement
+// while the server rolls it back (deadlocks, cluster certification
+// conflicts), when its context has no sooner deadline.
+const MaxRetryBudget = 5 * time.Second
+
+// Transient runs f, which changes nothing on the server (a prepare, a
+// read), again while it fails with a broken connection or a rollback, as
+// retry does.
+func Transient(ctx context.Context, f func() error) error {
+	return Retry(ctx, time.Time{}, f)
+}
+
+// retry runs f again while it fails in a way the same statement may get
+// past at once: a rollback (deadlock, lock wait timeout, cluster
+// certification conflict) until the budget ends, a broken connection up to
+// MaxTransientAttempts times. The budget ends at ctx's deadline, at until
+// if that is sooner and set, and at the latest MaxRetryBudget from now; a
+// pause that would end past it is not taken. A refusal (a read-only
+// server, no server) is returned at once: a failover outlasts any pause
+// here, and the loops that keep trying (Acquire, Elect, the keep-alive)
+// pace themselves.
+func Retry(ctx context.Context, until time.Time, f func() error) error {
+	budget := time.Now().Add(MaxRetryBudget)
+	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
+		budget = d
+	}
+	if !until.IsZero() && until.Before(budget) {
+		budget = until
+	}
+	broken := 0
+	var last error // of the attempt before, for when ctx cuts this one
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		switch Classify(err) {
+		case Final, Refused:
+			if last != nil && ctx.Err() != nil {
+				return fmt.Errorf("%w (last error: %w)", err, last)
+			}
+			return err
+		case Unknown:
+			if broken++; broken >= MaxTransientAttempts {
+				return err
+			}
+		}
+		wait := Backoff(attempt)
+		if time.Now().Add(wait).After(budget) {
+			return err
+		}
+		if werr := Sleep(ctx, wait); werr != nil {
+			return fmt.Errorf("%w (last error: %w)", werr, err)
+		}
+		last = err
+	}
+}
+
+// MaxBackoff caps the pause between attempts of one statement.
+const MaxBackoff = 64 * time.Millisecond
+
+// Backoff is the pause before sending a rolled-back or cut
+// statement again: from about a millisecond, doubling up to
+// MaxBackoff, each drawn at random from the upper half of its step,
+// so that writers that conflicted (two sides of a deadlock, writers on
+// several cluster nodes) spread out instead of colliding again.
+func Backoff(attempt int) time.Duration {
+	d := MaxBackoff
+	if attempt < 7 {
+		d = min(time.Millisecond<<attempt, d)
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

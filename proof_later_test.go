@@ -1,0 +1,70 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// The set, semaphore and Once statements are proven at their kind's first
+// use, once per Client, not at the Client's first write, and leave no row
+// behind.
+func TestClient_laterProofs_atFirstUseOnce(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		ctx := testCtx(t)
+		done := func(kind int) bool {
+			c.later[kind].mu.Lock()
+			defer c.later[kind].mu.Unlock()
+			return c.later[kind].done
+		}
+		if err := mustAcquire(t, c, "single", time.Minute).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for kind := range numLaterProofs {
+			if done(kind) {
+				t.Errorf("after a single name: the %s proof made, want it left to its first use", laterProofNames[kind])
+			}
+		}
+		uses := []struct {
+			kind int
+			use  func() error
+		}{
+			{proofSets, func() error {
+				l, err := c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				return err
+			}},
+			{proofSlots, func() error {
+				l, err := c.TryAcquireSlot(ctx, "jobs", 2, time.Minute)
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				return err
+			}},
+			{proofOnce, func() error {
+				_, err := c.Once(ctx, "once", func(context.Context) error { return nil })
+				return err
+			}},
+		}
+		for _, u := range uses {
+			err := u.use()
+			if errors.Is(err, ErrUnsupportedServer) && e.oneRow() && u.kind != proofOnce {
+				continue // sets through Vitess, semaphores on TiDB and through Vitess
+			}
+			if err != nil {
+				t.Fatalf("first %s: %v", laterProofNames[u.kind], err)
+			}
+			if !done(u.kind) {
+				t.Errorf("after the first %s: its proof not made", laterProofNames[u.kind])
+			}
+			if n := e.proofRows(t, table); n != 0 {
+				t.Errorf("after the first %s: %d proof rows, want 0", laterProofNames[u.kind], n)
+			}
+		}
+	})
+}

@@ -1,0 +1,37 @@
+package sqllock
+
+import (
+	"strings"
+
+	"github.com/sqllock/sqllock/internal/fault"
+)
+
+// The session guard: every statement that takes or extends a lease fails
+// with error 1690, and writes nothing, when the session that runs it has
+// autocommit off, an open transaction (MariaDB), or a clock of its own (a
+// session timestamp); queries.sql says how. The pool is the application's,
+// so such a setting may come to any connection at any time, after the
+// Client's first use: only the statement itself can see the session it
+// runs in. A guarded failure is a refusal that may pass (classify), like a
+// read-only server's: another connection of the pool, or the same one once
+// the application has put its session back, may succeed.
+
+// sessionGuard returns what the session guard of a statement found, when
+// err is the error it raised, and "" for any other error. Nothing was
+// written: the server undid the statement.
+func sessionGuard(err error) string {
+	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange {
+		return ""
+	}
+	expr := fault.GuardExpr(err.Error())
+	if expr == "" {
+		return ""
+	}
+	if strings.Contains(strings.ToLower(expr), "sysdate") {
+		return "the session's clock is not the server's: NOW() lay more than 1s from SYSDATE() " +
+			"(a session timestamp, SET timestamp = ... on a connection of the pool or a DSN's timestamp=..., " +
+			"or a statement that waited over a second to start); nothing was written"
+	}
+	return "the session has autocommit off (SET autocommit = 0 on a connection of the pool, or a DSN's autocommit=0) " +
+		"or, on MariaDB, an open transaction (a BEGIN not ended): a lease written there would be undone by a ROLLBACK; nothing was written"
+}

@@ -1,0 +1,77 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Every kind of waiting acquire (Acquire of one name, AcquireAll of a set,
+// AcquireSlot of a semaphore) waits in one path, acquireQueued
+// (waiters.go): the Client's fair queue, the wake-up channel (wake.go) and
+// the bounds of poll.go. A waitCall is what that path needs of each kind.
+// Its key names the queue and the channel: a lock's name, a set's label
+// followed by setKeyMark, a semaphore's fence row name (slotRows). No lock
+// name ends with either mark (checkName), so no two kinds share a queue.
+
+// A waitCall is one waiting acquire, used by one goroutine.
+type waitCall interface {
+	// key names the call's queue in the Client and its wake-up channel.
+	key() string
+	// label names what the call waits for in the Observer's events.
+	label() string
+	// op begins the call's errors: `acquire "x"`.
+	op() string
+	leaseTTL() time.Duration
+	// attempt sends one attempt, as the kind's Try call does.
+	attempt(ctx context.Context) (*Lock, error)
+	// final reports whether err, which wraps ErrNotAcquired, ends the call
+	// at once instead of counting as a refused attempt.
+	final(err error) bool
+	// lookName is the one lease name a look (poll.go) can answer for, or
+	// "" when the kind has none: the look is single names' alone.
+	lookName() string
+	// shared reports whether the key may be held by several Locks at once
+	// (a semaphore of more than one slot): then an acquisition does not make
+	// the next caller in line wait, and the Lock does not keep the channel.
+	shared() bool
+}
+
+// setKeyMark follows a set's label in its key: slotMark and two digits,
+// which no lock name ends with and no semaphore's slot row is named by
+// (slots are numbered from 01).
+const setKeyMark = slotMark + "00"
+
+// setKey is the key of the set of sorted names.
+func setKey(names []string) string { return setLabel(names) + setKeyMark }
+
+func (a *acquireCall) key() string                            { return a.name }
+func (a *acquireCall) label() string                          { return a.name }
+func (a *acquireCall) op() string                             { return fmt.Sprintf("acquire %q", a.name) }
+func (a *acquireCall) leaseTTL() time.Duration                { return a.ttl }
+func (a *acquireCall) final(error) bool                       { return false }
+func (a *acquireCall) lookName() string                       { return a.name }
+func (a *acquireCall) shared() bool                           { return false }
+func (a *setCall) key() string                                { return setKey(a.names) }
+func (a *setCall) op() string                                 { return "acquire " + a.name }
+func (a *setCall) lookName() string                           { return "" }
+func (a *setCall) attempt(ctx context.Context) (*Lock, error) { return a.attemptAll(ctx) }
+func (s *slotCall) label() string                             { return s.sem }
+func (s *slotCall) op() string                                { return fmt.Sprintf("acquire a slot of %q", s.sem) }
+func (s *slotCall) final(err error) bool                      { return errors.Is(err, ErrSlotCount) }
+func (s *slotCall) lookName() string                          { return "" }
+func (s *slotCall) shared() bool                              { return s.n > 1 }
+
+// A setCall is an acquireCall for a set (acquire_all.go): name is the set's
+// label, names its names.
+type setCall struct{ acquireCall }
+
+// waitKey is the key of the queue and channel l's acquire waited in: a
+// set's key for a set, the semaphore's for a slot, else the name.
+func (l *Lock) waitKey() string {
+	if l.set != nil {
+		return setKey(l.set.names)
+	}
+	return orphanKey(l.name)
+}
