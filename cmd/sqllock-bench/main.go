@@ -301,14 +301,14 @@ func (r *results) printTables(w io.Writer) {
 			r.median(name, "polls/s/waiter"), r.median(name, "stmts/handoff"))
 	}
 
-	fmt.Fprintln(w, "\nFour processes on one name, each looping Acquire, hold 50 ms, Release, for 20 s")
+	fmt.Fprintln(w, "\nFour processes on one name (a set of two: set; a semaphore of one slot: slot), each looping acquire, hold 50 ms, Release, for 20 s")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| run | to another process | p50 (ms) | p99 (ms) | least share | polls/s per waiting process | channel statements per acquisition |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, name := range r.withPrefix("Contention/") {
-		fmt.Fprintf(w, "| %s | %.0f%% | %.1f | %.1f | %.0f%% | %.1f | %.1f |\n", strings.TrimPrefix(name, "Contention/"),
+		fmt.Fprintf(w, "| %s | %.0f%% | %.1f | %.1f | %.0f%% | %s | %s |\n", strings.TrimPrefix(name, "Contention/"),
 			100*r.median(name, "cross/acq"), r.median(name, "p50-µs")/1e3, r.median(name, "p99-µs")/1e3,
-			100*r.median(name, "min-share"), r.median(name, "polls/s/waiter"), r.median(name, "chan-stmts/acq"))
+			100*r.median(name, "min-share"), orDash(r.median(name, "polls/s/waiter")), orDash(r.median(name, "chan-stmts/acq")))
 	}
 
 	fmt.Fprintln(w, "\nMany names: K goroutines, each on a name of its own, one Client")
@@ -318,6 +318,15 @@ func (r *results) printTables(w io.Writer) {
 	for _, name := range r.withPrefix("Names/") {
 		fmt.Fprintf(w, "| %s | %.0f |\n", strings.TrimPrefix(name, "Names/K="), r.median(name, "pairs/s"))
 	}
+}
+
+// orDash prints v with one decimal, or a dash for a figure the run does
+// not report.
+func orDash(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 // chart draws the uncontended pair's variants as horizontal bars of their

@@ -181,7 +181,14 @@ func (w *worker) contend(ctx context.Context, g int) {
 		n := w.nodes[cur]
 		name := nameOf(rand.N(w.cfg.names))
 		w.count(func(r *childReport) { r.Attempts++ })
+		call := stamp()
 		l, err := w.acquire(ctx, n, name)
+		acq := histOp{Kind: "acquire", Name: name, Goroutine: g, Result: opResult(err, "refused"), Call: call, Return: stamp(),
+			TTL: int64(ttl), KeepAlive: w.cfg.keepAlive}
+		if err == nil {
+			acq.Fence = l.Fence()
+		}
+		w.hist(acq)
 		switch {
 		case errors.Is(err, sqllock.ErrNotAcquired):
 			w.count(func(r *childReport) { r.Refused++ })
@@ -337,9 +344,7 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		if err != nil {
 			// A section cut short ends all the same; a release that
 			// cannot reach the server leaves the lease to expire.
-			rctx, cancel := context.WithTimeout(ctx, opTimeout)
-			_ = l.Release(rctx)
-			cancel()
+			w.release(ctx, g, l)
 		}
 	}()
 	now, expiry, err := n.serverClock(ctx, l.Name(), l.Token())
@@ -361,7 +366,9 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		if w.cfg.checked {
 			write = n.checkedWrite
 		}
+		call := stamp()
 		ok, conflicts, err := write(ctx, l)
+		w.histWrite(g, l.Name(), l.Fence(), 0, call, ok, err)
 		rec.Conflicts += conflicts
 		switch {
 		case ok:
@@ -395,8 +402,11 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		time.Sleep(rand.N(ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		call := stamp()
 		err := l.Refresh(rctx, ttl)
 		cancel()
+		w.hist(histOp{Kind: "refresh", Name: l.Name(), Goroutine: g, Fence: l.Fence(), Result: opResult(err, "notheld"),
+			Call: call, Return: stamp(), TTL: int64(ttl)})
 		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 			return rec, "refresh", err
 		}
@@ -422,15 +432,55 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 			rec.Belief = max(rec.Belief, time.Now().UnixMicro())
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	switch err := l.Release(rctx); {
+	switch err := w.release(ctx, g, l); {
 	case errors.Is(err, sqllock.ErrNotHeld):
 		rec.TakenOver = true
 	case err != nil:
 		return rec, "release", err
 	}
 	return rec, "", nil
+}
+
+// release releases l, within opTimeout, and records it in the history:
+// once for each name of a set.
+func (w *worker) release(ctx context.Context, g int, l *sqllock.Lock) error {
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	call := stamp()
+	err := l.Release(rctx)
+	ret := stamp()
+	names, fences := l.Names(), l.Fences()
+	set := 0
+	if len(names) > 1 {
+		set = len(names)
+	}
+	for i, name := range names {
+		w.hist(histOp{Kind: "release", Name: name, Goroutine: g, Fence: fences[i], Result: opResult(err, "notheld"),
+			Call: call, Return: ret, Set: set})
+	}
+	return err
+}
+
+// histWrite records a protected write of name with fence in the history:
+// a fenced write, or with -check a write after Lock.Check; set is the
+// size of the set it belongs to (0: a single name).
+func (w *worker) histWrite(g int, name string, fence uint64, set int, call int64, ok bool, err error) {
+	op := histOp{Kind: "write", Name: name, Goroutine: g, Fence: fence, Call: call, Return: stamp(), Set: set}
+	refused := "rejected"
+	if w.cfg.checked {
+		op.Kind, refused = "cwrite", "refused"
+	}
+	switch {
+	case ok:
+		op.Result = "ok"
+	case err == nil:
+		op.Result = refused
+	case conflict(err):
+		op.Result = "none" // rolled back: not applied
+	default:
+		op.Result = "unknown"
+	}
+	w.hist(op)
 }
 
 // intrude is the broken holder of -selftest-broken: refused, it works on the

@@ -114,6 +114,9 @@ type config struct {
 	broken    bool  // -selftest-broken: children ignore refusals, to test the checker
 	skipCheck bool  // -selftest-skip-check: -check writes without Lock.Check, to test the checker
 	slots     int   // -slots N: the semaphore mode (slots.go)
+	// history: write every operation to this file (history.go); a child
+	// given it sends its operations to the parent.
+	history string
 }
 
 func main() {
@@ -194,6 +197,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.restartCmd, "restart-cmd", "", "-fault crash: the shell command that starts the killed server again, returning once it answers")
 	fs.DurationVar(&cfg.maxRecovery, "max-recovery", 0, "fail a fault run in which a name is first acquired again longer than this after the heal (0: no bound)")
 	fs.BoolVar(&cfg.checked, "check", false, "protected writes run Lock.Check in their transaction and write a register that must never go back, instead of a fenced UPDATE")
+	fs.StringVar(&cfg.history, "history", "", "write every operation, with its invocation and response times, to this file as JSON lines, for the linearizability check of the linearize module")
 	fs.BoolVar(&cfg.keepAlive, "keepalive", false, "holders keep their lease with Lock.KeepAlive through the section (a stall too) instead of one Refresh; a keep-alive that has not reported a lost lease after another holder began is a violation")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
 	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
@@ -295,6 +299,7 @@ type summary struct {
 	faultOK        bool
 	lost, stale    int64
 	cuts           int // wake-up channel connections killed
+	historyOps     int // operations written to -history
 	text           string
 }
 
@@ -381,6 +386,13 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 			p.close()
 		}
 	}()
+	var hist *history
+	if cfg.history != "" {
+		if hist, err = createHistory(cfg.history); err != nil {
+			return summary{}, err
+		}
+		defer hist.close()
+	}
 	var procs []*os.Process
 	startAt := time.Now()
 	cfg.stopAt = startAt.Add(cfg.duration).UnixMilli()
@@ -417,6 +429,7 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 				var l struct {
 					record
 					childReport
+					H json.RawMessage `json:"h"` // an operation of the history
 				}
 				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 					mu.Lock()
@@ -424,9 +437,12 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 					mu.Unlock()
 					continue
 				}
-				if l.Done {
+				switch {
+				case l.H != nil:
+					hist.add(l.H)
+				case l.Done:
 					rep = &l.childReport
-				} else {
+				default:
 					rs = append(rs, l.record)
 				}
 			}
@@ -492,9 +508,15 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		resDB.Close()
 		lockDB, resDB = newLock, newRes
 	}
-	sum.resource, sum.lost, sum.stale, err = checkResource(ctx, resDB, cfg, records)
+	sum.resource, sum.lost, sum.stale, err = checkResource(ctx, resDB, cfg, records, hist)
 	if err != nil {
 		return summary{}, err
+	}
+	if hist != nil {
+		sum.historyOps = hist.n
+		if err := hist.close(); err != nil {
+			return summary{}, fmt.Errorf("-history: %w", err)
+		}
 	}
 	sum.text = format(cfg, version, sum, reports)
 	return sum, nil
@@ -565,6 +587,9 @@ func childArgs(cfg config, i int) []string {
 	}
 	if cfg.skipCheck {
 		args = append(args, "-selftest-skip-check")
+	}
+	if cfg.history != "" {
+		args = append(args, "-history="+cfg.history)
 	}
 	return args
 }
@@ -647,8 +672,9 @@ func cutChannels(ctx context.Context, db *sql.DB, cfg config) int {
 // whose outcome is unknown may have been applied or not: it widens what
 // the table may hold by one write, and its fence may be the last. It also
 // returns how many accepted writes the table lacks (lost), and how many
-// writes took a register back (stale).
-func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record) (bad []string, lost, stale int64, err error) {
+// writes took a register back (stale). Each read goes into hist, when the
+// run keeps a history.
+func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record, hist *history) (bad []string, lost, stale int64, err error) {
 	wantWrites := map[string]int64{}
 	maybeWrites := map[string]int64{}
 	wantFence := map[string]uint64{}
@@ -670,9 +696,11 @@ func checkResource(ctx context.Context, db *sql.DB, cfg config, records []record
 		name := nameOf(i)
 		var fence uint64
 		var writes, back int64
+		call := stamp()
 		if err := db.QueryRowContext(ctx, "SELECT fence, writes, back FROM `"+resourceTable(cfg.table)+"` WHERE name = ?", name).Scan(&fence, &writes, &back); err != nil {
 			return nil, 0, 0, err
 		}
+		hist.addOp(histOp{Kind: "read", Name: name, Proc: -1, Fence: fence, Writes: writes, Result: "ok", Call: call, Return: stamp()})
 		lost += max(0, wantWrites[name]-writes)
 		stale += back
 		if back > 0 {
@@ -744,6 +772,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	if cfg.allowErrors {
 		p(" -allow-errors")
 	}
+	if cfg.history != "" {
+		p(" -history %s", cfg.history)
+	}
 	p("\n")
 	p("server: %s\n", version)
 	p("attempts:                 %d (refused: %d)\n", attempts, refused)
@@ -793,6 +824,9 @@ func format(cfg config, version string, s summary, reports []childReport) string
 	}
 	p("unexpected errors:        %d\n", len(s.childErrors))
 	p("resource mismatches:      %d\n", len(s.resource))
+	if cfg.history != "" {
+		p("history:                  %d operations in %s (checked by the linearize module)\n", s.historyOps, cfg.history)
+	}
 	for _, list := range [][]string{s.Overlaps, s.Duplicates, s.OutOfOrder, s.Beliefs, s.childErrors, s.resource, s.errs} {
 		for i, v := range list {
 			if i == 10 {

@@ -199,7 +199,7 @@ func TestCheckResource_unknownWrites(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				bad, lost, _, err := checkResource(ctx, db, cfg, tt.records)
+				bad, lost, _, err := checkResource(ctx, db, cfg, tt.records, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

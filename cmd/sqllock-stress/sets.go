@@ -32,8 +32,18 @@ func (w *worker) contendSet(ctx context.Context, g int) {
 		set := slices.Clone(all[:w.cfg.set])
 		w.count(func(r *childReport) { r.Attempts++ })
 		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		call := stamp()
 		l, err := n.c.TryAcquireAll(actx, set, ttl)
 		cancel()
+		ret := stamp()
+		for i, name := range set {
+			op := histOp{Kind: "acquire", Name: name, Goroutine: g, Result: opResult(err, "refused"), Call: call, Return: ret,
+				TTL: int64(ttl), Set: len(set)}
+			if err == nil {
+				op.Name, op.Fence = l.Names()[i], l.Fences()[i]
+			}
+			w.hist(op)
+		}
 		switch {
 		case errors.Is(err, sqllock.ErrNotAcquired):
 			w.count(func(r *childReport) { r.Refused++ })
@@ -75,9 +85,7 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	}
 	defer func() {
 		if err != nil {
-			rctx, cancel := context.WithTimeout(ctx, opTimeout)
-			_ = l.Release(rctx)
-			cancel()
+			w.release(ctx, g, l)
 		}
 	}()
 	clock := func(start bool) error {
@@ -106,7 +114,9 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	}
 	writes := func() error {
 		for i, name := range names {
+			call := stamp()
 			ok, conflicts, err := n.fencedWrite(ctx, name, fences[i])
+			w.histWrite(g, name, fences[i], len(names), call, ok, err)
 			r := &recs[i]
 			r.Conflicts += conflicts
 			switch {
@@ -136,8 +146,14 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 		time.Sleep(rand.N(w.cfg.ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
+		call := stamp()
 		err := l.Refresh(rctx, w.cfg.ttl)
 		cancel()
+		ret := stamp()
+		for i, name := range names {
+			w.hist(histOp{Kind: "refresh", Name: name, Goroutine: g, Fence: fences[i], Result: opResult(err, "notheld"),
+				Call: call, Return: ret, TTL: int64(w.cfg.ttl), Set: len(names)})
+		}
 		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 			return recs, "refresh", err
 		}
@@ -153,9 +169,7 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	if err := clock(false); err != nil {
 		return recs, "clock", err
 	}
-	rctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	switch err := l.Release(rctx); {
+	switch err := w.release(ctx, g, l); {
 	case errors.Is(err, sqllock.ErrNotHeld):
 		for i := range recs {
 			recs[i].TakenOver = true

@@ -27,15 +27,19 @@ import (
 // the release, cut at the Lock's ValidUntil, before which the lease cannot
 // have expired: so on one host's clock, more than N overlapping sections of
 // one semaphore, two overlapping sections of one slot, a fence issued twice,
-// or a section that ended before another began holding the higher fence are
-// violations.
+// or an acquire called after another returned that holds the lower fence
+// are violations. (A section that began after another ended may hold the
+// lower fence: its statement committed first, on another slot, and its
+// reply came back later than the other's whole section.)
 
 // A slotSection is one holder's time on a slot.
 type slotSection struct {
-	name       string
-	slot       int
-	fence      uint64
-	start, end time.Time
+	name  string
+	slot  int
+	fence uint64
+	// called is when the acquire was called, start when it returned: the
+	// statement committed between the two.
+	called, start, end time.Time
 }
 
 // slotRun is what a semaphore run gathered.
@@ -44,6 +48,7 @@ type slotRun struct {
 	sections []slotSection
 	refused  int
 	errs     map[string]int
+	hist     *history // -history, or nil
 }
 
 func (r *slotRun) add(s slotSection) {
@@ -106,18 +111,27 @@ func slotStress(ctx context.Context, cfg config) (summary string, pass bool, err
 		clients = append(clients, c)
 	}
 	run := &slotRun{errs: map[string]int{}}
+	if cfg.history != "" {
+		if run.hist, err = createHistory(cfg.history); err != nil {
+			return "", false, err
+		}
+		defer run.hist.close()
+	}
 	stop := time.Now().Add(cfg.duration)
 	var wg sync.WaitGroup
-	for _, c := range clients {
-		for range cfg.goroutines {
+	for p, c := range clients {
+		for g := range cfg.goroutines {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				slotWorker(ctx, cfg, c, stop, run)
+				slotWorker(ctx, cfg, c, p, g, stop, run)
 			}()
 		}
 	}
 	wg.Wait()
+	if err := run.hist.close(); err != nil {
+		return "", false, fmt.Errorf("-history: %w", err)
+	}
 	violations := checkSlots(run.sections, cfg.slots)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "semaphores:               %d of %d slots\n", cfg.names, cfg.slots)
@@ -133,6 +147,9 @@ func slotStress(ctx context.Context, cfg config) (summary string, pass bool, err
 	for _, v := range violations[:min(len(violations), 20)] {
 		fmt.Fprintf(&sb, "  %s\n", v)
 	}
+	if cfg.history != "" {
+		fmt.Fprintf(&sb, "history:                  %d operations in %s (checked by the linearize module)\n", run.hist.n, cfg.history)
+	}
 	pass = len(violations) == 0 && len(run.sections) > 0 && (errs == 0 || cfg.allowErrors)
 	if pass {
 		sb.WriteString("PASS\n")
@@ -142,11 +159,19 @@ func slotStress(ctx context.Context, cfg config) (summary string, pass bool, err
 	return sb.String(), pass, nil
 }
 
-// slotWorker takes, holds and releases slots until stop.
-func slotWorker(ctx context.Context, cfg config, c *sqllock.Client, stop time.Time, run *slotRun) {
+// slotWorker, goroutine g of Client p, takes, holds and releases slots
+// until stop.
+func slotWorker(ctx context.Context, cfg config, c *sqllock.Client, p, g int, stop time.Time, run *slotRun) {
 	for time.Now().Before(stop) && ctx.Err() == nil {
 		name := fmt.Sprintf("sem%d", mrand.IntN(cfg.names))
+		called, call := time.Now(), stamp()
 		l, err := c.TryAcquireSlot(ctx, name, cfg.slots, cfg.ttl)
+		acq := histOp{Kind: "acquire", Name: name, Proc: p, Goroutine: g, Result: opResult(err, "refused"), Call: call, Return: stamp(),
+			TTL: int64(cfg.ttl), Slots: cfg.slots}
+		if err == nil {
+			acq.Fence, acq.Slot = l.Fence(), l.Slot()
+		}
+		run.hist.addOp(acq)
 		if errors.Is(err, sqllock.ErrNotAcquired) && !errors.Is(err, sqllock.ErrSlotCount) {
 			run.mu.Lock()
 			run.refused++
@@ -155,7 +180,7 @@ func slotWorker(ctx context.Context, cfg config, c *sqllock.Client, stop time.Ti
 				// The self-test: work as if the refusal were a slot.
 				start := time.Now()
 				time.Sleep(cfg.ttl / 4)
-				run.add(slotSection{name: name, slot: cfg.slots + 1, fence: 0, start: start, end: time.Now()})
+				run.add(slotSection{name: name, slot: cfg.slots + 1, fence: 0, called: called, start: start, end: time.Now()})
 				continue
 			}
 			time.Sleep(time.Duration(mrand.Int64N(int64(cfg.ttl/10) + 1)))
@@ -177,9 +202,13 @@ func slotWorker(ctx context.Context, cfg config, c *sqllock.Client, stop time.Ti
 			end = vu // from here on the holder cannot count on its slot
 		}
 		if end.After(start) {
-			run.add(slotSection{name: name, slot: l.Slot(), fence: l.Fence(), start: start, end: end})
+			run.add(slotSection{name: name, slot: l.Slot(), fence: l.Fence(), called: called, start: start, end: end})
 		}
-		if err := l.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
+		call = stamp()
+		err = l.Release(context.WithoutCancel(ctx))
+		run.hist.addOp(histOp{Kind: "release", Name: name, Proc: p, Goroutine: g, Fence: l.Fence(), Slot: l.Slot(), Slots: cfg.slots,
+			Result: opResult(err, "notheld"), Call: call, Return: stamp()})
+		if err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 			run.fail(err)
 		}
 	}
@@ -206,10 +235,15 @@ func checkSlots(sections []slotSection, n int) []string {
 			}
 			fences[a.fence] = true
 			for _, b := range ss[i+1:] {
-				if b.start.After(a.end) || b.start.Equal(a.end) {
-					if b.fence <= a.fence {
-						out = append(out, fmt.Sprintf("%s: fence %d began after fence %d ended", name, b.fence, a.fence))
-					}
+				// Fences grow in the order the acquires commit. An acquire
+				// called after another returned committed after it; one
+				// that merely returned later may have committed first, on
+				// another slot, its reply slower than the other's whole
+				// section.
+				if b.called.After(a.start) && b.fence <= a.fence {
+					out = append(out, fmt.Sprintf("%s: fence %d acquired after fence %d was", name, b.fence, a.fence))
+				}
+				if !b.start.Before(a.end) {
 					continue
 				}
 				if a.slot == b.slot {

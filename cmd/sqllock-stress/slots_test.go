@@ -33,17 +33,25 @@ func TestStress_slots(t *testing.T) {
 // The checker's rules on hand-made sections.
 func TestCheckSlots(t *testing.T) {
 	at := func(ms int) time.Time { return time.Unix(0, int64(ms)*int64(time.Millisecond)) }
+	// sec is a section of slot whose acquire was called 1ms before it began.
+	sec := func(slot int, fence uint64, start, end int) slotSection {
+		return slotSection{"s", slot, fence, at(start - 1), at(start), at(end)}
+	}
 	ok := []slotSection{
-		{"s", 1, 10, at(0), at(10)}, {"s", 2, 11, at(5), at(15)}, {"s", 1, 12, at(10), at(20)},
+		sec(1, 10, 0, 10), sec(2, 11, 5, 15), sec(1, 12, 10, 20),
+		// Committed first (fence 13, called at 20), its reply slower than
+		// fence 14's whole section on another slot.
+		{"s", 2, 13, at(20), at(40), at(50)}, sec(1, 14, 25, 30),
 	}
 	if v := checkSlots(ok, 2); len(v) != 0 {
 		t.Errorf("a good run: got %v", v)
 	}
 	for name, bad := range map[string][]slotSection{
-		"three at once":  {{"s", 1, 10, at(0), at(10)}, {"s", 2, 11, at(1), at(10)}, {"s", 3, 12, at(2), at(10)}},
-		"one slot twice": {{"s", 1, 10, at(0), at(10)}, {"s", 1, 11, at(5), at(15)}},
-		"fence twice":    {{"s", 1, 10, at(0), at(10)}, {"s", 2, 10, at(20), at(30)}},
-		"fence back":     {{"s", 1, 10, at(0), at(10)}, {"s", 2, 9, at(20), at(30)}},
+		"three at once":           {sec(1, 10, 0, 10), sec(2, 11, 1, 10), sec(3, 12, 2, 10)},
+		"one slot twice":          {sec(1, 10, 0, 10), sec(1, 11, 5, 15)},
+		"fence twice":             {sec(1, 10, 0, 10), sec(2, 10, 20, 30)},
+		"fence back":              {sec(1, 10, 0, 10), sec(2, 9, 20, 30)},
+		"fence back, overlapping": {sec(1, 10, 0, 10), sec(2, 9, 5, 30)},
 	} {
 		if v := checkSlots(bad, 2); len(v) == 0 {
 			t.Errorf("%s: got no violation", name)

@@ -797,3 +797,34 @@ func (p *stallProxy) resume() {
 	p.cond.Broadcast()
 	p.mu.Unlock()
 }
+
+// -q keeps a run that finds the name held silent (exit 75, nothing on
+// stderr, as flock -n), for cron's mail; a real failure still speaks.
+func TestRun_quietHeld(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		if _, err := e.client().TryAcquire(context.Background(), "nightly", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for _, flag := range []string{"-q", "--quiet-held"} {
+			r := e.run("run", flag, "nightly", "--", "sh", "-c", "echo ran >> "+e.path("runs"))
+			if r.status != exitConflict || r.stderr != "" || r.stdout != "" {
+				t.Errorf("%s, held: got status %d, stderr %q; want %d and nothing", flag, r.status, r.stderr, exitConflict)
+			}
+		}
+		if _, err := e.client().TryAcquireSlot(context.Background(), "exports", 1, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		r := e.run("run", "-q", "-n", "1", "exports", "--", "true")
+		if r.status != exitConflict || r.stderr != "" {
+			t.Errorf("-q -n 1, every slot held: got status %d, stderr %q; want %d and nothing", r.status, r.stderr, exitConflict)
+		}
+		if got := e.lines("runs"); len(got) != 0 {
+			t.Errorf("the job ran %d times while held", len(got))
+		}
+		r = e.run("run", "-q", "--table", "no_such_table", "other", "--", "true")
+		if r.status != exitOwn || !strings.Contains(r.stderr, "no_such_table") {
+			t.Errorf("-q, missing table: got status %d, stderr %q; want %d naming the table", r.status, r.stderr, exitOwn)
+		}
+	})
+}

@@ -8,6 +8,7 @@
 //	sqllock release --force [--json] NAME
 //	sqllock once-reset [--json] NAME
 //	sqllock create-table [--json]
+//	sqllock metrics [--listen ADDR]
 //
 // Flags may stand before or after the operands, up to "--"; what follows
 // "--" is run's COMMAND, untouched. The server comes from --dsn or
@@ -52,6 +53,7 @@ const usage = `usage:
   sqllock release --force [--json] NAME            delete the lease on NAME, whoever holds it
   sqllock once-reset [--json] NAME                 let Client.Once run NAME again
   sqllock create-table [--json]                    create the lock table if it is missing
+  sqllock metrics [--listen :9187]                 serve the lock table as Prometheus metrics
 Every command takes --dsn (default $SQLLOCK_DSN), --table (default sqllock) and
 --timeout (default 10s: how long to wait for the server to answer). Flags may
 stand before or after NAME; everything after -- is the COMMAND.
@@ -74,6 +76,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, args, stderr)
 	case "list", "inspect", "release", "once-reset", "create-table":
 		return adminCmd(ctx, cmd, args, stdout, stderr)
+	case "metrics":
+		return metricsCmd(ctx, args, stderr)
+	case watchdogCmd:
+		return watchdogMain(args, os.Stdin)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -93,9 +93,11 @@ func TestMetrics_text(t *testing.T) {
 	}
 	o.HoldStart(sqllock.HoldEvent{})
 	o.HoldEnd(sqllock.HoldEvent{End: sqllock.HoldLost, Held: time.Second})
+	o.Refreshed(sqllock.RefreshEvent{Left: 2 * time.Second, TTL: 3 * time.Second})
 	var b strings.Builder
-	m.write(&b)
+	m.write(&b, "")
 	text := b.String()
+	parseText(t, text)
 	for _, want := range []string{
 		`sqllock_acquire_duration_seconds_bucket{sqllock_outcome="acquired",le="0.0025"} 0` + "\n",
 		`sqllock_acquire_duration_seconds_bucket{sqllock_outcome="acquired",le="0.005"} 2` + "\n",
@@ -106,6 +108,10 @@ func TestMetrics_text(t *testing.T) {
 		"\nsqllock_lease_held 0\n",
 		"\nsqllock_lease_lost_total 1\n",
 		`sqllock_lease_duration_seconds_count{sqllock_lease_end="lost"} 1` + "\n",
+		"\nsqllock_lease_age_seconds 0\n",
+		`sqllock_refresh_remaining_fraction_bucket{sqllock_outcome="acquired",le="0.6"} 0` + "\n",
+		`sqllock_refresh_remaining_fraction_bucket{sqllock_outcome="acquired",le="0.7"} 1` + "\n",
+		`sqllock_acquire_attempts_total{sqllock_outcome="held"} 0` + "\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("want %q in:\n%s", want, text)

@@ -30,8 +30,10 @@ type runConfig struct {
 	minHold      time.Duration
 	killGrace    time.Duration
 	conflictCode int
+	quietHeld    bool // -q: say nothing when another holds the name
 	verbose      bool
 	metrics      string // --metrics: where to serve the Client's metrics
+	textfile     string // --metrics-textfile: where to write them
 	slots        int    // -n: run under one of the semaphore NAME's slots (run_slots.go)
 	slot         *sqllock.Lock
 	name         string
@@ -55,12 +57,21 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, int) {
 	fs.DurationVar(&c.minHold, "min-hold", 0, "keep the name taken until `DURATION` after it was acquired, even if the command ends sooner")
 	fs.DurationVar(&c.killGrace, "kill-grace", defaultKillGrace, "SIGKILL the command's process group `DURATION` after SIGTERM (on a lost lease, and for what the command leaves running); kill-grace + ttl/10 must stay under ttl/2")
 	fs.IntVar(&c.conflictCode, "conflict-exit-code", exitConflict, "exit `status` when another host holds the name")
+	quiet := "quiet: when another host holds the name, exit with --conflict-exit-code (75) and print nothing, as flock -n does, so that cron mails only real failures"
+	fs.BoolVar(&c.quietHeld, "q", false, quiet)
+	fs.BoolVar(&c.quietHeld, "quiet-held", false, "the same as -q")
 	fs.BoolVar(&c.verbose, "v", false, "say what happens on stderr: waiting, fence, release")
 	c.registerSlots(fs)
 	fs.StringVar(&c.metrics, "metrics", "", "serve the lock's metrics at http://`ADDR`/metrics, in Prometheus's text format, while the command runs (host:port)")
+	fs.StringVar(&c.textfile, "metrics-textfile", "", "write the lock's metrics to `PATH` (a .prom file in node_exporter's textfile collector folder) at the start, on each change and at the exit, with the exit status, atomically")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]")
 		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), `Exit status: the command's; 75 (-q: silently) when another holds NAME; 124 when
+the lease was lost and the command killed; 125 when sqllock failed; 126, 127
+when the command could not run. If sqllock itself is killed (even kill -9), a
+watchdog process kills the command's whole process group.
+`)
 	}
 	operands, command, dashdash, err := parseArgs(fs, args, 1, stderr)
 	if err != nil {
@@ -147,7 +158,7 @@ type outcome struct {
 	execErr   error    // why it could not start
 }
 
-func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
+func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -182,14 +193,28 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	clientOpts := []sqllock.Option{sqllock.WithRetry(retry), sqllock.WithLogger(logger)}
-	if c.metrics != "" {
+	if c.metrics != "" || c.textfile != "" {
 		m := newMetrics()
-		stop, err := serveMetrics(c.metrics, m)
-		if err != nil {
-			say("%v", err)
-			return exitUsage
+		if c.textfile != "" {
+			tf, err := startTextfile(c.textfile, c.name, m)
+			if err != nil {
+				say("%v", err)
+				return exitUsage
+			}
+			defer func() {
+				if err := tf.close(status); err != nil {
+					say("%v", err)
+				}
+			}()
 		}
-		defer stop()
+		if c.metrics != "" {
+			stop, err := serveMetrics(c.metrics, m)
+			if err != nil {
+				say("%v", err)
+				return exitUsage
+			}
+			defer stop()
+		}
 		clientOpts = append(clientOpts, sqllock.WithObserver(m.observer()))
 	}
 	db, client, err := c.open(c.ioLimit(), clientOpts...)
@@ -268,7 +293,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		say("stopped by %v while waiting for %s; not running %s", s.signalled(), c.name, quoteArgs(c.argv))
 		return 128 + int(s.signalled().(syscall.Signal))
 	case !expired && errors.Is(err, sqllock.ErrNotAcquired):
-		say("%s; not running %s", c.held(client, time.Since(c.start)), quoteArgs(c.argv))
+		if !c.quietHeld {
+			say("%s; not running %s", c.held(client, time.Since(c.start)), quoteArgs(c.argv))
+		}
 		return c.conflictCode
 	}
 	msg := c.errText(err, "")
@@ -320,6 +347,14 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 	child.Env = append(child.Env, c.slotEnv()...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.SysProcAttr = childAttr()
+	// Should sqllock die once the command runs, the watchdog ends the
+	// command's group. Disarmed once the group is stopped: deferred, it
+	// runs after the kills below and stopLeftovers.
+	dog, err := startWatchdog()
+	if err != nil {
+		verbose("%v; if sqllock is killed, only the command itself dies with it", err)
+	}
+	defer dog.disarm()
 	started, err := s.start(child)
 	switch {
 	case err != nil:
@@ -328,6 +363,7 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		// A signal or the start bound came first; runCmd says which.
 		return outcome{ownErr: context.Cause(lctx)}
 	}
+	dog.watch(child.Process.Pid)
 	verbose("acquired %s after waiting %v (fence %d, ttl %v); running %s as pid %d",
 		c.name, acquired.Sub(c.start).Round(time.Millisecond), info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
 	done := make(chan struct{})

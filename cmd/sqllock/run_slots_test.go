@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,9 @@ import (
 // run -n 2: of three copies started together, two run at once, each on a
 // slot of its own, and the third exits with the conflict status naming the
 // holders; with --wait it runs when a slot frees. Another -n while a copy
-// runs is refused as run's own failure.
+// runs is refused as run's own failure. The jobs hold their slots until the
+// test lets them go (a file appears): a fixed sleep ran out on a loaded
+// machine before the checks that need both slots held.
 func TestRun_slots(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		if s.TiDB || s.Vitess {
@@ -21,11 +24,11 @@ func TestRun_slots(t *testing.T) {
 		e := newEnv(t, s.DSN)
 		job := func(wait string) []string {
 			return []string{"run", "-n", "2", "--wait", wait, "pool", "--", "sh", "-c",
-				`echo "$SQLLOCK_SLOT:$SQLLOCK_FENCE" >> ` + e.path("slots") + `; sleep 2`}
+				`echo "$SQLLOCK_SLOT:$SQLLOCK_FENCE" >> ` + e.path("slots") + `; while [ ! -e ` + e.path("go") + ` ]; do sleep 0.05; done`}
 		}
 		_, waitA := e.start(job("0s")...)
 		_, waitB := e.start(job("0s")...)
-		waitFor(t, 10*time.Second, "two copies to hold slots", func() bool { return len(e.lines("slots")) == 2 })
+		waitFor(t, 30*time.Second, "two copies to hold slots", func() bool { return len(e.lines("slots")) == 2 })
 		if l := e.run("list"); l.status != 0 || !strings.Contains(l.stdout, "pool (slot 1)") || !strings.Contains(l.stdout, "pool (slot 2)") {
 			t.Errorf("list while two copies run: got %d, %q, want both slots of pool", l.status, l.stdout)
 		}
@@ -37,8 +40,15 @@ func TestRun_slots(t *testing.T) {
 		if other.status != exitOwn || !strings.Contains(other.stderr, "has 2 slots, not 3") {
 			t.Errorf("-n 3 while -n 2 runs: got %d, %q, want %d saying so", other.status, other.stderr, exitOwn)
 		}
-		d := e.run(job("30s")...)
-		if a, b := waitA(), waitB(); a.status != 0 || b.status != 0 || d.status != 0 {
+		_, waitD := e.start(job("30s")...)
+		time.Sleep(time.Second) // for the waiting copy to be waiting
+		if n := len(e.lines("slots")); n != 2 {
+			t.Errorf("with both slots held, a copy with --wait ran: %d runs, want 2", n)
+		}
+		if err := os.WriteFile(e.path("go"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if a, b, d := waitA(), waitB(), waitD(); a.status != 0 || b.status != 0 || d.status != 0 {
 			t.Fatalf("statuses: got %d, %d, %d, want 0 (stderr %q)", a.status, b.status, d.status, d.stderr)
 		}
 		lines := e.lines("slots")
