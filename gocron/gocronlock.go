@@ -70,6 +70,16 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
+// firstLease is the lease a run of a job with minimum hold minHold takes
+// first: the hold, but a second at least (the shortest ttl WithTTL takes)
+// and the ttl at most; the ttl when there is no hold.
+func (c *config) firstLease(minHold time.Duration) time.Duration {
+	if minHold <= 0 {
+		return c.ttl
+	}
+	return min(c.ttl, max(minHold, time.Second))
+}
+
 // WithMinHold sets how long after a run began its job's name stays taken
 // (default [DefaultMinHold]), so that a scheduler whose tick for the same
 // run comes a little later does not run it again (ShedLock's
@@ -81,7 +91,9 @@ func WithTTL(d time.Duration) Option {
 // while the hold lasts, that run takes the lease over, with a hold of its
 // own: the job then runs every time, on this scheduler, while the others
 // find the name taken. Should this scheduler stop or die, another takes the
-// job over once the hold (or, mid-run, the ttl) has passed.
+// job over once the hold (or, mid-run, the ttl) has passed. A run that ends
+// after the first third of the hold keeps the name until its last
+// renewal's ttl ends: the Locker never shortens a lease (see [Locker]).
 func WithMinHold(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {

@@ -18,7 +18,14 @@ import (
 // gocron unlocks as soon as a job returns, so the Locker keeps the name
 // taken for a minimum hold from the start of each run (see [WithMinHold]):
 // a scheduler whose tick for the same run comes a little later must find it
-// taken (gocron issue 841). A hold longer than the job's interval would
+// taken (gocron issue 841). A run's lease is first as long as the hold (a
+// second at least, the ttl at most), so a job that returns within the
+// first third of it leaves the name taken until the hold ends and no
+// longer, with no statement at Unlock; the renewals while the job runs
+// extend it to the ttl. The Locker never shortens a lease: a
+// [sqllock.Lock.Refresh] cannot (a shorter one sent late would end it
+// early), so a job that returns later than that third keeps the name until
+// its last renewal's ttl ends. A hold longer than the job's interval would
 // make every scheduler skip the runs in between, and the Locker cannot see
 // the interval: learning it from the gap between Lock calls would cost the
 // runs before it is learnt, and a hold cut below the splay between the
@@ -130,14 +137,21 @@ func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, e
 		l.jobs[key] = jl
 	}
 	jl.busy = true
-	prev := jl.lock
+	prev, prevEnd := jl.lock, jl.tailEnd
 	l.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.lockTimeout)
 	defer cancel()
+	minHold, ok := l.cfg.perJob[key]
+	if !ok {
+		minHold = l.cfg.minHold
+	}
+	lease := l.cfg.firstLease(minHold)
 	lock := prev
 	if prev != nil {
-		err := prev.Refresh(ctx, l.cfg.ttl)
+		// The lease ends lease from now, or later if a renewal or an earlier
+		// hold left it so (a Refresh never shortens).
+		err := prev.Refresh(ctx, lease)
 		switch {
 		case errors.Is(err, sqllock.ErrNotHeld):
 			lock = nil // the hold ended on the server's clock: take it afresh
@@ -150,20 +164,20 @@ func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, e
 	}
 	if lock == nil {
 		var err error
-		if lock, err = l.c.TryAcquire(ctx, l.cfg.prefix+key, l.cfg.ttl); err != nil {
+		if lock, err = l.c.TryAcquire(ctx, l.cfg.prefix+key, lease); err != nil {
 			l.forget(key, jl)
 			return nil, err
 		}
 	}
-	minHold, ok := l.cfg.perJob[key]
-	if !ok {
-		minHold = l.cfg.minHold
+	end := time.Now().Add(lease)
+	if lock == prev {
+		end = later(end, prevEnd) // the previous run's lease may end later
 	}
 	l.mu.Lock()
 	jl.lock = lock
 	l.mu.Unlock()
-	r := &run{l: l, key: key, jl: jl, lock: lock, start: start, minHold: minHold,
-		stop: make(chan struct{}), done: make(chan struct{})}
+	r := &run{l: l, key: key, jl: jl, lock: lock, start: start, minHold: minHold, lease: lease,
+		end: end, stop: make(chan struct{}), done: make(chan struct{})}
 	go r.renew(context.WithoutCancel(ctx))
 	return r, nil
 }
@@ -194,6 +208,11 @@ type run struct {
 	lock    *sqllock.Lock
 	start   time.Time
 	minHold time.Duration
+	lease   time.Duration // the lease's length now: the first lease, then the ttl
+	// end is when the lease ends at the latest, as far as this scheduler
+	// knows: the last answer plus the lease it set. Set by renew, read by
+	// Unlock once renew has returned.
+	end time.Time
 
 	stop chan struct{} // closed by Unlock
 	done chan struct{} // closed when renew has returned
@@ -203,13 +222,14 @@ type run struct {
 	err  error
 }
 
-// renew refreshes the lease every third of the ttl until Unlock. It is not
-// the library's keep-alive, which only a release stops: the lease must
-// outlive the run, for its hold and for the job's next run here.
+// renew refreshes the lease to the ttl every third of its length until
+// Unlock. It is not the library's keep-alive, which only a release stops:
+// the lease must outlive the run, for its hold and for the job's next run
+// here.
 func (r *run) renew(ctx context.Context) {
 	defer close(r.done)
 	ttl := r.l.cfg.ttl
-	wait := ttl / 3
+	wait := r.lease / 3
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
@@ -218,9 +238,13 @@ func (r *run) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, ttl/4)
+		rctx, cancel := context.WithTimeout(ctx, r.lease/4)
 		err := r.lock.Refresh(rctx, ttl)
 		cancel()
+		if err == nil || !errors.Is(err, sqllock.ErrNotHeld) {
+			// Applied, or it may be, now or later.
+			r.lease, r.end = ttl, time.Now().Add(ttl)
+		}
 		switch {
 		case err == nil:
 			wait = ttl / 3
@@ -232,19 +256,19 @@ func (r *run) renew(ctx context.Context) {
 			return
 		default:
 			r.l.cfg.log.WarnContext(ctx, "gocronlock: lease renewal failed; retrying", "job", r.key, "name", r.lock.Name(), "err", err)
-			wait = min(ttl/10, time.Second)
+			wait = min(r.lease/10, time.Second)
 		}
 		t.Reset(wait)
 	}
 }
 
 // Unlock ends the run (see [Locker.Lock]): it stops the renewals and, until
-// the minimum hold has passed since Lock, keeps the lease with the expiry
-// the hold needs, for the job's next run here to take over; after it, it
-// releases the lease. Its statements run on a context of their own, bounded
-// by [sqllock.ReleaseTimeout], since gocron's ctx may have ended. Its error
-// wraps [sqllock.ErrLockLost] when the lease was lost while the job ran;
-// gocron ignores it, so it is logged too.
+// the minimum hold has passed since Lock, keeps the lease, extended if it
+// would end before the hold does, for the job's next run here to take
+// over; after it, it releases the lease. Its statements run on a context
+// of their own, bounded by [sqllock.ReleaseTimeout], since gocron's ctx may
+// have ended. Its error wraps [sqllock.ErrLockLost] when the lease was lost
+// while the job ran; gocron ignores it, so it is logged too.
 func (r *run) Unlock(ctx context.Context) error {
 	r.once.Do(func() { r.err = r.unlock(ctx) })
 	return r.err
@@ -264,10 +288,14 @@ func (r *run) unlock(ctx context.Context) error {
 	}
 	var err error
 	if rest := r.minHold - time.Since(r.start); rest >= sqllock.MinTTL {
-		// One statement sets the expiry the hold needs; past it the lease
-		// blocks nobody and needs no release.
+		// The lease lasts through the hold, or is extended to; past its end
+		// it blocks nobody and needs no release.
+		if !r.lock.ValidUntil().Before(r.start.Add(r.minHold)) {
+			l.idle(r.jl, r.end)
+			return nil
+		}
 		if err = r.lock.Refresh(ctx, rest); err == nil {
-			l.idle(r.jl, time.Now().Add(rest))
+			l.idle(r.jl, later(r.end, time.Now().Add(rest)))
 			return nil
 		}
 	} else {
@@ -289,4 +317,11 @@ func (r *run) unlock(ctx context.Context) error {
 	l.idle(r.jl, time.Now().Add(l.cfg.ttl))
 	l.cfg.log.WarnContext(ctx, "gocronlock: could not end the run's lease; it expires on its own", "job", r.key, "name", name, "err", err)
 	return err
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

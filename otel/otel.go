@@ -19,10 +19,15 @@
 //     by sqllock.lease.end (released, lost, lapsed, closed);
 //   - sqllock.lease.lost (counter, {lease}): leases lost while held, the one
 //     to alert on: work ran on without its lock, or was stopped;
+//   - sqllock.lease.age (gauge, s): how long the oldest lease held now
+//     has been held, 0 when none is: a lease held far longer than its job
+//     takes is stuck;
 //   - sqllock.refresh.remaining (histogram, s): how much of the lease was
 //     left when each renewal was sent, by sqllock.outcome (acquired:
-//     renewed, held: found lost, or an error's); a keep-alive sends at two
-//     thirds of the ttl left, so values near zero (0: the lease could have
+//     renewed, held: found lost, or an error's);
+//   - sqllock.refresh.remaining.fraction (histogram, 1): the same as a
+//     fraction of the ttl renewed for, the same for every ttl: a keep-alive
+//     sends at about 2/3, so values near 0 (0: the lease could have
 //     expired) mean renewals run late;
 //   - sqllock.statement.retries (counter, {retry}): statements that failed
 //     in a way the Client retries, by sqllock.statement and sqllock.outcome
@@ -33,6 +38,13 @@
 //   - sqllock.wakeups (counter, {wakeup}): waits on a wake-up channel that
 //     ended, by sqllock.wakeup.state (granted, timed_out, failed), and the
 //     Client turning its channels off (off).
+//
+// Every counter and the gauges read 0 from [NewObserver] on, for each
+// value of their attributes an alert is written on (the lease counters
+// for each lock name [WithLockNames] maps to, from the name's first
+// acquire on), so that increase() over a window sees the first lease lost
+// and a dashboard shows 0, not "no data". Histograms appear with their
+// first measurement.
 //
 // Lock names may be unbounded (a name per user or per job run), and every
 // distinct attribute value is a time series a metrics backend keeps: so
@@ -53,6 +65,7 @@ package sqllockotel
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/sqllock/sqllock"
 	"go.opentelemetry.io/otel"
@@ -136,6 +149,7 @@ var secondsBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 
 type observer struct {
 	names    func(string) string
+	holds    *holds
 	tracer   trace.Tracer
 	acquire  metric.Float64Histogram
 	attempts metric.Int64Counter
@@ -143,6 +157,7 @@ type observer struct {
 	leaseDur metric.Float64Histogram
 	lost     metric.Int64Counter
 	refresh  metric.Float64Histogram
+	fraction metric.Float64Histogram
 	retries  metric.Int64Counter
 	unknowns metric.Int64Counter
 	wakeups  metric.Int64Counter
@@ -150,8 +165,8 @@ type observer struct {
 
 func newObserver(cfg config) (*observer, error) {
 	m := cfg.mp.Meter(ScopeName)
-	o := &observer{names: cfg.names, tracer: cfg.tp.Tracer(ScopeName)}
-	var errs [9]error
+	o := &observer{names: cfg.names, holds: newHolds(), tracer: cfg.tp.Tracer(ScopeName)}
+	var errs [11]error
 	seconds := metric.WithExplicitBucketBoundaries(secondsBuckets...)
 	o.acquire, errs[0] = m.Float64Histogram("sqllock.acquire.duration", metric.WithUnit("s"), seconds,
 		metric.WithDescription("How long acquire calls took, waits included."))
@@ -171,18 +186,81 @@ func newObserver(cfg config) (*observer, error) {
 		metric.WithDescription("Acquires whose outcome stayed unknown, and those settled."))
 	o.wakeups, errs[8] = m.Int64Counter("sqllock.wakeups", metric.WithUnit("{wakeup}"),
 		metric.WithDescription("Waits on wake-up channels that ended, by how."))
+	o.fraction, errs[9] = m.Float64Histogram("sqllock.refresh.remaining.fraction", metric.WithUnit("1"),
+		metric.WithExplicitBucketBoundaries(fractionBuckets...),
+		metric.WithDescription("Lease left when a renewal was sent, as a fraction of the ttl."))
+	_, errs[10] = m.Float64ObservableGauge("sqllock.lease.age", metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest lease held now has been held; 0 when none is."),
+		metric.WithFloat64Callback(o.observeAge))
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
+	o.zeros()
 	return o, nil
+}
+
+// fractionBuckets are sqllock.refresh.remaining.fraction's bounds: a
+// keep-alive renews at about 2/3 of the ttl left.
+var fractionBuckets = []float64{0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.65, 0.7, 0.8, 0.9, 1}
+
+// retriedStatements are the statements whose retries read 0 from the
+// start: those of a lock's acquire, renewal and release.
+var retriedStatements = []string{"acquire", "refresh", "release"}
+
+// zeros makes every counter and gauge read 0 before its first event: the
+// lease counters without a lock name, and the others for each value of
+// their attributes.
+func (o *observer) zeros() {
+	ctx := context.Background()
+	o.nameZeros("")
+	for out := sqllock.OutcomeAcquired; out <= sqllock.OutcomeFailed; out++ {
+		o.attempts.Add(ctx, 0, o.attrsOf("", KeyOutcome.String(out.String())))
+	}
+	for _, stmt := range retriedStatements {
+		for _, out := range []sqllock.Outcome{sqllock.OutcomeRolledBack, sqllock.OutcomeBroken} {
+			o.retries.Add(ctx, 0, o.attrsOf("", KeyStatement.String(stmt), KeyOutcome.String(out.String())))
+		}
+	}
+	for _, settled := range []bool{false, true} {
+		o.unknowns.Add(ctx, 0, o.attrsOf("", KeySettled.Bool(settled)))
+	}
+	for st := sqllock.WakeupGranted; st <= sqllock.WakeupOff; st++ {
+		o.wakeups.Add(ctx, 0, o.attrsOf("", KeyWakeup.String(st.String())))
+	}
+}
+
+// nameZeros makes the lease counters of label value v read 0.
+func (o *observer) nameZeros(v string) {
+	ctx := context.Background()
+	o.held.Add(ctx, 0, o.attrsOf(v))
+	o.lost.Add(ctx, 0, o.attrsOf(v))
+}
+
+// seen makes the lease counters of lock name's label value read 0 the
+// first time it is seen.
+func (o *observer) seen(name string) {
+	if v := o.label(name); v != "" && o.holds.see(v) {
+		o.nameZeros(v)
+	}
+}
+
+// label is the value of sqllock.lock.name for lock name: "" for none.
+func (o *observer) label(name string) string {
+	if o.names == nil {
+		return ""
+	}
+	return o.names(name)
 }
 
 // attrs is the attribute set of a metric of lock name with extra.
 func (o *observer) attrs(name string, extra ...attribute.KeyValue) metric.MeasurementOption {
-	if o.names != nil {
-		if v := o.names(name); v != "" {
-			extra = append(extra, KeyLockName.String(v))
-		}
+	return o.attrsOf(o.label(name), extra...)
+}
+
+// attrsOf is the attribute set of a metric with label value v and extra.
+func (o *observer) attrsOf(v string, extra ...attribute.KeyValue) metric.MeasurementOption {
+	if v != "" {
+		extra = append(extra, KeyLockName.String(v))
 	}
 	return metric.WithAttributes(extra...)
 }
@@ -192,6 +270,7 @@ func (o *observer) acquireDone(ev sqllock.AcquireEvent) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	o.seen(ev.Name)
 	outcome := KeyOutcome.String(ev.Outcome.String())
 	o.acquire.Record(ctx, ev.Wait.Seconds(), o.attrs(ev.Name, outcome))
 	o.attempts.Add(ctx, int64(ev.Attempts), o.attrs(ev.Name, outcome))
@@ -209,11 +288,14 @@ func (o *observer) acquireDone(ev sqllock.AcquireEvent) {
 }
 
 func (o *observer) holdStart(ev sqllock.HoldEvent) {
+	o.seen(ev.Name)
+	o.holds.start(ev, time.Now())
 	o.held.Add(context.Background(), 1, o.attrs(ev.Name))
 }
 
 func (o *observer) holdEnd(ev sqllock.HoldEvent) {
 	ctx := context.Background()
+	o.holds.end(ev)
 	o.held.Add(ctx, -1, o.attrs(ev.Name))
 	o.leaseDur.Record(ctx, ev.Held.Seconds(), o.attrs(ev.Name, KeyLeaseEnd.String(ev.End.String())))
 	if ev.End == sqllock.HoldLost {
@@ -224,7 +306,11 @@ func (o *observer) holdEnd(ev sqllock.HoldEvent) {
 func (o *observer) refreshed(ev sqllock.RefreshEvent) {
 	// A renewal sent after the lease could have expired counts as 0: a
 	// histogram takes no negative values.
-	o.refresh.Record(context.Background(), max(ev.Left.Seconds(), 0), o.attrs(ev.Name, KeyOutcome.String(ev.Outcome.String())))
+	ctx, attrs := context.Background(), o.attrs(ev.Name, KeyOutcome.String(ev.Outcome.String()))
+	o.refresh.Record(ctx, max(ev.Left.Seconds(), 0), attrs)
+	if ev.TTL > 0 {
+		o.fraction.Record(ctx, min(max(ev.Left.Seconds()/ev.TTL.Seconds(), 0), 1), attrs)
+	}
 }
 
 func (o *observer) retried(ev sqllock.RetryEvent) {
