@@ -255,7 +255,7 @@ func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
-		raceSets(t, []*Client{a, b}, 4, 40)
+		raceSets(t, []*Client{a, b}, 4, 40, nil)
 	})
 }
 
@@ -263,8 +263,9 @@ func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
 // goroutines on each of clients making rounds attempts each, holding a set
 // a millisecond, and fails t on any error but ErrNotAcquired, on two
 // holders of a name at once, on a fence that does not grow, and on a lease
-// left at the end.
-func raceSets(t *testing.T, clients []*Client, perClient, rounds int) {
+// left at the end, read once caughtUp (if not nil) has returned: a
+// cluster's node applies other nodes' releases after they commit.
+func raceSets(t *testing.T, clients []*Client, perClient, rounds int, caughtUp func()) {
 	t.Helper()
 	names := []string{"o1", "o2", "o3", "o4", "o5"}
 	var (
@@ -333,6 +334,9 @@ func raceSets(t *testing.T, clients []*Client, perClient, rounds int) {
 	}
 	if took == 0 {
 		t.Fatal("no set was ever taken: the race did not run")
+	}
+	if caughtUp != nil {
+		caughtUp()
 	}
 	if list, err := clients[0].List(ctx); err != nil || len(list) != 0 {
 		t.Fatalf("List after the race: got %v, %v, want nothing left", list, err)

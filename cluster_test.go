@@ -110,7 +110,11 @@ func multiWriter(t *testing.T, env string) *testCluster {
 }
 
 // newTable creates a lock table through db and waits until every node has
-// it; it is dropped through db when the test ends.
+// it; it is dropped through db when the test ends, once every node has
+// applied what the others committed (caughtUp): a Group Replication
+// member that drops the table before applying another member's last
+// write to it stops its applier and leaves the group (a CI run lost a
+// node so, and every test after it).
 func (c *testCluster) newTable(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	e := &testEnv{db: db}
@@ -121,7 +125,51 @@ func (c *testCluster) newTable(t *testing.T, db *sql.DB) string {
 			return err == nil
 		})
 	}
+	t.Cleanup(func() { c.caughtUp(t) }) // runs before the drop, registered earlier
 	return table
+}
+
+// caughtUp waits until every node has applied every transaction the
+// others had committed when it was called: on Group Replication, each
+// node waits for every node's gtid_executed; on Galera, a query with
+// wsrep_sync_wait on each node waits for its apply queue.
+func (c *testCluster) caughtUp(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if !c.gr {
+		for i, db := range c.dbs {
+			conn, err := db.Conn(ctx)
+			if err == nil {
+				if _, err = conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err == nil {
+					_, err = conn.ExecContext(ctx, "SELECT 1")
+					_, _ = conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 0")
+				}
+				_ = conn.Close()
+			}
+			if err != nil {
+				t.Errorf("node %d catching up: %v", i+1, err)
+			}
+		}
+		return
+	}
+	var sets []string
+	for i, db := range c.dbs {
+		var set string
+		if err := db.QueryRowContext(ctx, "SELECT @@GLOBAL.gtid_executed").Scan(&set); err != nil {
+			t.Errorf("node %d: gtid_executed: %v", i+1, err)
+			return
+		}
+		sets = append(sets, set)
+	}
+	for i, db := range c.dbs {
+		for j, set := range sets {
+			var timedOut int
+			if err := db.QueryRowContext(ctx, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, 30)", set).Scan(&timedOut); err != nil || timedOut != 0 {
+				t.Errorf("node %d waiting for node %d's transactions: %d, %v", i+1, j+1, timedOut, err)
+			}
+		}
+	}
 }
 
 // clusterWriters runs f for each multi-writer cluster whose variable is set.
@@ -147,7 +195,7 @@ func TestCluster_sets_overlapping(t *testing.T) {
 		for n, db := range c.dbs {
 			clients = append(clients, (&testEnv{}).client(t, db, table, WithHolder(fmt.Sprintf("node%d", n+1))))
 		}
-		raceSets(t, clients, 3, 80)
+		raceSets(t, clients, 3, 80, func() { c.caughtUp(t) })
 	})
 }
 

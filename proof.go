@@ -121,14 +121,16 @@ func (c *Client) proveOnce(ctx context.Context) error {
 }
 
 // prove makes the proof above. A connection that breaks under it (a lost
-// reply, a killed connection) is no answer: the proof is made again on
-// another connection, under a fresh name, up to fault.MaxTransientAttempts times,
-// as exec sends a statement again.
+// reply, a killed connection) is no answer, and a step the server rolled
+// back (a deadlock with another Client's proof, a cluster conflict) past
+// its own retries proves nothing either: the proof is made again on
+// another connection, under a fresh name, up to fault.MaxTransientAttempts
+// times, as exec sends a statement again.
 func (c *Client) prove(ctx context.Context) error {
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = c.proveAttempt(ctx)
-		if err == nil || !brokenProof(err) || attempt >= fault.MaxTransientAttempts {
+		if err == nil || !proofAgain(err) || attempt >= fault.MaxTransientAttempts {
 			break
 		}
 		if werr := fault.Sleep(ctx, fault.Backoff(attempt)); werr != nil {
@@ -142,9 +144,14 @@ func (c *Client) prove(ctx context.Context) error {
 	return fmt.Errorf("check the statements on a proof name: %w", err)
 }
 
-// brokenProof reports whether the proof failed because its connection broke.
-func brokenProof(err error) bool {
-	return classify(err) == fault.Unknown || errors.Is(err, sql.ErrConnDone)
+// proofAgain reports whether the proof failed for want of an answer, and is
+// made again: its connection broke, or the server rolled a step back.
+func proofAgain(err error) bool {
+	switch classify(err) {
+	case fault.Unknown, fault.RolledBack:
+		return true
+	}
+	return errors.Is(err, sql.ErrConnDone)
 }
 
 // proofConn returns a connection of the pool for one attempt at a proof,
@@ -180,7 +187,10 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 		// goes, on any connection, whatever ctx has become.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_, _ = c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+		_ = retryRolledBack(cctx, func() error {
+			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+			return err
+		})
 	}
 	return err
 }

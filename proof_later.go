@@ -74,12 +74,12 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 }
 
 // proveRetrying runs attempt again, as prove does, while the connection
-// under it breaks.
+// under it breaks or the server rolls a step back.
 func (c *Client) proveRetrying(ctx context.Context, attempt func(context.Context) error) error {
 	var err error
 	for n := 1; ; n++ {
 		err = attempt(ctx)
-		if err == nil || !brokenProof(err) || n >= fault.MaxTransientAttempts {
+		if err == nil || !proofAgain(err) || n >= fault.MaxTransientAttempts {
 			return err
 		}
 		if werr := fault.Sleep(ctx, fault.Backoff(n)); werr != nil {
@@ -103,7 +103,10 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	for _, n := range names(name) {
-		_, cerr := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), n)
+		cerr := retryRolledBack(cctx, func() error {
+			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), n)
+			return err
+		})
 		if err == nil && cerr != nil {
 			err = p.failed("proof_clear", "delete the proof name's rows", cerr)
 		}

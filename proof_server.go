@@ -172,8 +172,10 @@ func (c *Client) proveServer(ctx context.Context, conn *sql.Conn, text *[numStmt
 	if err := c.proveEngine(ctx, conn, text, version, name, owner, taker); err != nil {
 		return err
 	}
-	_, err = conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
-	return err
+	return retryRolledBack(ctx, func() error {
+		_, err := conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
+		return err
+	})
 }
 
 // proveConns holds more connections of the pool, asks each for its
