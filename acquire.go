@@ -15,7 +15,8 @@ import (
 // token, sends its attempts, and owns what an attempt whose outcome stays
 // unknown leaves behind: it deletes that lease at once, and when the DELETE
 // does not settle it, hands the token to the Client's orphan list when the
-// call ends. Read from TryAcquire down; the orphan list is in orphans.go.
+// call ends. Read from TryAcquire down; the orphan list is internal/settle's
+// Book, and its DELETEs are in orphans.go.
 
 // checkName returns an error naming what is wrong with a lock name.
 func checkName(name string) error {
@@ -293,7 +294,7 @@ func (a *acquireCall) cleanup(ctx context.Context, last time.Time, sends int) {
 // have committed.
 func (a *acquireCall) retire(last time.Time, once bool) {
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", a.name)
-	a.c.orphans.remember(a.name, a.token, a.ttl, last, once)
+	a.c.orphans.Remember(a.name, newOrphan(a.token, a.ttl, last, once))
 	a.c.unknown(a.name, false)
 	if a.c.isClosed() {
 		// Close's pass over the orphan list may have run already.

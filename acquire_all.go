@@ -341,7 +341,7 @@ func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, last time.Time
 	deleteSent := time.Now()
 	res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
 	if err == nil {
-		if n, rerr := res.RowsAffected(); rerr == nil && x.settles(n, deleteSent) {
+		if n, rerr := res.RowsAffected(); rerr == nil && x.Settles(n, deleteSent) {
 			for _, name := range s.names {
 				a.c.unknown(name, true)
 			}
@@ -351,7 +351,7 @@ func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, last time.Time
 	}
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its leases, if any, are deleted before this Client's next acquire of their names", "names", a.name)
 	for _, name := range s.names {
-		a.c.orphans.remember(name, a.token, a.ttl, last, sends == 1)
+		a.c.orphans.Remember(name, newOrphan(a.token, a.ttl, last, sends == 1))
 		a.c.unknown(name, false)
 	}
 	if a.c.isClosed() {

@@ -223,7 +223,7 @@ func TestClient_TryAcquire_claimsUnknownAcquire_args(t *testing.T) {
 	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err == nil {
 		t.Fatalf("TryAcquire: got nil, want an error")
 	}
-	if n := e.c.orphans.remembered("job"); n != 1 {
+	if n := e.c.orphans.Count("job"); n != 1 {
 		t.Fatalf("tokens remembered: got %d, want 1", n)
 	}
 	e.expectExec("release", releaseArgs("job", lost), okReply(0, 1))
@@ -231,7 +231,7 @@ func TestClient_TryAcquire_claimsUnknownAcquire_args(t *testing.T) {
 	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
 		t.Fatalf("TryAcquire: got %v, want nil", err)
 	}
-	if n := e.c.orphans.remembered("job"); n != 0 {
+	if n := e.c.orphans.Count("job"); n != 0 {
 		t.Errorf("tokens remembered after the claim: got %d, want 0", n)
 	}
 	// Other names, and later acquires, send nothing more.
@@ -240,33 +240,6 @@ func TestClient_TryAcquire_claimsUnknownAcquire_args(t *testing.T) {
 		t.Fatalf("TryAcquire: got %v, want nil", err)
 	}
 	e.done()
-}
-
-func TestOrphans_bounded(t *testing.T) {
-	var o orphans
-	now := time.Now()
-	for i := range maxOrphans + 10 {
-		o.remember("n", string(rune('a'+i%26))+time.Duration(i).String(), time.Duration(i+1)*time.Second, now, false)
-	}
-	if got := o.n.Load(); got != maxOrphans {
-		t.Errorf("remembered: got %d, want %d", got, maxOrphans)
-	}
-	// The ones whose leases expire first went first.
-	for _, x := range o.byName["n"] {
-		if x.expires.Before(now.Add(orphanWait + 11*time.Second)) {
-			t.Fatalf("kept a token whose lease expires at +%v, want the first 10 gone", x.expires.Sub(now))
-		}
-	}
-	o.remember("n", o.byName["n"][0].token, time.Hour, now, false)
-	if got := o.n.Load(); got != maxOrphans {
-		t.Errorf("remembered after a repeat: got %d, want %d", got, maxOrphans)
-	}
-	if got := o.take("n", now.Add(orphanWait+time.Duration(maxOrphans+11)*time.Second)); len(got) != 1 {
-		t.Errorf("take after every lease but one expired: got %d tokens, want 1", len(got))
-	}
-	if got := o.n.Load(); got != 0 {
-		t.Errorf("remembered after take: got %d, want 0", got)
-	}
 }
 
 // An Acquire whose first attempt's outcome stays unknown, and whose cleanup
@@ -294,7 +267,7 @@ func TestClient_Acquire_unknownAttemptThenLease_tokenRetired(t *testing.T) {
 	// Four sends were lost: the DELETE removed what one of them wrote, and
 	// another may still be in flight. The token stays remembered until no
 	// send of it can commit, and each acquire of the name deletes again.
-	if n := e.c.orphans.remembered("job"); n != 1 {
+	if n := e.c.orphans.Count("job"); n != 1 {
 		t.Errorf("tokens remembered after the DELETE removed the lease of one of four lost sends: got %d, want 1", n)
 	}
 	// Another acquire of the name sends no DELETE with the Lock's token.
@@ -316,7 +289,7 @@ func TestClient_TryAcquire_lostSendThenRefused_tokenRemembered(t *testing.T) {
 	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, old), errReply(lost), okReply(0, 0))
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 	assertErrIs(t, err, ErrNotAcquired)
-	if n := e.c.orphans.remembered("job"); n != 1 {
+	if n := e.c.orphans.Count("job"); n != 1 {
 		t.Fatalf("tokens remembered after a lost send and a refusal: got %d, want 1", n)
 	}
 	e.expectExec("release", releaseArgs("job", old), okReply(0, 0))

@@ -426,7 +426,7 @@ func TestClient_deleteOrphan_settledBySendTime(t *testing.T) {
 	tok := &tokenArg{}
 	e.expectExec("release", releaseArgs("job", tok), reply{id: 0, rows: 0, delay: 100 * time.Millisecond})
 	token, _ := newToken()
-	x := orphan{token: token, settled: time.Now().Add(50 * time.Millisecond)}
+	x := orphan{Value: token, Settled: time.Now().Add(50 * time.Millisecond)}
 	if e.c.deleteOrphan(t.Context(), "job", x) {
 		t.Error("a DELETE sent before the acquire could commit, finding no row: got settled, want not")
 	}

@@ -158,7 +158,7 @@ func (l *Lock) sentTwice(last time.Time) {
 // is released (rememberLate).
 func (l *Lock) lateOrphan(kept time.Time) orphan {
 	x := newOrphan(l.token, l.ttl, monoBase.Add(l.lateSent), false)
-	x.kept = kept
+	x.Kept = kept
 	return x
 }
 
@@ -168,6 +168,6 @@ func (l *Lock) lateOrphan(kept time.Time) orphan {
 // leases until at the latest: the list deletes nothing before.
 func (l *Lock) rememberLate(kept time.Time) {
 	for _, n := range l.Names() {
-		l.c.orphans.putBack(orphanKey(n), []orphan{l.lateOrphan(kept)})
+		l.c.orphans.Remember(orphanKey(n), l.lateOrphan(kept))
 	}
 }

@@ -305,29 +305,3 @@ func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
 		})
 	}
 }
-
-// One rule settles an orphan's token, for every kind of lease: a DELETE that
-// removed rows settles it when only one send may have committed; one sent
-// after the acquire could commit settles it whatever it found.
-func TestOrphan_settles(t *testing.T) {
-	last := time.Now()
-	for _, tc := range []struct {
-		n    int64
-		once bool
-		sent time.Time
-		want bool
-	}{
-		{1, true, last, true},
-		{3, true, last, true}, // a set's rows, or a semaphore's
-		{1, false, last, false},
-		{0, true, last, false},
-		{0, false, last.Add(orphanWait + time.Millisecond), true},
-		{1, false, last.Add(orphanWait + time.Millisecond), true},
-		{0, false, last.Add(orphanWait), false},
-	} {
-		x := newOrphan("tok", time.Minute, last, tc.once)
-		if got := x.settles(tc.n, tc.sent); got != tc.want {
-			t.Errorf("n %d, once %t, sent %v after the last send: got %t, want %t", tc.n, tc.once, tc.sent.Sub(last), got, tc.want)
-		}
-	}
-}

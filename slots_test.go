@@ -468,7 +468,7 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 		}
 		// Every send ran: the DELETE removed what one wrote, which proves
 		// nothing of the others, so the token stays remembered (orphans.go).
-		if got := le.c.orphans.remembered(slotRows("lost")); got != 1 {
+		if got := le.c.orphans.Count(slotRows("lost")); got != 1 {
 			t.Errorf("tokens remembered: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 		}
 	})
@@ -498,7 +498,7 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 			if _, err := le.c.TryAcquireSlot(ctx, "orph", 1, time.Minute); err == nil {
 				t.Fatal("got nil, want an error")
 			}
-			if got := le.c.orphans.remembered(slotRows("orph")); got != 1 {
+			if got := le.c.orphans.Count(slotRows("orph")); got != 1 {
 				t.Fatalf("tokens remembered: got %d, want 1", got)
 			}
 			if _, err := le.witness.TryAcquireSlot(ctx, "orph", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
@@ -522,7 +522,7 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
 			}
 			// Deleted again until no send of it can commit (orphans.go).
-			if got := le.c.orphans.remembered(slotRows("orph")); got != 1 {
+			if got := le.c.orphans.Count(slotRows("orph")); got != 1 {
 				t.Errorf("tokens remembered after: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 			}
 		})
@@ -645,7 +645,7 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if got := le.c.orphans.remembered(slotRows("twice")); got != 1 {
+		if got := le.c.orphans.Count(slotRows("twice")); got != 1 {
 			t.Fatalf("tokens remembered after the release: got %d, want 1", got)
 		}
 		// The first send runs late now, and takes slot 1 under the token.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/settle"
 )
 
 // Defaults and limits.
@@ -78,7 +80,7 @@ type Client struct {
 	held    held                       // the Locks to release on Close; held.go
 	slots   slotStmts                  // slot_acquire prepared per number of slot rows; slots.go
 	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
-	orphans orphans                    // tokens of acquires whose outcome stays unknown; orphans.go
+	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
 }
 
 // An Option configures a Client in [New].

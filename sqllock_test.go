@@ -1052,7 +1052,7 @@ func TestClient_TryAcquire_rowLockedIsHeld(t *testing.T) {
 			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(tc.err))
 			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 			assertErrIs(t, err, ErrNotAcquired, tc.err)
-			if n := e.c.orphans.remembered("job"); n != 0 {
+			if n := e.c.orphans.Count("job"); n != 0 {
 				t.Errorf("tokens remembered: got %d, want 0", n)
 			}
 			e.done()
@@ -1071,7 +1071,7 @@ func TestClient_TryAcquire_refusedNotRetried(t *testing.T) {
 			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(refused))
 			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 			assertErrIs(t, err, refused)
-			if n := e.c.orphans.remembered("job"); n != 0 {
+			if n := e.c.orphans.Count("job"); n != 0 {
 				t.Errorf("tokens remembered: got %d, want 0", n)
 			}
 			e.done()

@@ -264,7 +264,7 @@ func (c *Client) acquireQueued(ctx context.Context, call waitCall) (*Lock, error
 			continue
 		}
 
-		if name := call.lookName(); name != "" && refusedBefore && !granted && !kicked && ws.queued.Load() > lookAbove && !c.orphans.has(name) {
+		if name := call.lookName(); name != "" && refusedBefore && !granted && !kicked && ws.queued.Load() > lookAbove && !c.orphans.Has(name) {
 			// The name was held at the last answer, and this Client
 			// waits for many: ask whether it is free, with the other
 			// names due now, in one statement (poll.go), and send the
