@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sqllock/sqllock/internal/sqltext"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -100,7 +101,7 @@ func TestFake_statementsAsTheLibrarys(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", f.copy, err)
 		}
-		want := mustSplitQueries(f.original)
+		want := sqltext.MustSplit(f.original)
 		for _, name := range slices.Sorted(maps.Keys(want)) {
 			if strings.Join(strings.Fields(got[name]), " ") != strings.Join(strings.Fields(want[name]), " ") {
 				t.Errorf("%s: statement %q differs from the library's: copy the file there and make the fake (sqllocktest/handlers.go) run it as a server does", f.copy, name)

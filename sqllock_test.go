@@ -514,64 +514,6 @@ func TestQueries_TiDBWritesNotRerun(t *testing.T) {
 	}
 }
 
-func TestSplitQueries_errors(t *testing.T) {
-	tests := []struct {
-		name, text, want string
-	}{
-		{"text before the first marker", "SELECT 1;\n-- name: a\nSELECT 2;\n", `line 1: statement text before the first "-- name:" marker`},
-		{"comment-only section", "-- name: a\n-- nothing\n\n-- name: b\nSELECT 1;\n", `query "a" is empty`},
-		{"empty last section", "-- name: a\nSELECT 1;\n-- name: b\n", `query "b" is empty`},
-		{"semicolon only", "-- name: a\n;\n", `query "a" is empty`},
-		{"duplicate name", "-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n", `line 3: query "a" defined twice`},
-		{"two statements", "-- name: a\nSELECT 1;\nSELECT 2;\n", `query "a" holds more than one statement`},
-		{"two statements on a line", "-- name: a\nSELECT 1; SELECT 2\n", `query "a" holds more than one statement`},
-		{"no name", "-- name:\nSELECT 1;\n", `line 1: bad query name ""`},
-		{"name with a space", "-- name: a b\nSELECT 1;\n", `bad query name "a b"`},
-		{"name with a tab", "-- name: a\tb\nSELECT 1;\n", `bad query name "a\tb"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := splitQueries(tt.text)
-			assertErrContains(t, err, tt.want)
-			if got != nil {
-				t.Errorf("queries: got %v, want nil", got)
-			}
-		})
-	}
-	t.Run("mustSplitQueries panics", func(t *testing.T) {
-		defer func() {
-			if r := recover(); r == nil {
-				t.Errorf("recover: got nil, want a panic")
-			}
-		}()
-		mustSplitQueries("SELECT 1;")
-	})
-}
-
-func TestSplitQueries_dropsCommentsAndSemicolon(t *testing.T) {
-	text := `-- A header of comments is allowed.
-
--- name: a
--- About a.
-SELECT x,
-  -- between lines
-  y
-FROM t;
-
--- name:   b
-  SELECT 1 ;
--- trailing comment
-`
-	got, err := splitQueries(text)
-	if err != nil {
-		t.Fatalf("splitQueries: got %v, want nil", err)
-	}
-	want := map[string]string{"a": "SELECT x,\n  y\nFROM t", "b": "SELECT 1 "}
-	if !maps.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 func TestSchema(t *testing.T) {
 	if !strings.HasPrefix(schema, "CREATE TABLE IF NOT EXISTS `sqllock` (") {
 		t.Errorf("schema: got %q, want a CREATE TABLE IF NOT EXISTS `sqllock`", schema)
