@@ -192,7 +192,7 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	if _, err := c.stmt(ctx, qAcquire); err != nil {
 		return nil, c.serverError("acquire "+a.name, err)
 	}
-	if c.oneRow.Load() && !c.tidb.Load() {
+	if f := c.learned(); f.oneRow && !f.tidb {
 		return nil, errSetsThroughVitess
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {
@@ -239,7 +239,7 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 
 // readFences sets the fences of set s, just acquired, from the reply res.
 func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) error {
-	if c.oneRow.Load() {
+	if c.learned().oneRow {
 		return c.readFencesOneRow(ctx, s)
 	}
 	id, err := res.LastInsertId()

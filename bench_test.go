@@ -117,8 +117,8 @@ func BenchmarkPair(b *testing.B) {
 
 	b.Run("driver", func(b *testing.B) {
 		c := e.newClient(b)
-		acquire := mustPrepare(b, e.db, c.sql[qAcquire])
-		release := mustPrepare(b, e.db, c.sql[qRelease])
+		acquire := mustPrepare(b, e.db, c.learned().sql[qAcquire])
+		release := mustPrepare(b, e.db, c.learned().sql[qRelease])
 		const name, token = "bench", "0123456789abcdef0123456789abcdef"
 		us := benchTTL.Microseconds()
 		b.ReportAllocs()

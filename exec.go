@@ -103,9 +103,7 @@ func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
 			return nil, err
 		}
 	}
-	c.mu.Lock()
-	text := c.sql[i] // a first-use check of another call may be choosing the forms
-	c.mu.Unlock()
+	text := c.learned().sql[i]
 	var st *sql.Stmt
 	err := fault.Transient(ctx, func() (err error) {
 		st, err = c.db.PrepareContext(ctx, text)
@@ -185,7 +183,7 @@ func (c *Client) execSends(ctx context.Context, until time.Time, i int, args ...
 			return nil, 0, err
 		}
 	}
-	if i == qAcquire && c.oneRow.Load() {
+	if i == qAcquire && c.learned().oneRow {
 		args = args[:tidbAcquireArgs]
 	}
 	name, _ := args[0].(string) // most statements start with the name

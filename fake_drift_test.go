@@ -84,7 +84,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
-	text := c.sql
+	text := c.learned().sql
 	c.mu.Unlock()
 	var fences []int64
 	sym := func(v int64) string { // a fence, by which one it is

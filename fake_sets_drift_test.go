@@ -61,7 +61,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 				live   sql.NullBool
 				left   sql.NullInt64
 			)
-			err := db.QueryRowContext(ctx, c.sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64))
+			err := db.QueryRowContext(ctx, c.learned().sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64))
 			switch {
 			case err == sql.ErrNoRows:
 				cells = append(cells, n+" none")

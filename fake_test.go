@@ -138,7 +138,7 @@ func TestFake_runsEveryStatement(t *testing.T) {
 		"first_use": firstUseSQL("t_fake"),
 		"schema":    c.substitute(schema),
 	}
-	for i, text := range c.sql {
+	for i, text := range c.learned().sql {
 		texts[stmtNames[i]] = text
 	}
 	for _, name := range []string{"proof_clear"} {

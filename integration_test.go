@@ -112,7 +112,7 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 		// many affected rows as it found (two, one on TiDB), the same as
 		// inserting a new name's rows.
 		us := (10 * time.Second).Microseconds()
-		q := c.sql[qAcquire]
+		q := c.learned().sql[qAcquire]
 		nargs, rows := 9, int64(2)
 		if e.oneRow() {
 			nargs, rows = tidbAcquireArgs, 1

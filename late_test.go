@@ -167,7 +167,7 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 func (le *lateEnv) is(query string, i int) bool {
 	le.c.mu.Lock()
 	defer le.c.mu.Unlock()
-	return query == le.c.sql[i]
+	return query == le.c.learned().sql[i]
 }
 
 // arg returns execution argument i as a string.

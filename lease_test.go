@@ -918,7 +918,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 			{qReleaseAtLeast, []any{us, "n", tok}, true},
 			{qRelease, []any{"n", tok}, false},
 		} {
-			if _, err := conn.ExecContext(ctx, c.sql[s.q], s.args...); err != nil {
+			if _, err := conn.ExecContext(ctx, c.learned().sql[s.q], s.args...); err != nil {
 				t.Fatalf("%s: %v", stmtNames[s.q], err)
 			}
 			rows, err := conn.QueryContext(ctx, "SHOW WARNINGS")

@@ -88,7 +88,7 @@ const vitessRefusal = "vtgate puts its own session's last insert id in place of 
 // LAST_INSERT_ID() (tablecheck.go) and which the proof then holds to their
 // answers.
 func (c *Client) refuseByVersion(version string) error {
-	if strings.Contains(strings.ToLower(version), "vitess") && !c.oneRow.Load() {
+	if strings.Contains(strings.ToLower(version), "vitess") && !c.learned().oneRow {
 		return errorf("%w: Vitess (%s): %s; no lease was taken", ErrUnsupportedServer, version, vitessRefusal)
 	}
 	return nil
@@ -177,9 +177,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	text := c.sql // TiDB's forms, if the first-use check chose them
-	c.mu.Unlock()
+	text := c.learned().sql // TiDB's forms, if the first-use check chose them
 	err = c.proveOn(ctx, conn, &text, name, a, b)
 	_ = conn.Close() // before the cleanup, which a pool of one needs
 	if err != nil && !isRefusal(err) {

@@ -100,7 +100,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 // acquireArgs returns the acquire's arguments under token for us µs.
 func (c *Client) acquireArgs(name, token string, us int64) []any {
 	args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-	if c.oneRow.Load() {
+	if c.learned().oneRow {
 		args = args[:tidbAcquireArgs]
 	}
 	return args

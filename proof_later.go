@@ -128,7 +128,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if c.oneRow.Load() {
+		if c.learned().oneRow {
 			if err := p.proveSetFences(mine); err != nil {
 				return err
 			}
@@ -209,7 +209,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err := each("all_release", "release", c.releaseAllSQL); err != nil {
 			return err
 		}
-		if c.oneRow.Load() {
+		if c.learned().oneRow {
 			return nil // a lease row is never deleted there
 		}
 		// The lease rows are gone, the fence rows stay: a refresh by the
@@ -328,12 +328,11 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 func (c *Client) proveOnceOnce(ctx context.Context) error {
 	one := func(name string) []string { return []string{name} }
 	return c.proveLater(ctx, proofOnce, one, func(p *prover, name, a, b string) error {
-		c.mu.Lock()
-		text := c.sql
-		c.mu.Unlock()
+		f := c.learned()
+		text := f.sql
 		us := proofTTL.Microseconds()
 		args := []any{name, a, c.holder, us, name, a, c.holder, a, us}
-		if c.oneRow.Load() {
+		if f.oneRow {
 			args = args[:tidbAcquireArgs]
 		}
 		if id, err := p.id("acquire", "take a free name", text[qAcquire], args...); err != nil {
@@ -351,7 +350,7 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 				return err
 			}
 			var n int64
-			if c.onceByRows.Load() {
+			if c.learned().onceByRows {
 				n, err = res.RowsAffected()
 			} else {
 				n, err = res.LastInsertId()

@@ -186,7 +186,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	us := proofTTL.Microseconds()
 	acquire := func(step, token string) (uint64, error) {
 		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.oneRow.Load() {
+		if c.learned().oneRow {
 			args = args[:tidbAcquireArgs]
 		}
 		return p.id("acquire", step, text[qAcquire], args...)

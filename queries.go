@@ -79,20 +79,18 @@ var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, q
 // (TiDB's) takes: the first four, which both forms begin with (queries.sql).
 const tidbAcquireArgs = 4
 
-// forms returns what the text of the Client's statements depends on, as
-// the first use has found it so far.
-func (c *Client) forms() sqltext.Forms {
-	return sqltext.Forms{Q: queries, Table: c.table, MySQLGuard: c.mysqlGuard.Load(), TiDB: c.tidb.Load(), OneRow: c.oneRow.Load(), LockWait: c.lockWait.Load()}
-}
+// textForms returns what the text of the Client's statements depends on,
+// as the first use has found it so far.
+func (c *Client) textForms() sqltext.Forms { return c.learned().text(c.table) }
 
 // substitute puts the Client's quoted table name into a statement, and on
 // MySQL the applier test into its session guard.
-func (c *Client) substitute(stmt string) string { return c.forms().Substitute(stmt) }
+func (c *Client) substitute(stmt string) string { return c.textForms().Substitute(stmt) }
 
 // withGuard returns stmt, whose table is in place already, with MySQL's
 // test for a replica's applier in its session guard, on MySQL; as it is
 // elsewhere, or before the first use has found the server.
-func (c *Client) withGuard(stmt string) string { return c.forms().Substitute(stmt) }
+func (c *Client) withGuard(stmt string) string { return c.textForms().Substitute(stmt) }
 
 // firstUseSQL returns the first_use query about table.
 func firstUseSQL(table string) string { return tableNamedSQL("first_use", table) }
@@ -103,21 +101,21 @@ func tableNamedSQL(name, table string) string { return queries.TableNamed(name, 
 
 // acquireAllSQL returns the text of the acquire of set s for ttl.
 func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	return c.forms().AcquireAll(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
+	return c.textForms().AcquireAll(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
 }
 
 // releaseAllSQL returns the statement that deletes the leases of set s.
-func (c *Client) releaseAllSQL(s *lockSet) string { return c.forms().ReleaseAll(s.tokenLit, s.in) }
+func (c *Client) releaseAllSQL(s *lockSet) string { return c.textForms().ReleaseAll(s.tokenLit, s.in) }
 
 // refreshAllSQL returns the statement that extends the leases of set s to
 // ttl, a number's text.
 func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
-	return c.forms().RefreshAll(s.union, s.in, s.tokenLit, ttl)
+	return c.textForms().RefreshAll(s.union, s.in, s.tokenLit, ttl)
 }
 
 // setSQL returns set statement name with lits in place of its
 // placeholders, on the Client's table.
-func (c *Client) setSQL(name string, lits ...string) string { return c.forms().Set(name, lits...) }
+func (c *Client) setSQL(name string, lits ...string) string { return c.textForms().Set(name, lits...) }
 
 // slotSQL returns slot_acquire for table with its slot row written v times.
 func slotSQL(table string, mariadb bool, v int) string { return queries.Slot(table, mariadb, v) }

@@ -362,16 +362,14 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	if _, err := c.stmt(ctx, qRelease); err != nil {
 		return false, err
 	}
+	f := c.learned()
 	switch {
-	case c.tidb.Load():
+	case f.tidb:
 		return false, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
-	case c.oneRow.Load():
+	case f.oneRow:
 		return false, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	}
-	c.mu.Lock()
-	mariadb = strings.HasPrefix(c.sql[qAcquire], queries["lock_wait_mariadb"])
-	c.mu.Unlock()
-	return mariadb, c.proveSlotsOnce(ctx, mariadb)
+	return f.lockWait, c.proveSlotsOnce(ctx, f.lockWait)
 }
 
 // Slot returns the number of the semaphore slot the lease is on, 1 to n,

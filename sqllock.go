@@ -46,15 +46,10 @@ type Client struct {
 	log       *slog.Logger // logging.go
 	obs       Observer     // observe.go
 
-	sql        [numStmts]string // statement text with the table name in place; the server's forms from the first use on (under mu until then)
-	tidb       atomic.Bool      // the server is TiDB: c.sql holds its forms (tablecheck.go)
-	oneRow     atomic.Bool      // c.sql holds the one-row forms: TiDB's, or Vitess's (tablecheck.go)
-	onceByRows atomic.Bool      // once_record reports by the rows it inserted (tablecheck.go, once.go)
-	lockWait   atomic.Bool      // MariaDB: acquires bound their wait for a row (queries.sql, lock_wait_mariadb)
-	skew       skewWarnings     // clock.go
-	recheck    tableRecheck     // the table checked again while the Client runs; tablecheck.go
-	mysqlGuard atomic.Bool      // MySQL itself: the session guard tests for its applier (withGuard)
-	stmts      [numStmts]atomic.Pointer[sql.Stmt]
+	forms   atomic.Pointer[forms] // what the Client has learned of its server: the statements' text and forms; forms.go
+	skew    skewWarnings          // clock.go
+	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
+	stmts   [numStmts]atomic.Pointer[sql.Stmt]
 
 	waiters  waiters       // Acquire calls waiting for a name (waiters.go)
 	wake     wakeups       // wake-up channels (wake.go)
@@ -68,7 +63,6 @@ type Client struct {
 	mu           sync.Mutex
 	checked      bool                     // the first-use check passed; tablecheck.go
 	proven       bool                     // the proof of the statements passed; proof.go
-	formsChosen  bool                     // c.sql holds the server's forms; tablecheck.go
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
@@ -151,9 +145,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	for i, name := range stmtNames {
-		c.sql[i] = c.substitute(queries[name])
-	}
+	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
 	c.lookSQL = c.substitute(queries["look"])
 	c.wake.init(c.table)

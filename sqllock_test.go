@@ -541,11 +541,11 @@ func TestNew_WithTable(t *testing.T) {
 	}
 	for i, name := range stmtNames {
 		want := withTable(queries[name], "my_locks")
-		if c.sql[i] != want {
-			t.Errorf("%s: got %q, want %q", name, c.sql[i], want)
+		if c.learned().sql[i] != want {
+			t.Errorf("%s: got %q, want %q", name, c.learned().sql[i], want)
 		}
-		if strings.Contains(c.sql[i], "`sqllock`") {
-			t.Errorf("%s: got %q, want no `sqllock` left", name, c.sql[i])
+		if strings.Contains(c.learned().sql[i], "`sqllock`") {
+			t.Errorf("%s: got %q, want no `sqllock` left", name, c.learned().sql[i])
 		}
 	}
 }

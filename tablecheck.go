@@ -108,7 +108,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	err = fault.Transient(ctx, func() error {
 		var err error
 		fu, err = c.readFirstUse(ctx, table)
-		if err == nil && fu.autocommit && !c.formsAreChosen() {
+		if err == nil && fu.autocommit && !c.learned().chosen {
 			fu.carries, err = c.readCarries(ctx)
 		}
 		return err
@@ -134,70 +134,6 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	}
 	c.recheck.due.Store(time.Now().Add(tableRecheckEvery).UnixNano())
 	return true, nil
-}
-
-// chooseForms puts the server's forms of the statements in place, before
-// any is prepared, once. On TiDB: its LAST_INSERT_ID() does not see a value
-// set earlier in the same statement, which the two-row acquire relies on
-// (queries.sql), so a name has one row there. The wake-up channels stay
-// off there: TiDB's GET_LOCK, built on its own transactions, neither
-// granted waiters in the order they came nor freed a killed connection's
-// lock at once in the tests (wake_test.go), so waiting processes poll.
-// Elsewhere, where the first-use check saw LAST_INSERT_ID() miss the value
-// its own statement set (!carries: Vitess, whose vtgate puts its session's
-// value in its place, in front of MySQL), the same one-row forms, without
-// TiDB's hint. The proof then holds them to what they must report
-// (proof.go). On MariaDB:
-// the acquire waits at most a second for its row (queries.sql,
-// lock_wait_mariadb).
-func (c *Client) chooseForms(version string, carries bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.formsChosen {
-		// Another call's check got here first. Writing c.sql again would
-		// race with the calls that read it, without c.mu, since that check.
-		return
-	}
-	c.formsChosen = true
-	switch {
-	case strings.Contains(version, "TiDB"):
-		for _, i := range tidbStmts {
-			c.sql[i] = c.substitute(queries[tidbPrefix+stmtNames[i]])
-		}
-		c.wake.refused.Store(true)
-		c.tidb.Store(true)
-		c.oneRow.Store(true)
-	case !carries && !strings.Contains(version, "MariaDB"):
-		// Not behind MariaDB: under its SIMULTANEOUS_ASSIGNMENT the one-row
-		// acquire's last assignment would not see the new owner, and a
-		// takeover would leave the lease expired. There the two-row forms
-		// stay, and the proof refuses them.
-		for _, i := range tidbStmts {
-			if i != qOnceRecord { // the plain once_record reads the one row as well
-				c.sql[i] = c.substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))
-			}
-		}
-		c.oneRow.Store(true)
-		c.onceByRows.Store(true)
-		// Unproven there: vtgate runs every locking function of a session
-		// on a connection it reserves on one shard, and the tests that
-		// would show the channels right read the processlist and KILL
-		// connections, which vtgate does not pass on. Waiters poll.
-		c.wake.refused.Store(true)
-	case strings.Contains(version, "MariaDB"):
-		c.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + c.sql[qAcquire]
-		c.lockWait.Store(true)
-	case strings.HasPrefix(version, "5."):
-		// MySQL 5.7 has no variable that tells its replica's applier
-		// (docs/servers.md).
-	default:
-		// MySQL: the session guard lets its replica's applier pass by a
-		// variable of its own (queries.sql, guard_applier_mysql).
-		c.mysqlGuard.Store(true)
-		for i := range c.sql {
-			c.sql[i] = c.withGuard(c.sql[i])
-		}
-	}
 }
 
 // tableRecheckEvery is how often a running Client checks its table again
@@ -247,13 +183,6 @@ func (c *Client) tableStillGood(ctx context.Context) error {
 		return *p
 	}
 	return nil
-}
-
-// formsAreChosen reports whether chooseForms has run.
-func (c *Client) formsAreChosen() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.formsChosen
 }
 
 // readFirstUse sends the first_use query and collects its rows about table.

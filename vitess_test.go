@@ -67,11 +67,11 @@ func TestVitess_oneRowFormsProven(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
 		}
-		if !c.oneRow.Load() || !c.onceByRows.Load() || c.tidb.Load() {
-			t.Errorf("forms: oneRow %v onceByRows %v tidb %v, want the one-row forms without TiDB's", c.oneRow.Load(), c.onceByRows.Load(), c.tidb.Load())
+		if !c.learned().oneRow || !c.learned().onceByRows || c.learned().tidb {
+			t.Errorf("forms: oneRow %v onceByRows %v tidb %v, want the one-row forms without TiDB's", c.learned().oneRow, c.learned().onceByRows, c.learned().tidb)
 		}
-		if strings.Contains(c.sql[qAcquire], "LAST_INSERT_ID()") || strings.Contains(c.sql[qAcquire], "SET_VAR") {
-			t.Errorf("acquire: got %s, want the one-row form without LAST_INSERT_ID() and TiDB's hint", c.sql[qAcquire])
+		if strings.Contains(c.learned().sql[qAcquire], "LAST_INSERT_ID()") || strings.Contains(c.learned().sql[qAcquire], "SET_VAR") {
+			t.Errorf("acquire: got %s, want the one-row form without LAST_INSERT_ID() and TiDB's hint", c.learned().sql[qAcquire])
 		}
 		var fence uint64
 		if err := e.db.QueryRowContext(ctx, "SELECT fence FROM `"+table+"` WHERE name = 'job' AND kind = 'L'").Scan(&fence); err != nil {
@@ -122,7 +122,7 @@ func TestVitess_twoRowFormsRefused(t *testing.T) {
 			}
 			a, _ := newToken()
 			b, _ := newToken()
-			text := c.sql
+			text := c.learned().sql
 			err = c.proveStatements(ctx, conn, &text, "vitess", proofPrefix+a, a, b)
 			conn.Close()
 			t.Logf("proof %d of the two-row forms without the version: %v", i, err)
@@ -210,8 +210,8 @@ func TestClient_Vitess_sendsOneRowForms(t *testing.T) {
 			wantErrIs(t, err, tc.wantErr)
 		}
 		for _, i := range tidbStmts {
-			if strings.Contains(e.c.sql[i], "SET_VAR") || strings.Contains(e.c.sql[i], "LAST_INSERT_ID()") {
-				t.Errorf("%s: got %s, want no TiDB hint and no LAST_INSERT_ID()", stmtNames[i], e.c.sql[i])
+			if strings.Contains(e.c.learned().sql[i], "SET_VAR") || strings.Contains(e.c.learned().sql[i], "LAST_INSERT_ID()") {
+				t.Errorf("%s: got %s, want no TiDB hint and no LAST_INSERT_ID()", stmtNames[i], e.c.learned().sql[i])
 			}
 		}
 		e.done()
@@ -262,8 +262,8 @@ func TestClient_rewritingLayerBeforeMariaDB_keepsTwoRowForms(t *testing.T) {
 	if _, err := e.c.checkFirstUse(t.Context()); err != nil {
 		t.Fatalf("checkFirstUse: %v", err)
 	}
-	if e.c.oneRow.Load() || e.c.sql[qAcquire] != e.sql("acquire") {
-		t.Errorf("forms: oneRow %v, acquire %q; want the two-row forms", e.c.oneRow.Load(), e.c.sql[qAcquire])
+	if e.c.learned().oneRow || e.c.learned().sql[qAcquire] != e.sql("acquire") {
+		t.Errorf("forms: oneRow %v, acquire %q; want the two-row forms", e.c.learned().oneRow, e.c.learned().sql[qAcquire])
 	}
 	e.done()
 }

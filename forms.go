@@ -1,0 +1,124 @@
+package sqllock
+
+import (
+	"strings"
+
+	"github.com/sqllock/sqllock/internal/sqltext"
+)
+
+// What a Client has learned of its server that shapes the statements it
+// sends is one immutable value, a forms, which the Client holds in an
+// atomic pointer: the statements' text as prepared, and the flags the text
+// and the reading of answers depend on. New stores the forms every server
+// starts with; the first-use check replaces them, once, with the server's
+// own (chooseForms). A reader loads the pointer once and sees one
+// consistent value, with no lock: a check choosing the forms under way
+// never shows half of them.
+type forms struct {
+	sql [numStmts]string // statement text with the table name in place
+	// chosen: the first-use check has chosen these forms.
+	chosen bool
+	// tidb: the server is TiDB: sql holds its forms.
+	tidb bool
+	// oneRow: sql holds the one-row forms, TiDB's or Vitess's: a name has
+	// no fence row.
+	oneRow bool
+	// onceByRows: once_record reports by the rows it inserted (once.go).
+	onceByRows bool
+	// lockWait: MariaDB, whose acquires bound their wait for a row
+	// (queries.sql, lock_wait_mariadb).
+	lockWait bool
+	// mysqlGuard: MySQL itself, whose applier the session guard tests by a
+	// variable of its own (queries.sql, guard_applier_mysql).
+	mysqlGuard bool
+}
+
+// text returns what sqltext needs of f for table.
+func (f *forms) text(table string) sqltext.Forms {
+	return sqltext.Forms{Q: queries, Table: table, MySQLGuard: f.mysqlGuard, TiDB: f.tidb, OneRow: f.oneRow, LockWait: f.lockWait}
+}
+
+// initialForms returns the forms every server starts with, on table.
+func initialForms(table string) *forms {
+	f := &forms{}
+	t := f.text(table)
+	for i, name := range stmtNames {
+		f.sql[i] = t.Substitute(queries[name])
+	}
+	return f
+}
+
+// serverForms returns the forms of the server that answered version, on
+// table; carries says whether LAST_INSERT_ID() there carried the value
+// its own statement set (the first-use check). On TiDB: its
+// LAST_INSERT_ID() does not see a value set earlier in the same
+// statement, which the two-row acquire relies on (queries.sql), so a name
+// has one row there. Elsewhere, where the first-use check saw
+// LAST_INSERT_ID() miss the value its own statement set (Vitess, whose
+// vtgate puts its session's value in its place, in front of MySQL), the
+// same one-row forms, without TiDB's hint. The proof then holds them to
+// what they must report (proof.go). On MariaDB: the acquire waits at most
+// a second for its row (queries.sql, lock_wait_mariadb). On MySQL (not
+// 5.7, which has no variable that tells its replica's applier): the
+// session guard lets its applier pass by a variable of its own.
+func serverForms(table, version string, carries bool) *forms {
+	f := initialForms(table)
+	f.chosen = true
+	switch {
+	case strings.Contains(version, "TiDB"):
+		f.tidb, f.oneRow = true, true
+		t := f.text(table)
+		for _, i := range tidbStmts {
+			f.sql[i] = t.Substitute(queries[tidbPrefix+stmtNames[i]])
+		}
+	case !carries && !strings.Contains(version, "MariaDB"):
+		// Not behind MariaDB: under its SIMULTANEOUS_ASSIGNMENT the one-row
+		// acquire's last assignment would not see the new owner, and a
+		// takeover would leave the lease expired. There the two-row forms
+		// stay, and the proof refuses them.
+		f.oneRow, f.onceByRows = true, true
+		t := f.text(table)
+		for _, i := range tidbStmts {
+			if i != qOnceRecord { // the plain once_record reads the one row as well
+				f.sql[i] = t.Substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))
+			}
+		}
+	case strings.Contains(version, "MariaDB"):
+		f.lockWait = true
+		f.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + f.sql[qAcquire]
+	case strings.HasPrefix(version, "5."):
+	default:
+		f.mysqlGuard = true
+		t := f.text(table)
+		for i := range f.sql {
+			f.sql[i] = t.Substitute(f.sql[i])
+		}
+	}
+	return f
+}
+
+// learned returns the forms the Client holds now.
+func (c *Client) learned() *forms { return c.forms.Load() }
+
+// chooseForms puts the server's forms of the statements in place, before
+// any is prepared, once: a second call (another call's check got here
+// first) changes nothing. On TiDB and Vitess the wake-up channels stay
+// off: TiDB's GET_LOCK, built on its own transactions, neither granted
+// waiters in the order they came nor freed a killed connection's lock at
+// once in the tests (wake_test.go); vtgate runs every locking function of
+// a session on a connection it reserves on one shard, and the tests that
+// would show the channels right read the processlist and KILL connections,
+// which vtgate does not pass on. Waiters poll there.
+func (c *Client) chooseForms(version string, carries bool) {
+	cur := c.forms.Load()
+	if cur.chosen {
+		return
+	}
+	f := serverForms(c.table, version, carries)
+	if !c.forms.CompareAndSwap(cur, f) {
+		return // another call's check chose them first
+	}
+	if f.oneRow {
+		c.wake.refused.Store(true)
+	}
+}

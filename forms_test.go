@@ -1,0 +1,108 @@
+package sqllock
+
+import (
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Each server's forms, as the first-use check chooses them: the text of
+// the statements and the flags read with them agree.
+func TestServerForms_byServer(t *testing.T) {
+	const table = "`t`"
+	initial := initialForms(table)
+	for _, tc := range []struct {
+		version string
+		carries bool
+		check   func(t *testing.T, f *forms)
+	}{
+		{"8.0.11-TiDB-v9.0.0", false, func(t *testing.T, f *forms) {
+			if !f.tidb || !f.oneRow || f.lockWait || f.mysqlGuard {
+				t.Errorf("flags: %+v", *f)
+			}
+			if !strings.HasPrefix(f.sql[qAcquire], "INSERT "+tidbHint) || !strings.Contains(f.sql[qAcquire], table) {
+				t.Errorf("acquire: got %q, want TiDB's form with its hint on the table", f.sql[qAcquire])
+			}
+		}},
+		{"8.4.6-Vitess", false, func(t *testing.T, f *forms) {
+			if f.tidb || !f.oneRow || !f.onceByRows {
+				t.Errorf("flags: %+v", *f)
+			}
+			if strings.Contains(f.sql[qAcquire], tidbHint) || f.sql[qAcquire] == initial.sql[qAcquire] {
+				t.Errorf("acquire: got %q, want the one-row form without TiDB's hint", f.sql[qAcquire])
+			}
+			if f.sql[qOnceRecord] != initial.sql[qOnceRecord] {
+				t.Errorf("once_record: got the one-row form, want the plain one")
+			}
+		}},
+		{"10.11.19-MariaDB", true, func(t *testing.T, f *forms) {
+			if !f.lockWait || f.oneRow || f.mysqlGuard {
+				t.Errorf("flags: %+v", *f)
+			}
+			if f.sql[qAcquire] != queries["lock_wait_mariadb"]+"\n"+initial.sql[qAcquire] || f.sql[qRefresh] != initial.sql[qRefresh] {
+				t.Errorf("acquire: got %q, want the lock wait bound before the initial form, and the rest as they were", f.sql[qAcquire])
+			}
+		}},
+		{"5.7.44", true, func(t *testing.T, f *forms) {
+			if f.sql != initial.sql || f.lockWait || f.mysqlGuard || f.oneRow {
+				t.Errorf("MySQL 5.7: got %+v, want the initial forms", *f)
+			}
+		}},
+		{"8.4.3", true, func(t *testing.T, f *forms) {
+			if !f.mysqlGuard || f.lockWait || f.oneRow {
+				t.Errorf("flags: %+v", *f)
+			}
+			guarded := 0
+			for i, text := range f.sql {
+				if strings.Contains(initial.sql[i], guardApplierMariaDB) {
+					guarded++
+					if !strings.Contains(text, guardApplierMariaDB+" "+queries["guard_applier_mysql"]) {
+						t.Errorf("%s: got %q, want MySQL's applier test in its guard", stmtNames[i], text)
+					}
+				}
+			}
+			if guarded == 0 {
+				t.Error("no statement carries the session guard: the test proves nothing")
+			}
+		}},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			f := serverForms(table, tc.version, tc.carries)
+			if !f.chosen {
+				t.Error("chosen: got false")
+			}
+			tc.check(t, f)
+		})
+	}
+}
+
+// The forms are chosen once: a second check's choice changes nothing, and
+// calls reading them while they are chosen see one whole value (run with
+// -race).
+func TestClient_chooseForms_once(t *testing.T) {
+	e := newMockEnv(t) // sends nothing here
+	c := e.c
+	if c.learned().chosen {
+		t.Fatal("chosen before any check")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				f := c.learned()
+				if f.lockWait != strings.HasPrefix(f.sql[qAcquire], queries["lock_wait_mariadb"]) {
+					t.Error("a reader saw the flags of one value and the text of another")
+					return
+				}
+			}
+		}()
+	}
+	c.chooseForms("10.11.19-MariaDB", true)
+	wg.Wait()
+	c.chooseForms("8.0.11-TiDB-v9.0.0", false)
+	if f := c.learned(); !f.lockWait || f.tidb || c.wake.refused.Load() {
+		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wake.refused.Load())
+	}
+}
