@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/settle"
 )
 
 // Sets: a Lock on several names, taken all or nothing by TryAcquireAll or
@@ -338,16 +339,18 @@ func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, last time.Time
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	x := newOrphan(a.token, a.ttl, last, sends == 1)
-	deleteSent := time.Now()
-	res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
-	if err == nil {
-		if n, rerr := res.RowsAffected(); rerr == nil && x.Settles(n, deleteSent) {
-			for _, name := range s.names {
-				a.c.unknown(name, true)
-			}
-			a.renew()
-			return
+	if settle.Delete(ctx, x, func(ctx context.Context, _ string) (int64, error) {
+		res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
+		if err != nil {
+			return 0, err
 		}
+		return res.RowsAffected()
+	}) {
+		for _, name := range s.names {
+			a.c.unknown(name, true)
+		}
+		a.renew()
+		return
 	}
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its leases, if any, are deleted before this Client's next acquire of their names", "names", a.name)
 	for _, name := range s.names {
