@@ -185,9 +185,6 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	if a.tokenErr != nil {
 		return nil, a.tokenErr
 	}
-	for _, n := range a.names {
-		c.claimOrphans(ctx, n)
-	}
 	// The first use's check and proof, and the choice of forms, come with
 	// the acquire's prepare; the set's statement is sent as text.
 	if _, err := c.stmt(ctx, qAcquire); err != nil {
@@ -198,6 +195,11 @@ func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {
 		return nil, c.serverError("acquire "+a.name, err)
+	}
+	// Then, as for every kind, the leases earlier acquires may have left
+	// under tokens nobody holds go first.
+	for _, n := range a.names {
+		c.claimOrphans(ctx, n)
 	}
 	s := newLockSet(a.names, a.token)
 	sent := time.Now()
