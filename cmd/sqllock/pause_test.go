@@ -36,10 +36,14 @@ func TestRun_pausedPastLease(t *testing.T) {
 	}
 }
 
+// pausedTTL is the lease of the paused run: its keep-alive's deadline comes
+// at three quarters of it after a renewal.
+const pausedTTL = 3 * time.Second
+
 func pausedPastLease(t *testing.T, e *env, whole bool) {
 	pidFile, beats := e.path("pid"), e.path("beats")
 	script := `echo $$ > ` + pidFile + `; while :; do echo beat >> ` + beats + `; sleep 0.02; done`
-	cmd := e.command("run", "-v", "--ttl", "2s", "--kill-grace", "300ms", "paused", "--", "sh", "-c", script)
+	cmd := e.command("run", "-v", "--ttl", pausedTTL.String(), "--kill-grace", "300ms", "paused", "--", "sh", "-c", script)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -72,10 +76,22 @@ func pausedPastLease(t *testing.T, e *env, whole bool) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL) // sqllock did not: do not hang
 		}
 	}()
-	time.Sleep(700 * time.Millisecond) // a renewal
+	// Stopped just after a renewal, as the server saw it, so that the
+	// lease the keep-alive holds is whole: a fixed sleep before the stop
+	// let a loaded machine's keep-alive give the lease up on its own first
+	// (its deadline fired on time, with no renewal back yet), and the
+	// loss then said "may expire", not "may have expired" (a CI run, at
+	// a load average of 11).
+	other := e.client(sqllock.WithHolder("other-host"))
+	waitFor(t, 20*time.Second, "a renewal of the lease", func() bool {
+		info, err := other.Inspect(context.Background(), "paused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Held && info.Age > pausedTTL/4 && info.TTL > pausedTTL-pausedTTL/4
+	})
 	signal(syscall.SIGSTOP)
 
-	other := e.client(sqllock.WithHolder("other-host"))
 	var l *sqllock.Lock
 	var err error
 	waitFor(t, 20*time.Second, "another client to take the name", func() bool {
