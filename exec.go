@@ -247,18 +247,9 @@ func (c *Client) closedErr() error {
 	return nil
 }
 
-// ctxErr is ctx.Err, and DeadlineExceeded once ctx's deadline has passed
-// though ctx has not yet ended: a dial or a read cut by that deadline fails
-// with a timeout of its own a moment before ctx's timer fires.
-func ctxErr(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
+// ctxErr is fault.CtxErr: ctx's error, or DeadlineExceeded once its
+// deadline has passed though its timer has not yet fired.
+func ctxErr(ctx context.Context) error { return fault.CtxErr(ctx) }
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

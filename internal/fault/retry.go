@@ -96,3 +96,16 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// CtxErr is ctx.Err, and DeadlineExceeded once ctx's deadline has passed
+// though ctx has not yet ended: a dial or a read cut by that deadline fails
+// with a timeout of its own a moment before ctx's timer fires.
+func CtxErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
