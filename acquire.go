@@ -10,7 +10,7 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// The acquire path: TryAcquire, Acquire (whose queue is in waiters.go) and
+// The acquire path: TryAcquire, Acquire (which waits in wait.go) and
 // Elect's campaign each make one acquireCall, which draws the call's owner
 // token, sends its attempts, and owns what an attempt whose outcome stays
 // unknown leaves behind: it deletes that lease at once, and when the DELETE

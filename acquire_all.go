@@ -298,30 +298,17 @@ func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 }
 
 // heldOf returns the error of a refused acquire of set s: which names a
-// live lease of another owner holds now. The look ends with ctx (and after
-// lookTimeout at most): one that ctx cuts short returns the refusal without
-// its holders, so a refused call returns within its context.
+// live lease of another owner holds now (internal/wait's look, which ends
+// with ctx and after a few seconds at most): one that ctx cuts short
+// returns the refusal without its holders, so a refused call returns
+// within its context.
 func (c *Client) heldOf(ctx context.Context, s *lockSet) error {
-	e := &HeldError{}
-	rctx, cancel := context.WithTimeout(ctx, lookTimeout)
-	defer cancel()
-	rows, err := c.db.QueryContext(rctx, strings.Replace(c.lookSQL, "?", s.in, 1))
+	names, err := c.wait.Looks.Holders(ctx, s.in)
 	if err != nil {
-		return heldUnread(e, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name []byte
-		if err := rows.Scan(&name); err != nil {
-			return heldUnread(&HeldError{}, err)
-		}
-		e.Names = append(e.Names, string(name))
-	}
-	if err := rows.Err(); err != nil {
 		return heldUnread(&HeldError{}, err)
 	}
-	slices.Sort(e.Names)
-	return e
+	slices.Sort(names)
+	return &HeldError{Names: names}
 }
 
 // heldUnread returns refusal e when the look for its holders failed with

@@ -148,7 +148,7 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 			return Info{}, errorf("%s: %w", op, err)
 		} else if n == 1 {
 			// A waiter in this Client may take the name now.
-			c.waiters.kick(name)
+			c.wait.Queues.Kick(name)
 			return info, nil
 		}
 		// Released or taken over since the read: look again.

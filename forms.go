@@ -119,6 +119,6 @@ func (c *Client) chooseForms(version string, carries bool) {
 		return // another call's check chose them first
 	}
 	if f.oneRow {
-		c.wake.refused.Store(true)
+		c.wait.Channels.Refuse()
 	}
 }

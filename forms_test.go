@@ -102,7 +102,7 @@ func TestClient_chooseForms_once(t *testing.T) {
 	c.chooseForms("10.11.19-MariaDB", true)
 	wg.Wait()
 	c.chooseForms("8.0.11-TiDB-v9.0.0", false)
-	if f := c.learned(); !f.lockWait || f.tidb || c.wake.refused.Load() {
-		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wake.refused.Load())
+	if f := c.learned(); !f.lockWait || f.tidb || c.wait.Channels.Refused() {
+		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wait.Channels.Refused())
 	}
 }

@@ -447,12 +447,12 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 		for i := range 5 {
 			locks = append(locks, holdAfterWaiting(t, e, c, table, fmt.Sprintf("n%d", i)))
 		}
-		c.wake.cancel() // as Close does first
+		c.wait.Channels.Stop() // as Close does first
 		p.ResetCounts()
 		for _, l := range locks {
-			c.letGo(testCtx(t), l.Name(), l)
+			c.wait.Channels.LetGo(testCtx(t), l.Name(), l)
 		}
-		c.wake.closeAll(testCtx(t)) // then Close's pass
+		c.wait.Channels.CloseAll(testCtx(t)) // then Close's pass
 		// Closing a connection sends COM_QUIT and COM_STMT_CLOSE, which
 		// wait for no reply; a statement is a query or an execute.
 		if got := p.Commands(); got[proxyComQuery]+got[proxyComStmtExecute] != 0 {

@@ -51,8 +51,8 @@ type Lock struct {
 	// a way that may have deleted the row.
 	released, releaseUnknown bool
 	// wake: the Lock holds its name's wake-up channel, which its release
-	// lets go of (wake.go). contended: its Acquire waited for the name.
-	// probe: its release asks whether another process waits (wake.go).
+	// lets go of (wake_lock.go). contended: its Acquire waited for the name.
+	// probe: its release asks whether another process waits (wake_lock.go).
 	// Close may release the Lock before its Acquire has set them. They sit
 	// in releaseUnknown's padding, as does endObserved (the Observer was
 	// told the lease ended; observe.go), so that with heldSince (when it
@@ -61,7 +61,7 @@ type Lock struct {
 	wake, contended, probe bool
 	endObserved            bool
 	heldSince              time.Duration
-	// lapse lets go of the channel if the lease lapses unreleased (wake.go).
+	// lapse lets go of the channel if the lease lapses unreleased (wake_lock.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go
 	set   *lockSet   // the names of a Lock on several; acquire_all.go
@@ -299,7 +299,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		}
 	}
 	done := time.Now()
-	if l.c.wake.on {
+	if l.c.wait.Channels.On() {
 		l.afterRelease(ctx, err == nil)
 	}
 	if err != nil {

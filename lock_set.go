@@ -135,16 +135,16 @@ func (l *Lock) allRows(res sql.Result) (bool, error) {
 // kickAll makes callers of this Client waiting for any name of the Lock,
 // or for its set or semaphore (wait_kinds.go), try now.
 func (l *Lock) kickAll() {
-	if l.c.waiters.queued.Load() == 0 {
+	if l.c.wait.Queues.Len() == 0 {
 		return
 	}
 	if l.set == nil {
-		l.c.waiters.kick(l.waitKey())
+		l.c.wait.Queues.Kick(l.waitKey())
 		return
 	}
-	l.c.waiters.kick(l.waitKey())
+	l.c.wait.Queues.Kick(l.waitKey())
 	for _, n := range l.set.names {
-		l.c.waiters.kick(n)
+		l.c.wait.Queues.Kick(n)
 	}
 }
 

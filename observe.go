@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/wait"
 )
 
 // An Observer is told what a Client does, for metrics and traces: each
@@ -398,20 +399,29 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 	// Close, reports the end.
 }
 
-// waitWoke reports a wait on name's wake-up channel, begun at began, that
-// ended in st with err. A wait that did not start (the channel was held in
-// this Client already, or the channels are off) or that the caller's
-// context or Close ended is not reported.
-func (c *Client) waitWoke(name string, st wakeState, err error, began time.Time) {
-	if c.obs.Wakeup == nil || err != nil || st == wakeFailed && c.wake.refused.Load() {
+// waitWoke reports a wait on the wake-up channel of what label names,
+// begun at began, that ended in st with err. A wait that did not start
+// (the channel was held in this Client already, or the channels are off)
+// or that the caller's context or Close ended is not reported.
+func (c *Client) waitWoke(label string, st wait.State, err error, began time.Time) {
+	if c.obs.Wakeup == nil || err != nil || st == wait.Failed && c.wait.Channels.Refused() {
 		return // the channels' turning off was told once
 	}
+	c.channelTold(label, st, time.Since(began))
+}
+
+// channelTold reports what a wait on a wake-up channel came to, or that
+// the channels turned off (wait.Off): the machinery's own events, and
+// waitWoke's.
+func (c *Client) channelTold(label string, st wait.State, d time.Duration) {
 	switch st {
-	case wakeGranted:
-		c.wokeUp(name, WakeupGranted, time.Since(began))
-	case wakeTimedOut:
-		c.wokeUp(name, WakeupTimedOut, time.Since(began))
-	case wakeFailed:
-		c.wokeUp(name, WakeupFailed, time.Since(began))
+	case wait.Granted:
+		c.wokeUp(label, WakeupGranted, d)
+	case wait.TimedOut:
+		c.wokeUp(label, WakeupTimedOut, d)
+	case wait.Failed:
+		c.wokeUp(label, WakeupFailed, d)
+	case wait.Off:
+		c.wokeUp("", WakeupOff, 0)
 	}
 }

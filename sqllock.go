@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/settle"
+	"github.com/sqllock/sqllock/internal/wait"
 )
 
 // Defaults and limits.
@@ -51,11 +53,10 @@ type Client struct {
 	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
 	stmts   [numStmts]atomic.Pointer[sql.Stmt]
 
-	waiters  waiters       // Acquire calls waiting for a name (waiters.go)
-	wake     wakeups       // wake-up channels (wake.go)
-	looks    looks         // the waiting calls' one-statement polls (poll.go)
-	lookSQL  string        // the look statement with the table's name in place
-	attempts chan struct{} // slots for the waiting calls' acquire statements (poll.go)
+	// wait is the waiting calls' machinery: their queues, wake-up
+	// channels, looks and bound (internal/wait); wait.go waits in it.
+	wait    wait.Engine
+	wakeups int // WithWakeups
 
 	// mu guards the fields below it. It is never held across a call to
 	// the server: a call stuck on a dead connection must not hold up
@@ -137,9 +138,8 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
 		log:       discardLogger,
-		attempts:  make(chan struct{}, maxWaitingAttempts),
+		wakeups:   DefaultWakeups,
 	}
-	c.wake.max = DefaultWakeups
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
 			return nil, err
@@ -147,8 +147,19 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	}
 	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
-	c.lookSQL = c.substitute(queries["look"])
-	c.wake.init(c.table)
+	raw := strings.Trim(c.table, "`")
+	c.wait.Init(wait.Config{
+		DB:         db,
+		Wakeups:    c.wakeups,
+		WaitSQL:    tableNamedSQL("wake_wait", raw),
+		ReleaseSQL: tableNamedSQL("wake_release", raw),
+		ProbeSQL:   tableNamedSQL("wake_probe", raw),
+		LookSQL:    c.substitute(queries["look"]),
+		Log:        c.log,
+		Woke:       c.channelTold,
+		Closing:    c.closing,
+		Closed:     ErrClosed,
+	})
 	return c, nil
 }
 
@@ -223,15 +234,14 @@ func (c *Client) Close() error {
 	c.closeStarted = true
 	close(c.closing)
 	c.mu.Unlock()
-	c.wake.cancel() // waits on wake-up channels end now, and looks
-	c.looks.close()
+	c.wait.Stop() // waits on wake-up channels end now, and looks
 
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
 	// The statements stay open until the leases are released.
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
-	c.wake.closeAll(ctx)
+	c.wait.Channels.CloseAll(ctx)
 	c.mu.Lock()
 	c.closed = true // a prepare that ends from now on closes its statement
 	c.mu.Unlock()

@@ -1221,7 +1221,7 @@ func TestClient_Acquire_retryStrategy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t, WithRetry(tt.strategy))
 			// One token serves every attempt: with one name waited
-			// for, each poll is the acquire (poll.go).
+			// for, each poll is the acquire (internal/wait/look.go).
 			tok := &tokenArg{}
 			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), tt.replies...)
 			l, err := e.c.Acquire(t.Context(), "job", time.Second)

@@ -8,9 +8,9 @@ import (
 )
 
 // Every kind of waiting acquire (Acquire of one name, AcquireAll of a set,
-// AcquireSlot of a semaphore) waits in one path, acquireQueued
-// (waiters.go): the Client's fair queue, the wake-up channel (wake.go) and
-// the bounds of poll.go. A waitCall is what that path needs of each kind.
+// AcquireSlot of a semaphore) waits in one path, acquireQueued (wait.go),
+// on internal/wait's machinery: the Client's fair queue, the wake-up
+// channel and the look. A waitCall is what that path needs of each kind.
 // Its key names the queue and the channel: a lock's name, a set's label
 // followed by setKeyMark, a semaphore's fence row name (slotRows). No lock
 // name ends with either mark (checkName), so no two kinds share a queue.
@@ -29,7 +29,7 @@ type waitCall interface {
 	// final reports whether err, which wraps ErrNotAcquired, ends the call
 	// at once instead of counting as a refused attempt.
 	final(err error) bool
-	// lookName is the one lease name a look (poll.go) can answer for, or
+	// lookName is the one lease name a look (internal/wait) can answer for, or
 	// "" when the kind has none: the look is single names' alone.
 	lookName() string
 	// shared reports whether the key may be held by several Locks at once

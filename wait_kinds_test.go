@@ -110,7 +110,7 @@ func TestClient_AcquireSlot_fairAcrossProcesses(t *testing.T) {
 
 // A Client whose goroutines wait in a mix of Acquire, AcquireAll and
 // AcquireSlot, each for a name, set or semaphore of its own that another
-// process holds, holds no more connections than the bound of poll.go
+// process holds, holds no more connections than the bound of internal/wait/look.go
 // (13, and the pool's two idle ones: 16, as for single names in
 // TestWakeups_manyNamesBoundedConnections); and when the holder lets go,
 // every call acquires. Before sets and semaphores waited in Acquire's

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqllock/sqllock/internal/wait"
 )
 
 // Issue 20, point 4. Close lets go of every channel its Client holds, even a
@@ -29,16 +31,16 @@ func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
 			name := fmt.Sprintf("n%d", i)
 			// Nobody holds the channel: the wait is granted at once, and
 			// the name's queue keeps it, idle.
-			st, _, err := c.waitWake(ctx, name, time.Second)
-			if err != nil || st != wakeGranted {
+			st, _, err := c.wait.Channels.Wait(ctx, name, time.Second)
+			if err != nil || st != wait.Granted {
 				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
 			}
 			names = append(names, name)
 		}
 		ended, cancel := context.WithCancel(context.Background())
 		cancel()
-		c.wake.cancel()
-		c.wake.closeAll(ended)
+		c.wait.Channels.Stop()
+		c.wait.Channels.CloseAll(ended)
 		for _, name := range names {
 			wantChannelFree(t, e.db, table, name, "after Close")
 		}
@@ -57,16 +59,16 @@ func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
 		mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
 		p.Stall(true)
 		t.Cleanup(func() { p.Stall(false) })
-		done := make(chan wakeState, 1)
+		done := make(chan wait.State, 1)
 		go func() {
-			st, _, _ := c.waitWake(context.Background(), "silent", time.Second)
+			st, _, _ := c.wait.Channels.Wait(context.Background(), "silent", time.Second)
 			done <- st
 		}()
 		// The bound: GET_LOCK's second plus wakeWaitSlack; a minute is
 		// what TCP would take, at the least.
 		select {
 		case st := <-done:
-			if st != wakeFailed {
+			if st != wait.Failed {
 				t.Errorf("wait on a silent connection: got state %v, want failed (poll)", st)
 			}
 		case <-time.After(30 * time.Second):
@@ -88,12 +90,12 @@ func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
 		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table), table, "n")
 		defer holder.Release(testCtx(t))
 		for i := range 2 {
-			st, _, err := c.waitWake(testCtx(t), "n", time.Minute)
-			if err != nil || st != wakeFailed {
+			st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute)
+			if err != nil || st != wait.Failed {
 				t.Fatalf("wait %d: got %v, %v, want failed (cut by the read timeout)", i, st, err)
 			}
 		}
-		if got := c.wake.maxWait(); got != 2*time.Second {
+		if got := c.wait.Channels.MaxWait(); got != 2*time.Second {
 			t.Errorf("longest wait after two cut at 3s: got %v, want 2s", got)
 		}
 		warned := slices.ContainsFunc(rec.atLeast(slog.LevelWarn), func(s string) bool { return strings.Contains(s, "readTimeout") })
@@ -101,7 +103,7 @@ func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
 			t.Errorf("no warning about readTimeout; logged: %v", rec.atLeast(slog.LevelWarn))
 		}
 		// Now shorter than the read timeout, a wait times out on the server.
-		if st, _, err := c.waitWake(testCtx(t), "n", time.Minute); err != nil || st != wakeTimedOut {
+		if st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute); err != nil || st != wait.TimedOut {
 			t.Errorf("wait after the change: got %v, %v, want timed out", st, err)
 		}
 	})
@@ -133,12 +135,12 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 		l.mu.Lock()
 		wake := l.wake
 		l.mu.Unlock()
-		if !wake || !c.wake.holdsWake("n") {
+		if !wake || !c.wait.Channels.Holds("n") {
 			t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
 		}
 		// Left to lapse: no Release, no Refresh.
 		waitFor(t, 10*time.Second, "the channel is let go of after the lease lapsed", func() bool {
-			return !c.wake.holdsWake("n") && channelHolder(t, e.db, table, "n") == 0
+			return !c.wait.Channels.Holds("n") && channelHolder(t, e.db, table, "n") == 0
 		})
 	})
 }
@@ -157,11 +159,11 @@ func TestWakeups_handOverAfterContextEnded(t *testing.T) {
 		cancel()
 		for i := range 10 {
 			name := fmt.Sprintf("h%d", i)
-			if st, _, err := c.waitWake(ctx, name, time.Second); err != nil || st != wakeGranted {
+			if st, _, err := c.wait.Channels.Wait(ctx, name, time.Second); err != nil || st != wait.Granted {
 				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
 			}
 			l := mustAcquire(t, c, name, time.Minute)
-			c.wake.handTo(ended, name, l)
+			c.wait.Channels.HandTo(ended, name, l, l.holdChannel)
 			l.mu.Lock()
 			wake := l.wake
 			l.mu.Unlock()

@@ -138,7 +138,7 @@ func holdAfterWaitingFor(t *testing.T, e *testEnv, c *Client, table, name string
 	l.mu.Lock()
 	wake := l.wake
 	l.mu.Unlock()
-	if !wake || !c.wake.holdsWake(name) {
+	if !wake || !c.wait.Channels.Holds(name) {
 		t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
 	}
 	return l
@@ -151,7 +151,7 @@ func wantNothingLeft(t *testing.T, e *testEnv, c *Client, table, name string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		held, used, inUse := c.wake.has(name), c.wake.inUse(), c.db.Stats().InUse
+		held, used, inUse := c.wait.Channels.Has(name), c.wait.Channels.InUse(), c.db.Stats().InUse
 		holder := channelHolder(t, e.db, table, name)
 		if !held && used == 0 && inUse == 0 && holder == 0 {
 			return

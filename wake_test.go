@@ -136,7 +136,7 @@ func holdAfterWaiting(t *testing.T, e *testEnv, c *Client, table, name string) *
 		t.Fatal(err)
 	}
 	l := mustGet(t, got)
-	if !c.wake.holdsWake(name) || !l.wake {
+	if !c.wait.Channels.Holds(name) || !l.wake {
 		t.Fatal("a Lock taken after waiting: got no channel, want it held")
 	}
 	if channelHolder(t, e.db, table, name) == 0 {
@@ -204,7 +204,7 @@ func TestWakeups_localQueueSendsNothing(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitFor(t, time.Minute, "every goroutine waits", func() bool { return w.waiters.waiting("n") == goroutines })
+		waitFor(t, time.Minute, "every goroutine waits", func() bool { return w.wait.Queues.Waiting("n") == goroutines })
 		p.ResetCounts()
 		time.Sleep(time.Second)
 		if n := p.CommandCount(); n != 0 {
@@ -256,7 +256,7 @@ func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, time.Minute, "the waiter polls", func() bool { return headAttempts(w, "n") > 3 })
-		if !w.wake.holdsWake("n") {
+		if !w.wait.Channels.Holds("n") {
 			t.Error("the polling waiter: got no channel, want it held")
 		}
 		p.ResetCounts()
@@ -325,7 +325,7 @@ func TestWakeups_closeAndCancel(t *testing.T) {
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if h.wake.holdsWake("n") || w.wake.holdsWake("n") {
+		if h.wait.Channels.Holds("n") || w.wait.Channels.Holds("n") {
 			t.Error("after Close: got a channel held, want none")
 		}
 		waitFor(t, time.Minute, "the server lets go of the channel", func() bool {
@@ -351,7 +351,7 @@ func TestWakeups_fullPoolPolls(t *testing.T) {
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", wakeTTL)
 		got := acquireAsync(ctx, h, "n")
 		waitFor(t, time.Minute, "the Client polls", func() bool { return headAttempts(h, "n") > 3 })
-		if h.wake.holdsWake("n") {
+		if h.wait.Channels.Holds("n") {
 			t.Error("a Client with a one-connection pool: got a channel, want none")
 		}
 		if err := first.Release(ctx); err != nil {
@@ -379,7 +379,7 @@ func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 		w := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(200*time.Millisecond)))
 		got := acquireAsync(ctx, w, "n")
 		waitFor(t, time.Minute, "the waiter holds the channel and polls", func() bool {
-			return headAttempts(w, "n") > 1 && w.wake.holdsWake("n")
+			return headAttempts(w, "n") > 1 && w.wait.Channels.Holds("n")
 		})
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -465,7 +465,7 @@ func TestWakeups_serverRefusesGetLock(t *testing.T) {
 	if err != nil || l.Fence() != 7 {
 		t.Fatalf("Acquire: got %v, %v; want fence 7", l, err)
 	}
-	if !e.c.wake.refused.Load() {
+	if !e.c.wait.Channels.Refused() {
 		t.Error("wake-ups after the refusal: got on, want off")
 	}
 	e.done()
@@ -596,8 +596,8 @@ func TestWithWakeups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.wake.on != tc.on || c.wake.max != tc.max {
-			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wake.on, c.wake.max, tc.on, tc.max)
+		if c.wait.Channels.On() != tc.on || c.wait.Channels.Max() != tc.max {
+			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wait.Channels.On(), c.wait.Channels.Max(), tc.on, tc.max)
 		}
 	}
 	if DefaultWakeups != 4 {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// GET_LOCK and its kin, as the wake-up channels use them (wake.go in the
+// GET_LOCK and its kin, as the wake-up channels use them (internal/wait/channel.go in the
 // library): named locks held by a connection, freed when it releases them
 // or ends, granted to waiters in the order they came. GET_LOCK's timeout
 // runs on the machine's clock, as on a real server, not on the server's

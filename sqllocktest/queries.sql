@@ -351,7 +351,7 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'D';
 
 -- name: wake_wait
 -- Args: the lease name as a hex literal (X'...'), twice, then the timeout in
--- whole seconds. The wake-up channel of a name (wake.go): a server named lock
+-- whole seconds. The wake-up channel of a name (internal/wait/channel.go): a server named lock
 -- beside the lease, held by the process that waited for the lease and took
 -- it, on which processes waiting for the name block instead of polling. It
 -- is advice only: no decision reads it; the lease row decides.
@@ -385,7 +385,7 @@ SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 -- Args: the names as hex literals, at most 64, which the Go side puts in
 -- place of the one placeholder, separated by commas. The names whose lease
 -- is live by the server's clock. A Client's waiting Acquire calls ask it for
--- every name due at one time (poll.go) instead of sending each its acquire,
+-- every name due at one time (internal/wait/look.go) instead of sending each its acquire,
 -- and send the acquire only for a name not listed, which decides: this
 -- reads, writes nothing and takes no lock, and a stale answer only delays or
 -- wastes one acquire. owner <> '' serves TiDB's one-row form too, where a

@@ -454,7 +454,7 @@ func validTable(name string) bool {
 }
 
 // readLiteral reads X'hex' or a whole number at the start of q: the
-// literals the library binds into its text statements (wake.go).
+// literals the library binds into its text statements (internal/wait/channel.go).
 func readLiteral(q string) (val string, n int, ok bool) {
 	if strings.HasPrefix(q, "X'") {
 		end := strings.IndexByte(q[2:], '\'')

@@ -52,7 +52,7 @@ const (
 	UnknownError = 1105 // vtgate's own errors: "table X not found" when its vschema lacks the table
 
 	// A server that refuses GET_LOCK (MariaDB Galera with wsrep on): the
-	// Client's wake-up channels stay off (wake.go).
+	// Client's wake-up channels stay off (internal/wait).
 	NotSupportedYet = 1235
 )
 

@@ -1,4 +1,4 @@
-package sqllock
+package wait
 
 import (
 	"context"
@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
-// The statements on a name's wake-up channel (wake.go): the wait of the head
+// The statements on a name's wake-up channel (channel.go): the wait of the head
 // of the name's queue in GET_LOCK, letting go of the channel, which wakes the
 // next process, and the probe after a release. Each bounds itself: no wait
 // on the channel can hold up a caller past its context, a Close, or a
@@ -17,35 +18,34 @@ import (
 
 // poolFull reports whether the pool has no connection to spare for a
 // channel beside the one the lease statements need.
-func (c *Client) poolFull() bool {
-	s := c.db.Stats()
+func (ws *Channels) poolFull() bool {
+	s := ws.db.Stats()
 	return s.MaxOpenConnections > 0 && s.InUse >= s.MaxOpenConnections-1
 }
 
-// waitWake is the wait of the head of name's queue on the channel, for a
+// Wait is the wait of the head of name's queue on the channel, for a
 // lease of ttl: it blocks in GET_LOCK until the channel is granted, its
 // timeout passes, or ctx ends. queued reports that another process held
 // the channel when the wait began. The error is ctx's, or ErrClosed; a
 // failure of the channel is wakeFailed, never an error.
-func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (st wakeState, queued bool, err error) {
-	ws := &c.wake
+func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (st State, queued bool, err error) {
 	if ws.refused.Load() {
-		return wakeFailed, false, nil
+		return Failed, false, nil
 	}
 	ch, err := ws.take(ctx, name)
 	if err != nil {
-		return wakeFailed, false, err
+		return Failed, false, err
 	}
 	defer ws.put(name, ch)
 	switch {
-	case ch.conn != nil && ch.byLock != nil:
-		return wakeLockHeld, false, nil
+	case ch.conn != nil && ch.holder != nil:
+		return LockHeld, false, nil
 	case ch.conn != nil:
-		return wakeQueueHeld, false, nil
-	case c.poolFull() || !ws.reserve():
+		return QueueHeld, false, nil
+	case ws.poolFull() || !ws.reserve():
 		// The pool's last connection stays for the lease statements, and
 		// past its bound the Client polls for the name.
-		return wakeFailed, false, nil
+		return Failed, false, nil
 	}
 	kept := false
 	defer func() {
@@ -53,7 +53,7 @@ func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (
 			ws.unreserve()
 		}
 	}()
-	wait := min(max(ttl, wakeRecheckMin), ws.maxWait())
+	wait := min(max(ttl, wakeRecheckMin), ws.MaxWait())
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(min(wait, time.Until(d)), time.Second)
 	}
@@ -68,74 +68,73 @@ func (c *Client) waitWake(ctx context.Context, name string, ttl time.Duration) (
 	defer cancel()
 	defer context.AfterFunc(ws.stop, cancel)()
 	began := time.Now()
-	conn, err := c.db.Conn(wctx)
+	conn, err := ws.db.Conn(wctx)
 	if err != nil {
-		return c.wakeFailure(ctx, name, err)
+		return ws.failure(ctx, name, err)
 	}
-	lit := hexLiteral(name)
+	lit := sqltext.Hex(name)
 	var free, got sql.NullInt64
-	err = conn.QueryRowContext(wctx, bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
+	err = conn.QueryRowContext(wctx, sqltext.Bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
 	if err != nil || got.Int64 != 1 {
 		// Timed out, or refused by the server: the lock is not ours. Any
 		// other failure leaves a connection we cannot trust: it goes.
 		if err == nil {
 			_ = conn.Close()
-			return wakeTimedOut, true, nil
+			return TimedOut, true, nil
 		}
-		if _, ok := fault.Errno(err); ok && classify(err) != fault.Unknown {
+		if _, ok := fault.Errno(err); ok && fault.Classify(err) != fault.Unknown {
 			_ = conn.Close() // an error reply: the connection holds nothing
 		} else {
 			discardConn(conn)
 		}
-		if elapsed := time.Since(began); classify(err) == fault.Unknown && wctx.Err() == nil && elapsed < wait {
+		if elapsed := time.Since(began); fault.Classify(err) == fault.Unknown && wctx.Err() == nil && elapsed < wait {
 			// The connection broke mid-wait. The driver reports its own
 			// read timeout (a DSN's readTimeout) so too: when two waits
 			// in a row break after the same time, that is what cut them.
-			c.wakeCut(ctx, elapsed, wait)
+			ws.cut(ctx, elapsed, wait)
 		}
-		return c.wakeFailure(ctx, name, err)
+		return ws.failure(ctx, name, err)
 	}
 	ws.set(ch, conn, nil)
 	kept = true
-	return wakeGranted, free.Int64 != 1, nil
+	return Granted, free.Int64 != 1, nil
 }
 
-// wakeFailure is the answer of a wait on name's channel that failed with err.
-func (c *Client) wakeFailure(ctx context.Context, name string, err error) (wakeState, bool, error) {
-	if cerr := ctxErr(ctx); cerr != nil {
-		return wakeFailed, false, cerr
+// failure is the answer of a wait on name's channel that failed with err.
+func (ws *Channels) failure(ctx context.Context, name string, err error) (State, bool, error) {
+	if cerr := fault.CtxErr(ctx); cerr != nil {
+		return Failed, false, cerr
 	}
-	if c.wake.stop.Err() != nil {
-		return wakeFailed, false, ErrClosed
+	if ws.stop.Err() != nil {
+		return Failed, false, ws.closedErr
 	}
 	if n, ok := fault.Errno(err); ok && n == fault.NotSupportedYet {
-		if !c.wake.refused.Swap(true) {
-			c.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
-			c.wokeUp("", WakeupOff, 0)
+		if !ws.refused.Swap(true) {
+			ws.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
+			ws.told("", Off, 0)
 		}
-		return wakeFailed, false, nil
+		return Failed, false, nil
 	}
-	c.log.DebugContext(ctx, "sqllock: wake-up channel failed; polling instead", "name", name, "err", err)
-	return wakeFailed, false, nil
+	ws.log.DebugContext(ctx, "sqllock: wake-up channel failed; polling instead", "name", name, "err", err)
+	return Failed, false, nil
 }
 
-// letGo lets go of the channel of name if by holds it (by nil: the wait
+// LetGo lets go of the channel of name if by holds it (by nil: the wait
 // queue), which wakes the first process waiting for it.
-func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
-	ws := &c.wake
+func (ws *Channels) LetGo(ctx context.Context, name string, by any) {
 	ch := ws.takeAnyway(ctx, name)
 	if ch == nil {
 		return
 	}
 	defer ws.put(name, ch)
-	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
+	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
-	if ch.conn == nil || ch.byLock != by {
+	if ch.conn == nil || ch.holder != by {
 		return
 	}
 	conn := ch.conn
 	ws.mu.Lock()
-	ch.conn, ch.byLock = nil, nil // counted back once conn is let go of
+	ch.conn, ch.holder = nil, nil // counted back once conn is let go of
 	ws.mu.Unlock()
 	defer ws.unreserve()
 	if ws.stop.Err() != nil {
@@ -146,49 +145,48 @@ func (c *Client) letGo(ctx context.Context, name string, by *Lock) {
 		return
 	}
 	var ok sql.NullInt64
-	if err := conn.QueryRowContext(ctx, bind(ws.releaseSQL, hexLiteral(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
+	if err := conn.QueryRowContext(ctx, sqltext.Bind(ws.releaseSQL, sqltext.Hex(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
 		discardConn(conn) // the lock dies with the connection
 		return
 	}
 	_ = conn.Close() // back to the pool, holding nothing
 }
 
-// probe asks the server, at most once every probeEvery, whether another
+// Probe asks the server, at most once every probeEvery, whether another
 // process holds, so waits for, the channel of name, and if so records that
 // this Client waited for it: its
 // next Acquire of name queues behind that process instead of racing it.
 // Without it, a process that holds a name without having waited for it
 // would take it back after each release, before the one process that
 // polls for it (the others wait behind that one on the channel).
-func (c *Client) probe(ctx context.Context, name string) {
-	if c.wake.stop.Err() != nil || !c.wake.probeDue(name) {
+func (ws *Channels) Probe(ctx context.Context, name string) {
+	if ws.stop.Err() != nil || !ws.probeDue(name) {
 		return // Close has started: nothing of this Client waits any more
 	}
-	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
+	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	var id sql.NullInt64
-	if err := c.db.QueryRowContext(ctx, bind(c.wake.probeSQL, hexLiteral(name))).Scan(&id); err == nil && id.Valid {
-		c.wake.waited(name)
+	if err := ws.db.QueryRowContext(ctx, sqltext.Bind(ws.probeSQL, sqltext.Hex(name))).Scan(&id); err == nil && id.Valid {
+		ws.Waited(name)
 	}
 }
 
-// maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
+// MaxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
 // the connections' read timeout cut a longer wait.
-func (ws *wakeups) maxWait() time.Duration {
+func (ws *Channels) MaxWait() time.Duration {
 	if d := time.Duration(ws.waitCap.Load()); d > 0 {
 		return d
 	}
 	return wakeRecheckMax
 }
 
-// wakeCut is told that a wait meant to last wait broke after elapsed. Two
+// cut is told that a wait meant to last wait broke after elapsed. Two
 // in a row that break after the same time (within a tenth, at least 100ms)
 // are a timeout of the connections: a DSN's readTimeout shorter than the
 // wait, which would make every wait fail and open a connection again. Waits
 // then last a whole second less than elapsed; below a second the channels
 // stay off, and waiting processes poll. Each change is logged once.
-func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
-	ws := &c.wake
+func (ws *Channels) cut(ctx context.Context, elapsed, wait time.Duration) {
 	last := time.Duration(ws.lastCut.Swap(int64(elapsed)))
 	if diff := (elapsed - last).Abs(); last == 0 || diff > max(elapsed/10, 100*time.Millisecond) {
 		return
@@ -196,12 +194,40 @@ func (c *Client) wakeCut(ctx context.Context, elapsed, wait time.Duration) {
 	capped := elapsed.Truncate(time.Second) - time.Second
 	if capped < time.Second {
 		if !ws.refused.Swap(true) {
-			c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
-			c.wokeUp("", WakeupOff, 0)
+			ws.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
+			ws.told("", Off, 0)
 		}
 		return
 	}
 	if old := ws.waitCap.Swap(int64(capped)); old == 0 || time.Duration(old) > capped {
-		c.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cut a wake-up wait; waits are shortened: set readTimeout above 7s", "cut_after", elapsed, "wait_now", capped)
+		ws.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cut a wake-up wait; waits are shortened: set readTimeout above 7s", "cut_after", elapsed, "wait_now", capped)
 	}
+}
+
+// HandTo gives the channel of name, held by its wait queue, to holder, the
+// lease the queue's head just took, and runs adopt while the channel is
+// still taken, so that holder learns it holds it before anyone can let go
+// of it (LetGo with holder). It does nothing when the queue does not hold
+// the channel.
+func (ws *Channels) HandTo(ctx context.Context, name string, holder any, adopt func()) {
+	// Not bound by the caller's context: the lease is taken, and a channel
+	// left with a queue that has no head any more would stay pinned.
+	ch := ws.takeAnyway(ctx, name)
+	if ch == nil {
+		return
+	}
+	if ch.conn != nil && ch.holder == nil && ws.db.Stats().MaxOpenConnections > 0 {
+		// A bounded pool: kept for the lease's life, the channel could
+		// take the connection the lease's own statements (its refreshes,
+		// its release) need once the caller's work holds the others. It
+		// is let go of now; the next process polls.
+		ws.put(name, ch)
+		ws.LetGo(ctx, name, nil)
+		return
+	}
+	if ch.conn != nil && ch.holder == nil {
+		ws.set(ch, ch.conn, holder)
+		adopt()
+	}
+	ws.put(name, ch)
 }

@@ -92,7 +92,7 @@ func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
 		go func() { // the channels in use, sampled
 			defer close(sampled)
 			for {
-				if n := int64(c.wake.inUse()); n > mostChannels.Load() {
+				if n := int64(c.wait.Channels.InUse()); n > mostChannels.Load() {
 					mostChannels.Store(n)
 				}
 				select {
@@ -186,7 +186,7 @@ func TestLook_answersForEveryName(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got, err := c.lookHeld(ctx, name)
+				got, err := c.wait.Looks.Held(ctx, name)
 				if err != nil || got != want[name] {
 					t.Errorf("lookHeld(%q): got %v, %v, want %v", name, got, err, want[name])
 				}
@@ -202,13 +202,13 @@ func TestLook_close(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
-		if _, err := c.lookHeld(ctx, "x"); err != nil {
+		if _, err := c.wait.Looks.Held(ctx, "x"); err != nil {
 			t.Fatalf("lookHeld before Close: %v", err)
 		}
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.lookHeld(ctx, "x"); !errors.Is(err, ErrClosed) {
+		if _, err := c.wait.Looks.Held(ctx, "x"); !errors.Is(err, ErrClosed) {
 			t.Errorf("lookHeld after Close: got %v, want ErrClosed", err)
 		}
 	})
@@ -238,16 +238,13 @@ func TestLook_closeRacesManyWaiters(t *testing.T) {
 				}()
 			}
 			waitFor(t, time.Minute, "every name is waited for", func() bool {
-				return c.waiters.queued.Load() == names
+				return c.wait.Queues.Len() == names
 			})
 			time.Sleep(time.Duration(round) * 7 * time.Millisecond)
 			if err := within(t, "Close", c.Close); err != nil {
 				t.Fatal(err)
 			}
-			c.looks.mu.Lock()
-			running := c.looks.running
-			c.looks.mu.Unlock()
-			if running {
+			if c.wait.Looks.Sending() {
 				t.Error("a look sender still runs after Close returned")
 			}
 			for range names {

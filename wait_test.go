@@ -20,12 +20,7 @@ import (
 // headAttempts returns how many refused attempts the first caller waiting
 // for name has counted, or -1 when nobody waits.
 func headAttempts(c *Client, name string) int {
-	c.waiters.mu.Lock()
-	defer c.waiters.mu.Unlock()
-	if q := c.waiters.queues[name]; q != nil {
-		return q.waiters[0].attempts
-	}
-	return -1
+	return c.wait.Queues.HeadAttempts(name)
 }
 
 // 64 goroutines waiting for one name send no more statements per poll than
@@ -53,7 +48,7 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 				}()
 			}
 			waitFor(t, time.Minute, "every caller waits", func() bool {
-				return c.waiters.waiting("busy") == waiters && headAttempts(c, "busy") > 0
+				return c.wait.Queues.Waiting("busy") == waiters && headAttempts(c, "busy") > 0
 			})
 			p.ResetCounts()
 			first := headAttempts(c, "busy")
@@ -61,7 +56,7 @@ func TestClient_Acquire_sharedPoller(t *testing.T) {
 			n := p.CommandCount()
 			cancel()
 			wg.Wait()
-			if got := c.waiters.waiting("busy"); got != 0 {
+			if got := c.wait.Queues.Waiting("busy"); got != 0 {
 				t.Errorf("got %d callers still queued after they returned, want 0", got)
 			}
 			return n
@@ -118,7 +113,7 @@ func TestClient_Acquire_localReleaseWakesWaiter(t *testing.T) {
 		for range waiters - 1 {
 			acquire()
 		}
-		waitFor(t, time.Minute, "every caller waits", func() bool { return c.waiters.waiting("x") == waiters })
+		waitFor(t, time.Minute, "every caller waits", func() bool { return c.wait.Queues.Waiting("x") == waiters })
 		p.ResetCounts()
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -162,12 +157,12 @@ func TestClient_Acquire_headLeaves(t *testing.T) {
 			}
 			next <- err
 		}()
-		waitFor(t, time.Minute, "the second caller waits", func() bool { return c.waiters.waiting("x") == 2 })
+		waitFor(t, time.Minute, "the second caller waits", func() bool { return c.wait.Queues.Waiting("x") == 2 })
 		headCancel()
 		err := <-headErr
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.Canceled)
-		waitFor(t, time.Minute, "the first caller left", func() bool { return c.waiters.waiting("x") == 1 })
+		waitFor(t, time.Minute, "the first caller left", func() bool { return c.wait.Queues.Waiting("x") == 1 })
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -1,16 +1,19 @@
-package sqllock
+package wait
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 // How the waiting calls of one Client (Acquire, AcquireAll and AcquireSlot,
 // which wait in one path: wait_kinds.go) poll, and what they cost the
 // server in connections. Calls waiting for the same name, set or semaphore
-// share a queue whose head alone sends statements (waiters.go). The heads of every name share
+// share a queue whose head alone sends statements (queue.go). The heads of every name share
 // two bounds more, so that a Client waiting for a hundred names loads the
 // server about as one waiting for a few:
 //
@@ -24,12 +27,12 @@ import (
 //     Only a name found free is sent the acquire, which decides.
 //
 // A head sends the acquire without looking first while its Client waits
-// for lookAbove names or fewer: the acquire is then the poll, and a name
+// for LookAbove names or fewer: the acquire is then the poll, and a name
 // let go of is taken one round trip after a poll sees it free, not two
 // (with a holder that takes it back at once, that round trip decides
 // who gets it). It does too when its answer is likely yes or must come
 // from the acquire: its call has not been refused yet, the channel
-// (wake.go) woke it, a Release in this Client woke it, or the Client has an
+// (channel.go) woke it, a Release in this Client woke it, or the Client has an
 // orphan to delete for the name (orphans.go), which only the acquire's path
 // deletes.
 //
@@ -47,38 +50,45 @@ const (
 	maxWaitingAttempts = 8
 	// maxLookNames bounds the names one look statement asks about.
 	maxLookNames = 64
-	// lookAbove is how many names a Client waits for at most before its
+	// LookAbove is how many names a Client waits for at most before its
 	// heads poll with the look statement instead of their acquires.
-	lookAbove = 4
+	LookAbove = 4
 	// lookTimeout bounds one look statement; a head whose look fails sends
 	// its acquire instead.
 	lookTimeout = 5 * time.Second
 )
 
-// attemptSlot waits for one of the Client's slots for a waiting call's
-// acquire statement; the caller gives it back with putAttemptSlot.
-func (c *Client) attemptSlot(ctx context.Context) error {
+// EnterAttempt waits for one of the Client's maxWaitingAttempts slots for
+// a waiting call's acquire statement; the caller gives it back with
+// ExitAttempt. Its error is ctx's, or the Client's closed error.
+func (e *Engine) EnterAttempt(ctx context.Context) error {
 	select {
-	case c.attempts <- struct{}{}:
+	case e.attempts <- struct{}{}:
 		return nil
 	default:
 	}
 	select {
-	case c.attempts <- struct{}{}:
+	case e.attempts <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-c.closing:
-		return ErrClosed
+	case <-e.Queues.closing:
+		return e.Queues.closed
 	}
 }
 
-func (c *Client) putAttemptSlot() { <-c.attempts }
+func (e *Engine) ExitAttempt() { <-e.attempts }
 
 // looks gathers the names whose heads ask whether they are free, and sends
 // the look statement for them on one goroutine at a time. The zero value is
 // ready to use.
-type looks struct {
+type Looks struct {
+	db        *sql.DB
+	sql       string          // the look statement with the table's name in place
+	stop      context.Context // ends when Close starts
+	closing   <-chan struct{}
+	closedErr error
+
 	mu      sync.Mutex
 	asks    []lookAsk
 	running bool // a sender goroutine runs
@@ -97,17 +107,16 @@ type lookAnswer struct {
 	err  error
 }
 
-// lookHeld reports whether a live lease on name stands, by the server's
+// Held reports whether a live lease on name stands, by the server's
 // clock, asking in one statement with every other name due at the same time.
 // Its error is ctx's, ErrClosed, or the look's own, after which the caller
 // sends its acquire instead.
-func (c *Client) lookHeld(ctx context.Context, name string) (bool, error) {
-	lk := &c.looks
+func (lk *Looks) Held(ctx context.Context, name string) (bool, error) {
 	ask := lookAsk{name: name, answer: make(chan lookAnswer, 1)}
 	lk.mu.Lock()
 	if lk.closed {
 		lk.mu.Unlock()
-		return false, ErrClosed
+		return false, lk.closedErr
 	}
 	lk.asks = append(lk.asks, ask)
 	start := !lk.running
@@ -117,22 +126,21 @@ func (c *Client) lookHeld(ctx context.Context, name string) (bool, error) {
 	}
 	lk.mu.Unlock()
 	if start {
-		go c.sendLooks()
+		go lk.send()
 	}
 	select {
 	case a := <-ask.answer:
 		return a.held, a.err
 	case <-ctx.Done():
 		return false, ctx.Err()
-	case <-c.closing:
-		return false, ErrClosed
+	case <-lk.closing:
+		return false, lk.closedErr
 	}
 }
 
-// sendLooks sends look statements until no head asks any more. Its
+// send sends look statements until no head asks any more. Its
 // statements end when Close starts.
-func (c *Client) sendLooks() {
-	lk := &c.looks
+func (lk *Looks) send() {
 	defer lk.senders.Done()
 	for {
 		lk.mu.Lock()
@@ -147,7 +155,7 @@ func (c *Client) sendLooks() {
 		lk.asks = append(lk.asks[:0], lk.asks[n:]...)
 		lk.mu.Unlock()
 
-		held, err := c.look(batch)
+		held, err := lk.look(batch)
 		for _, a := range batch {
 			a.answer <- lookAnswer{held: held[a.name], err: err}
 		}
@@ -156,33 +164,55 @@ func (c *Client) sendLooks() {
 
 // look sends one look statement for the names of batch and returns those
 // held by a live lease.
-func (c *Client) look(batch []lookAsk) (map[string]bool, error) {
-	ctx, cancel := context.WithTimeout(c.wake.stop, lookTimeout)
-	defer cancel()
+func (lk *Looks) look(batch []lookAsk) (map[string]bool, error) {
 	lits := make([]string, len(batch))
 	for i, a := range batch {
-		lits[i] = hexLiteral(a.name)
+		lits[i] = sqltext.Hex(a.name)
 	}
-	q := strings.Replace(c.lookSQL, "?", strings.Join(lits, ", "), 1)
-	rows, err := c.db.QueryContext(ctx, q)
+	names, err := lk.Holders(lk.stop, strings.Join(lits, ", "))
+	if err != nil {
+		return nil, err
+	}
+	held := make(map[string]bool, len(names))
+	for _, n := range names {
+		held[n] = true
+	}
+	return held, nil
+}
+
+// Holders sends the look statement for in, the names' literals joined by
+// commas, and returns those a live lease holds, by the server's clock. It
+// ends with ctx, and after lookTimeout at most. The heads' looks use it,
+// and so does a refused set, to say which of its names are held.
+func (lk *Looks) Holders(ctx context.Context, in string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
+	defer cancel()
+	rows, err := lk.db.QueryContext(ctx, strings.Replace(lk.sql, "?", in, 1))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	held := make(map[string]bool, len(batch))
+	var held []string
 	for rows.Next() {
 		var name []byte
 		if err := rows.Scan(&name); err != nil {
 			return nil, err
 		}
-		held[string(name)] = true
+		held = append(held, string(name))
 	}
 	return held, rows.Err()
 }
 
-// closeLooks stops new senders and waits for the one under way, whose
-// statement ends with Close (c.wake.stop).
-func (lk *looks) close() {
+// Sending reports whether a goroutine sends looks now; for tests.
+func (lk *Looks) Sending() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.running
+}
+
+// Close stops new senders and waits for the one under way, whose
+// statement ends when Close starts (Channels.Stop).
+func (lk *Looks) Close() {
 	lk.mu.Lock()
 	lk.closed = true
 	lk.mu.Unlock()

@@ -1,0 +1,207 @@
+package wait
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock/internal/testdsn"
+)
+
+// The wake-up channels against real servers: two Engines on their own
+// pools stand for two processes. The root package's wake tests prove what
+// the channels do for leases; these prove the machinery's own promises.
+
+// The channel statements of queries.sql, for a table of the test's own so
+// that the servers' subtests, run at once, never share a named lock.
+func channelSQL(table string) (wait, release, probe string) {
+	lock := "CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), '" + table + "', ?), 256), 56))"
+	return "SELECT IS_FREE_LOCK(" + lock + "), GET_LOCK(" + lock + ", ?)",
+		"SELECT RELEASE_LOCK(" + lock + ")",
+		"SELECT IS_USED_LOCK(" + lock + ")"
+}
+
+// twoProcesses returns two Engines on pools of their own, sharing the
+// channels of a table of the test's own, and the error they return once
+// closed.
+func twoProcesses(t *testing.T, s testdsn.Server) (a, b *Engine, closed error) {
+	t.Helper()
+	table := fmt.Sprintf("%s_%d", t.Name(), time.Now().UnixNano())
+	closed = errors.New("closed")
+	return newEngine(t, s, table, closed), newEngine(t, s, table, closed), closed
+}
+
+// newEngine returns an Engine on a pool of its own.
+func newEngine(t *testing.T, s testdsn.Server, table string, closed error) *Engine {
+	t.Helper()
+	db, err := sql.Open("mysql", s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	closing := make(chan struct{})
+	w, r, p := channelSQL(table)
+	e := &Engine{}
+	e.Init(Config{DB: db, Wakeups: 2, WaitSQL: w, ReleaseSQL: r, ProbeSQL: p, LookSQL: "SELECT 1 FROM DUAL WHERE 0 IN (?)",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Closing: closing, Closed: closed,
+		Woke: func(string, State, time.Duration) {}})
+	t.Cleanup(func() {
+		select {
+		case <-closing:
+		default:
+			close(closing)
+		}
+		e.Stop()
+		e.Channels.CloseAll(context.Background())
+	})
+	return e
+}
+
+func TestChannels_Wait_handsOverInOrder(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		a, b, _ := twoProcesses(t, s)
+		ctx := context.Background()
+
+		// Nobody holds it: granted at once, not queued; a's queue keeps it.
+		st, queued, err := a.Channels.Wait(ctx, "k", time.Second)
+		if err != nil || st != Granted || queued {
+			t.Fatalf("a: got %v, queued %v, %v; want granted at once", st, queued, err)
+		}
+		if !a.Channels.Holds("k") || a.Channels.InUse() != 1 {
+			t.Fatalf("a holds %v, %d in use; want the channel, one connection", a.Channels.Holds("k"), a.Channels.InUse())
+		}
+		// a's queue holds it already: a second wait of a's does not block.
+		if st, _, err := a.Channels.Wait(ctx, "k", time.Second); err != nil || st != QueueHeld {
+			t.Errorf("a again: got %v, %v; want QueueHeld", st, err)
+		}
+		// b waits behind a: its wait times out after the second it asked,
+		// queued; then a lets go, and b's next wait is granted.
+		began := time.Now()
+		st, queued, err = b.Channels.Wait(ctx, "k", time.Second)
+		if err != nil || st != TimedOut || !queued {
+			t.Fatalf("b behind a: got %v, queued %v, %v; want timed out, queued", st, queued, err)
+		}
+		if d := time.Since(began); d < 900*time.Millisecond {
+			t.Errorf("b's wait ended after %v; want the second it asked", d)
+		}
+		done := make(chan error, 1)
+		go func() {
+			// queued: a held the channel when b's wait began, so a
+			// grant within the 3 s below, before the 5 s timeout, is
+			// a's let-go waking b.
+			st, queued, err := b.Channels.Wait(ctx, "k", 5*time.Second)
+			if err == nil && (st != Granted || !queued) {
+				err = fmt.Errorf("got %v, queued %v; want granted after waiting", st, queued)
+			}
+			done <- err
+		}()
+		time.Sleep(200 * time.Millisecond)         // b is in GET_LOCK, or about to be
+		a.Channels.LetGo(ctx, "k", "someone else") // not the holder: nothing
+		if !a.Channels.Holds("k") {
+			t.Fatal("a let go for a holder that does not hold it")
+		}
+		a.Channels.LetGo(ctx, "k", nil) // the queue's: wakes b
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("b after a let go: %v", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("b was not woken by a's let-go")
+		}
+		if a.Channels.Holds("k") || a.Channels.InUse() != 0 {
+			t.Error("a still holds the channel it let go of")
+		}
+	})
+}
+
+// HandTo gives the queue's channel to a holder, running adopt while it is
+// still taken; the holder's let-go frees it. In a bounded pool the channel
+// is let go of at once instead.
+func TestChannels_HandTo(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		a, _, _ := twoProcesses(t, s)
+		ctx := context.Background()
+		if st, _, err := a.Channels.Wait(ctx, "k", time.Second); err != nil || st != Granted {
+			t.Fatalf("wait: %v, %v", st, err)
+		}
+		holder, adopted := new(int), false
+		a.Channels.HandTo(ctx, "k", holder, func() { adopted = true })
+		if !adopted || !a.Channels.Holds("k") {
+			t.Fatalf("adopted %v, held %v; want both", adopted, a.Channels.Holds("k"))
+		}
+		a.Channels.LetGo(ctx, "k", nil) // the queue's no more: nothing
+		if !a.Channels.Holds("k") {
+			t.Fatal("the queue let go of the holder's channel")
+		}
+		a.Channels.LetGo(ctx, "k", holder)
+		if a.Channels.Holds("k") || used(t, a) {
+			t.Fatal("the holder's let-go left the channel held")
+		}
+
+		a.Channels.db.SetMaxOpenConns(3)
+		if st, _, err := a.Channels.Wait(ctx, "k", time.Second); err != nil || st != Granted {
+			t.Fatalf("wait in a bounded pool: %v, %v", st, err)
+		}
+		adopted = false
+		a.Channels.HandTo(ctx, "k", holder, func() { adopted = true })
+		if adopted || a.Channels.Holds("k") || used(t, a) {
+			t.Errorf("bounded pool: adopted %v, held %v; want the channel let go of", adopted, a.Channels.Holds("k"))
+		}
+	})
+}
+
+// Stop ends a wait in GET_LOCK at once with the closed error, and CloseAll
+// lets go of every channel held.
+func TestChannels_Stop_endsWaits(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		a, b, closed := twoProcesses(t, s)
+		ctx := context.Background()
+		if st, _, err := a.Channels.Wait(ctx, "k", time.Second); err != nil || st != Granted {
+			t.Fatalf("a: %v, %v", st, err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := b.Channels.Wait(ctx, "k", 5*time.Second)
+			done <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // b is in GET_LOCK, or about to be: either way Stop ends it
+		began := time.Now()
+		b.Stop()
+		select {
+		case err := <-done:
+			if err != closed {
+				t.Errorf("b's wait after Stop: got %v, want the closed error", err)
+			}
+			if d := time.Since(began); d > time.Second {
+				t.Errorf("b's wait ended %v after Stop", d)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatal("Stop did not end b's wait")
+		}
+		a.Stop()
+		a.Channels.CloseAll(ctx)
+		if a.Channels.Holds("k") || a.Channels.InUse() != 0 || used(t, b) {
+			t.Error("CloseAll left the channel held")
+		}
+		if _, _, err := a.Channels.Wait(ctx, "k", time.Second); err != closed {
+			t.Errorf("a wait after CloseAll: got %v, want the closed error", err)
+		}
+	})
+}
+
+// used reports whether anyone holds the channel of "k", asked on e's pool.
+func used(t *testing.T, e *Engine) bool {
+	t.Helper()
+	var id sql.NullInt64
+	if err := e.Channels.db.QueryRow(strings.Replace(e.Channels.probeSQL, "?", "'k'", 1)).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id.Valid
+}
