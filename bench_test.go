@@ -696,7 +696,9 @@ func BenchmarkFirstUse(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c.proven = skipProof
+			if skipProof {
+				c.markProven()
+			}
 			l, err := c.TryAcquire(ctx, "bench", benchTTL)
 			if err != nil {
 				b.Fatal(err)
@@ -720,8 +722,10 @@ func BenchmarkFirstUse(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			c.proven = true
-			c.later[proofSets].done = skipProof
+			c.markProven()
+			if skipProof {
+				c.mark(func(f *forms) *bool { return &f.later[proofSets] })
+			}
 			l, err := c.TryAcquireAll(ctx, []string{"bench", "bench2"}, benchTTL)
 			if err != nil {
 				b.Fatal(err)

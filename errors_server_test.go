@@ -170,7 +170,7 @@ var ownServerCases = []classifyCase{
 		// The server's own refusal, which the first use's proof would
 		// find first (TestClient_firstUse_refusesReadOnlyServer).
 		c := e.client(t, db, table)
-		c.proven = true
+		c.markProven()
 		_, err := c.TryAcquire(testCtx(t), "job", time.Second)
 		return wantErrno(t, err, 1290)
 	}, fault.Refused},

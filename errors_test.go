@@ -80,7 +80,8 @@ func TestElect_returnsLastError(t *testing.T) {
 	// The proof taken as made: its thirty statements through the mock's
 	// unordered matching, under -race on a loaded machine, could use up
 	// the 200ms below, and its cut would be the last error.
-	e.c.proven, e.proven = true, true
+	e.c.markProven()
+	e.proven = true
 	e.expectPrepareError("acquire", errReadOnly)
 	e.mock.MatchExpectationsInOrder(false)
 	for range 200 { // more than 200ms of campaigning sends
@@ -108,7 +109,8 @@ func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
 	// The proof taken as made, as in TestElect_returnsLastError: under
 	// load its statements could use up the 300ms, and its cut would be
 	// the last error.
-	e.c.proven, e.proven = true, true
+	e.c.markProven()
+	e.proven = true
 	e.expectPrepareError("acquire", errReadOnly)
 	e.mock.MatchExpectationsInOrder(false)
 	for range 200 {

@@ -85,17 +85,15 @@ func (c *Client) prepare(ctx context.Context, i int, f *prepareFlight) {
 // prepareStmt makes the first-use check (tablecheck.go), until it has found
 // the table as it should be, and prepares statement i.
 func (c *Client) prepareStmt(ctx context.Context, i int) (*sql.Stmt, error) {
-	c.mu.Lock()
-	checked := c.checked
-	c.mu.Unlock()
+	checked := c.learned().checked
 	if !checked {
 		found, err := c.checkFirstUse(ctx)
 		if err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		c.checked = found
-		c.mu.Unlock()
+		if found {
+			c.mark(func(f *forms) *bool { return &f.checked })
+		}
 		checked = found
 	}
 	if checked && writes(i) {

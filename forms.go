@@ -6,12 +6,13 @@ import (
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
-// What a Client has learned of its server that shapes the statements it
-// sends is one immutable value, a forms, which the Client holds in an
-// atomic pointer: the statements' text as prepared, and the flags the text
-// and the reading of answers depend on. New stores the forms every server
+// What a Client has learned of its server is one immutable value, a forms,
+// which the Client holds in an atomic pointer: the statements' text as
+// prepared, the flags the text and the reading of answers depend on, and
+// which checks and proofs have passed. New stores the forms every server
 // starts with; the first-use check replaces them, once, with the server's
-// own (chooseForms). A reader loads the pointer once and sees one
+// own (chooseForms), and each check or proof that passes makes a new value
+// with its mark (learn). A reader loads the pointer once and sees one
 // consistent value, with no lock: a check choosing the forms under way
 // never shows half of them.
 type forms struct {
@@ -31,6 +32,13 @@ type forms struct {
 	// mysqlGuard: MySQL itself, whose applier the session guard tests by a
 	// variable of its own (queries.sql, guard_applier_mysql).
 	mysqlGuard bool
+
+	// checked: the first-use check found the table as it should be
+	// (tablecheck.go). proven: the proof of the statements passed
+	// (proof.go). later: the proof of a kind proven at its own first use
+	// passed (proof_later.go).
+	checked, proven bool
+	later           [numLaterProofs]bool
 }
 
 // text returns what sqltext needs of f for table.
@@ -100,6 +108,30 @@ func serverForms(table, version string, carries bool) *forms {
 // learned returns the forms the Client holds now.
 func (c *Client) learned() *forms { return c.forms.Load() }
 
+// learn puts in place a copy of the Client's forms that change made,
+// unless change reports that it changed nothing. change may run more than
+// once, when another call learns something at the same time.
+func (c *Client) learn(change func(f *forms) bool) {
+	for {
+		cur := c.forms.Load()
+		next := *cur
+		if !change(&next) || c.forms.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+// mark sets, in a new value, the flag of the Client's forms that flag
+// points to: a check or a proof that passed.
+func (c *Client) mark(flag func(f *forms) *bool) {
+	c.learn(func(f *forms) bool {
+		p := flag(f)
+		changed := !*p
+		*p = true
+		return changed
+	})
+}
+
 // chooseForms puts the server's forms of the statements in place, before
 // any is prepared, once: a second call (another call's check got here
 // first) changes nothing. On TiDB and Vitess the wake-up channels stay
@@ -110,15 +142,16 @@ func (c *Client) learned() *forms { return c.forms.Load() }
 // would show the channels right read the processlist and KILL connections,
 // which vtgate does not pass on. Waiters poll there.
 func (c *Client) chooseForms(version string, carries bool) {
-	cur := c.forms.Load()
-	if cur.chosen {
-		return
-	}
-	f := serverForms(c.table, version, carries)
-	if !c.forms.CompareAndSwap(cur, f) {
-		return // another call's check chose them first
-	}
-	if f.oneRow {
+	c.learn(func(f *forms) bool {
+		if f.chosen {
+			return false // another call's check chose them first
+		}
+		s := serverForms(c.table, version, carries)
+		s.checked, s.proven, s.later = f.checked, f.proven, f.later
+		*f = *s
+		return true
+	})
+	if c.learned().oneRow {
 		c.wait.Channels.Refuse()
 	}
 }

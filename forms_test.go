@@ -106,3 +106,41 @@ func TestClient_chooseForms_once(t *testing.T) {
 		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wait.Channels.Refused())
 	}
 }
+
+// What a check or a proof learned is never lost: marks made at once by
+// many calls all stay, and choosing the forms keeps those made before it
+// (run with -race).
+func TestClient_mark_keptByEveryChange(t *testing.T) {
+	c, err := New(newMockEnv(t).db) // sends nothing here
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.learned(); f.checked || f.proven || f.later != [numLaterProofs]bool{} {
+		t.Fatalf("a new Client: %+v; want nothing learned", *f)
+	}
+	c.mark(func(f *forms) *bool { return &f.checked })
+	var wg sync.WaitGroup
+	for i := range numLaterProofs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.mark(func(f *forms) *bool { return &f.later[i] })
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c.chooseForms("10.11.19-MariaDB", true)
+	}()
+	c.markProven()
+	wg.Wait()
+	f := c.learned()
+	if !f.chosen || !f.lockWait || !f.checked || !f.proven || f.later != [numLaterProofs]bool{true, true, true} {
+		t.Errorf("after every mark and the choice: chosen %v (MariaDB's %v), checked %v, proven %v, later %v; want all",
+			f.chosen, f.lockWait, f.checked, f.proven, f.later)
+	}
+}
+
+// markProven makes c take the proof of its statements as made, for tests
+// whose subject is not the proof.
+func (c *Client) markProven() { c.mark(func(f *forms) *bool { return &f.proven }) }

@@ -105,18 +105,13 @@ func writes(i int) bool {
 
 // proveOnce makes the proof unless it has passed already.
 func (c *Client) proveOnce(ctx context.Context) error {
-	c.mu.Lock()
-	proven := c.proven
-	c.mu.Unlock()
-	if proven {
+	if c.learned().proven {
 		return nil
 	}
 	if err := c.prove(ctx); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.proven = true
-	c.mu.Unlock()
+	c.mark(func(f *forms) *bool { return &f.proven })
 	return nil
 }
 

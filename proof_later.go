@@ -29,11 +29,11 @@ const (
 
 var laterProofNames = [numLaterProofs]string{proofSets: "set", proofSlots: "semaphore", proofOnce: "Once"}
 
-// A laterProof is the state of one of them: done once it has passed;
-// running while a call makes it, which other calls wait for.
+// A laterProof is one of them under way: running while a call makes it,
+// which other calls wait for. That it passed is in the Client's forms
+// (forms.go).
 type laterProof struct {
 	mu      sync.Mutex
-	done    bool
 	running chan struct{}
 }
 
@@ -44,7 +44,7 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 	lp := &c.later[kind]
 	for {
 		lp.mu.Lock()
-		if lp.done {
+		if c.learned().later[kind] {
 			lp.mu.Unlock()
 			return nil
 		}
@@ -66,7 +66,9 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 		err = fmt.Errorf("check the %s statements on a proof name: %w", laterProofNames[kind], err)
 	}
 	lp.mu.Lock()
-	lp.done = err == nil
+	if err == nil {
+		c.mark(func(f *forms) *bool { return &f.later[kind] })
+	}
 	close(lp.running)
 	lp.running = nil
 	lp.mu.Unlock()

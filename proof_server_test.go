@@ -65,7 +65,8 @@ func (e *mockEnv) expectServerFacts(version string) {
 // which a mock cannot show.
 func (e *mockEnv) wakeupConns() {
 	e.db.SetMaxOpenConns(0)
-	e.c.proven, e.proven = true, true
+	e.c.markProven()
+	e.proven = true
 }
 
 // gmsEnv names the DSN of a go-mysql-server (scripts/gms up; scripts/gms

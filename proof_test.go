@@ -160,7 +160,7 @@ func TestClient_firstUse_provesStatements(t *testing.T) {
 		}
 		c := e.client(t, e.db, table)
 		l := mustAcquire(t, c, "job", time.Minute)
-		if !c.proven {
+		if !c.learned().proven {
 			t.Error("proven: got false after a lease was taken, want true")
 		}
 		if err := l.Release(testCtx(t)); err != nil {
@@ -201,7 +201,8 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 
 				// What the proof keeps out: the same layer, unproven.
 				unproven := e.client(t, db, table)
-				unproven.proven, unproven.checked = true, true
+				unproven.markProven()
+				unproven.mark(func(f *forms) *bool { return &f.checked })
 				if e.server.Vitess {
 					unproven.chooseForms(e.server.Version, false) // as its first-use check would
 				}
@@ -265,7 +266,7 @@ func TestClient_firstUse_refusesVitessBehindItsServer(t *testing.T) {
 	wantErrIs(t, err, ErrUnsupportedServer)
 	assertErrContains(t, err, "Vitess (8.4.6-Vitess)")
 	e.done() // and nothing else was sent: no write, no prepare
-	if e.c.proven {
+	if e.c.learned().proven {
 		t.Error("proven: got true, want false")
 	}
 }
@@ -318,7 +319,7 @@ func TestClient_firstUse_proofAnswers(t *testing.T) {
 			assertErrContains(t, err, tt.want)
 			assertErrContains(t, err, "10.11.19-MariaDB")
 			e.done()
-			if e.c.proven {
+			if e.c.learned().proven {
 				t.Error("proven: got true after a failed proof, want false")
 			}
 		})

@@ -62,8 +62,6 @@ type Client struct {
 	// the server: a call stuck on a dead connection must not hold up
 	// others, which wait only as long as their own contexts allow.
 	mu           sync.Mutex
-	checked      bool                     // the first-use check passed; tablecheck.go
-	proven       bool                     // the proof of the statements passed; proof.go
 	prepares     [numStmts]*prepareFlight // prepares under way
 	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
@@ -187,10 +185,7 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
 		return c.serverError(op, err)
 	}
-	c.mu.Lock()
-	checked := c.checked
-	c.mu.Unlock()
-	if checked {
+	if c.learned().checked {
 		if err := c.proveOnce(ctx); err != nil {
 			return c.serverError(op, err)
 		}
@@ -200,12 +195,10 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if err != nil {
 		return c.serverError(op, err)
 	}
-	c.mu.Lock()
-	c.checked = c.checked || found
-	c.mu.Unlock()
 	if !found {
 		return nil // dropped again at once; the next statement checks anew
 	}
+	c.mark(func(f *forms) *bool { return &f.checked })
 	if err := c.proveOnce(ctx); err != nil {
 		return c.serverError(op, err)
 	}

@@ -83,7 +83,7 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	// The proofs made at a kind's first use are proven on real servers
 	// (proof_later_test.go); through the mock they are taken as made.
 	for i := range c.later {
-		c.later[i].done = true
+		c.mark(func(f *forms) *bool { return &f.later[i] })
 	}
 	return &mockEnv{t: t, db: db, mock: mock, c: c, table: table, prepared: map[string]*sqlmock.ExpectedPrepare{}}
 }
@@ -323,10 +323,7 @@ func (e *mockEnv) done() {
 // checked autocommit nor prepared a statement.
 func (e *mockEnv) assertNothingPrepared() {
 	e.t.Helper()
-	e.c.mu.Lock()
-	checked := e.c.checked
-	e.c.mu.Unlock()
-	if checked {
+	if e.c.learned().checked {
 		e.t.Errorf("autocommit checked: got true, want false")
 	}
 	for i := range e.c.stmts {
