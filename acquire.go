@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -155,6 +156,7 @@ type acquireCall struct {
 	token    string
 	tokenErr error // renew could not draw a token
 	attempts int   // acquire statements sent, for the Observer
+	pending  *Lock // the Lock a name's statement under way would start
 }
 
 // newAcquireCall checks an acquire's arguments, before anything is sent,
@@ -174,95 +176,76 @@ func (c *Client) newAcquireCall(name string, ttl time.Duration) (acquireCall, er
 }
 
 // attempt sends one acquire statement, and cleans up after it when its
-// outcome stays unknown.
-func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) {
-	c, name, ttl, token := a.c, a.name, a.ttl, a.token
-	if c.isClosed() {
-		return nil, ErrClosed
-	}
-	if a.tokenErr != nil {
-		return nil, a.tokenErr
-	}
-	// Leases earlier acquires of name may have left under tokens nobody
-	// holds go first; without any, this costs an atomic load.
-	c.claimOrphans(ctx, name)
+// outcome stays unknown (attempt.go).
+func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) { return a.run(ctx, a) }
+
+// A name's part of an attempt (leaseKind): the acquire statement of
+// queries.sql, whose insert id is the fence, or 0 when the name is held.
+
+func (a *acquireCall) ready(context.Context) error { return nil } // with the statement's prepare (exec.go)
+func (a *acquireCall) claim(ctx context.Context)   { a.c.claimOrphans(ctx, a.name) }
+
+func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	// Each argument is boxed once (a string or an int64 converted to any
 	// allocates), and the Lock, made first, keeps name and token boxed for
 	// Refresh and Release: the statements use them several times.
-	l := newLock(c, name, token, 0, ttl, time.Time{})
-	nameArg, tokenArg := l.keyArgs()
-	us := any(ttl.Microseconds())
-	sent := time.Now()
-	a.attempts++
-	res, unknown, err := c.execSends(ctx, time.Time{}, qAcquire,
+	c := a.c
+	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
+	nameArg, tokenArg := a.pending.keyArgs()
+	us := any(a.ttl.Microseconds())
+	return c.execSends(ctx, time.Time{}, qAcquire,
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
-	last := time.Now() // no send of the attempt is later
-	maybeApplied := unknown > 0
-	if err != nil {
-		if maybeApplied {
-			// The lease may be ours under a token nobody will ever use
-			// again; give the name back rather than block it for ttl.
-			a.cleanup(ctx, last, unknown)
-		}
-		if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
-			// Another transaction kept the lease row locked past the
-			// acquire's bound (queries.sql, lock_wait_mariadb; on MySQL,
-			// innodb_lock_wait_timeout): a holder's Lock.Check, most
-			// likely. The name is held; say so now.
-			return nil, fmt.Errorf("%w: %q is held: its lease row stayed locked by another transaction (a holder's Lock.Check?): %w", ErrNotAcquired, name, err)
-		}
-		if cerr := ctxErr(ctx); cerr != nil {
-			if errors.Is(err, cerr) {
-				return nil, errorf("acquire %q: %w: %w", name, ErrNotAcquired, err)
-			}
-			return nil, errorf("acquire %q: %w: %w (last error: %w)", name, ErrNotAcquired, cerr, err)
-		}
-		return nil, c.serverError(fmt.Sprintf("acquire %q", name), err)
+}
+
+func (a *acquireCall) heldBy(_ context.Context, err error) error {
+	if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
+		// Another transaction kept the lease row locked past the
+		// acquire's bound (queries.sql, lock_wait_mariadb; on MySQL,
+		// innodb_lock_wait_timeout): a holder's Lock.Check, most likely.
+		// The name is held; say so now.
+		return fmt.Errorf("%w: %q is held: its lease row stayed locked by another transaction (a holder's Lock.Check?): %w", ErrNotAcquired, a.name, err)
 	}
+	return nil
+}
+
+func (a *acquireCall) read(ctx context.Context, res sql.Result, sent, last time.Time, unknown int) (*Lock, bool, error) {
+	name := a.name
 	id, err := res.LastInsertId()
 	if err != nil {
-		if maybeApplied {
+		if unknown > 0 {
 			a.retire(last, unknown == 1) // rule 2: nothing settled it
 		}
-		return nil, fmt.Errorf("sqllock: acquire %q: %w", name, err)
+		return nil, false, fmt.Errorf("sqllock: acquire %q: %w", name, err)
 	}
 	// The OK packet carries the insert id unsigned; the driver hands it
 	// over as an int64, negative from 2^63 on.
 	fence := uint64(id)
 	switch {
 	case fence == 0:
-		if maybeApplied {
+		if unknown > 0 {
 			// An earlier send of this attempt may commit later, once the
 			// other owner's lease ends (rule 2).
 			a.retire(last, unknown == 1)
 		}
-		return nil, heldError(name)
+		return nil, false, heldError(name)
 	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
 		// The lease is ours, under a token nobody will use: give it back.
 		a.cleanup(ctx, last, unknown+1)
-		return nil, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
-	case fence > maxTiDBFence && c.learned().tidb:
+		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
+	case fence > maxTiDBFence && a.c.learned().tidb:
 		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
 		// acquire fails (1690), or under a lenient sql_mode reports the
 		// largest signed value, which may be below the fence it wrote.
 		a.cleanup(ctx, last, unknown+1)
-		return nil, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
+		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
 	}
-	l.fence, l.validUntil = fence, sent.Add(ttl)
-	if maybeApplied {
-		l.sentTwice(last) // rule 3
-	}
-	l.holdStarted()
-	if !c.held.add(l) {
-		// Close is releasing this Client's leases and has missed this one.
-		a.cleanup(ctx, last, unknown+1)
-		l.holdEnded(HoldClosed, ErrClosed)
-		return nil, ErrClosed
-	}
-	return l, nil
+	l := a.pending
+	a.pending = nil
+	l.fence, l.validUntil = fence, sent.Add(a.ttl)
+	return l, false, nil
 }
 
 // heldError is the error of an acquire of name refused because another

@@ -116,7 +116,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Dur
 		return nil, err
 	}
 	start := c.obsNow(c.obs.AcquireDone != nil)
-	l, err := a.attemptAll(ctx)
+	l, err := (&setCall{acquireCall: a}).attempt(ctx)
 	c.acquireDone(ctx, &a, start, l, err)
 	return l, err
 }
@@ -139,7 +139,7 @@ func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Durati
 		return nil, err
 	}
 	start := c.obsNow(c.obs.AcquireDone != nil)
-	call := &setCall{a}
+	call := &setCall{acquireCall: a}
 	var l *Lock
 	if _, ok := c.retry.Backoff(1); !ok {
 		l, err = call.attempt(ctx)
@@ -175,69 +175,53 @@ func setLabel(names []string) string {
 	return "[" + strings.Join(q, " ") + "]"
 }
 
-// attemptAll sends one acquire statement for the call's set, and cleans up
-// after it when its outcome stays unknown.
-func (a *acquireCall) attemptAll(ctx context.Context) (*Lock, error) {
-	c, ttl := a.c, a.ttl
-	if c.isClosed() {
-		return nil, ErrClosed
-	}
-	if a.tokenErr != nil {
-		return nil, a.tokenErr
-	}
+// A set's part of an attempt (leaseKind): all_acquire, sent as text,
+// whose insert id carries the set's fence; a refusal says which names are
+// held.
+
+func (a *setCall) ready(ctx context.Context) error {
+	c := a.c
 	// The first use's check and proof, and the choice of forms, come with
 	// the acquire's prepare; the set's statement is sent as text.
 	if _, err := c.stmt(ctx, qAcquire); err != nil {
-		return nil, c.serverError("acquire "+a.name, err)
+		return c.serverError(a.op(), err)
 	}
 	if f := c.learned(); f.oneRow && !f.tidb {
-		return nil, errSetsThroughVitess
+		return errSetsThroughVitess
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {
-		return nil, c.serverError("acquire "+a.name, err)
+		return c.serverError(a.op(), err)
 	}
-	// Then, as for every kind, the leases earlier acquires may have left
-	// under tokens nobody holds go first.
+	return nil
+}
+
+func (a *setCall) claim(ctx context.Context) {
 	for _, n := range a.names {
-		c.claimOrphans(ctx, n)
+		a.c.claimOrphans(ctx, n)
 	}
-	s := newLockSet(a.names, a.token)
-	sent := time.Now()
-	a.attempts++
-	res, unknown, err := c.execTextSends(ctx, time.Time{}, "all_acquire", a.name, c.acquireAllSQL(s, ttl))
-	last := time.Now() // no send of the attempt is later
-	maybeApplied := unknown > 0
-	if err != nil {
-		if maybeApplied {
-			a.cleanupAll(ctx, s, last, unknown)
-		}
-		if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && sessionGuard(err) == "" || n == fault.LockWaitTimeout) {
-			return nil, c.heldOf(ctx, s)
-		}
-		if cerr := ctxErr(ctx); cerr != nil {
-			if errors.Is(err, cerr) {
-				return nil, errorf("acquire %s: %w: %w", a.name, ErrNotAcquired, err)
-			}
-			return nil, errorf("acquire %s: %w: %w (last error: %w)", a.name, ErrNotAcquired, cerr, err)
-		}
-		return nil, c.serverError("acquire "+a.name, err)
+}
+
+func (a *setCall) send(ctx context.Context) (sql.Result, int, error) {
+	a.set = newLockSet(a.names, a.token)
+	return a.c.execTextSends(ctx, time.Time{}, "all_acquire", a.name, a.c.acquireAllSQL(a.set, a.ttl))
+}
+
+func (a *setCall) heldBy(ctx context.Context, err error) error {
+	if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && sessionGuard(err) == "" || n == fault.LockWaitTimeout) {
+		return a.c.heldOf(ctx, a.set)
 	}
-	if err := c.readFences(ctx, s, res); err != nil {
-		a.cleanupAll(ctx, s, last, unknown+1)
-		return nil, fmt.Errorf("sqllock: acquire %s: %w", a.name, err)
+	return nil
+}
+
+func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time, unknown int) (*Lock, bool, error) {
+	s := a.set
+	if err := a.c.readFences(ctx, s, res); err != nil {
+		a.cleanup(ctx, last, unknown+1)
+		return nil, false, fmt.Errorf("sqllock: %s: %w", a.op(), err)
 	}
-	l := newLock(c, a.names[0], a.token, slices.Max(s.fences), ttl, sent.Add(ttl))
+	l := newLock(a.c, a.names[0], a.token, slices.Max(s.fences), a.ttl, sent.Add(a.ttl))
 	l.set = s
-	if maybeApplied {
-		l.sentTwice(last) // rule 3 of acquireCall
-	}
-	l.holdStarted()
-	if !c.held.add(l) {
-		a.cleanupAll(ctx, s, last, unknown+1)
-		l.holdEnded(HoldClosed, ErrClosed)
-		return nil, ErrClosed
-	}
-	return l, nil
+	return l, false, nil
 }
 
 // readFences sets the fences of set s, just acquired, from the reply res.
@@ -317,14 +301,15 @@ func heldUnread(e *HeldError, err error) error {
 	return fmt.Errorf("%w (reading which names were held: %w)", e, err)
 }
 
-// cleanupAll deletes every lease the attempt may have taken for set s, as
-// cleanup does for one name (sends and last as there), in one statement.
+// cleanup deletes every lease the set's attempt may have taken, as
+// acquireCall.cleanup does for one name (sends and last as there), in one statement.
 // The acquire wrote all of the set's rows or none: a DELETE that removed
 // any removed all that one send wrote, which settles it when only one send
 // could commit; one sent after the acquire could still commit proves none
 // is left. Otherwise each name's lease goes to the orphan list (rule 2 of
 // acquireCall).
-func (a *acquireCall) cleanupAll(ctx context.Context, s *lockSet, last time.Time, sends int) {
+func (a *setCall) cleanup(ctx context.Context, last time.Time, sends int) {
+	s := a.set
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	x := newOrphan(a.token, a.ttl, last, sends == 1)

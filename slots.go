@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -196,6 +197,11 @@ type slotCall struct {
 	acquireCall // name is the fence row's (P); the Lock's is the slot's
 	sem         string
 	n           int
+	// The attempt under way: whether the server is MariaDB (slotSQL), how
+	// many slot rows the next statement visits, and the statements sent.
+	mariadb bool
+	v       int
+	rounds  int
 }
 
 func (c *Client) newSlotCall(name string, n int, ttl time.Duration) (*slotCall, error) {
@@ -224,95 +230,88 @@ const maxSlotRounds = 4
 
 // attempt sends slot_acquire, again with the wider visit or after a
 // resize its answer asks for, and cleans up after it when its outcome
-// stays unknown.
-func (s *slotCall) attempt(ctx context.Context) (*Lock, error) {
-	c := s.c
-	if c.isClosed() {
-		return nil, ErrClosed
-	}
-	if s.tokenErr != nil {
-		return nil, s.tokenErr
-	}
-	op := fmt.Sprintf("acquire a slot of %q", s.sem)
-	mariadb, err := c.slotsServer(ctx)
+// stays unknown (attempt.go).
+func (s *slotCall) attempt(ctx context.Context) (*Lock, error) { return s.run(ctx, s) }
+
+// A slot's part of an attempt (leaseKind): slot_acquire, visiting v slot
+// rows, whose insert id names the slot taken with its fence, or asks for
+// another visit.
+
+func (s *slotCall) ready(ctx context.Context) error {
+	mariadb, err := s.c.slotsServer(ctx)
 	if err != nil {
-		return nil, c.serverError(op, err)
+		return s.c.serverError(s.op(), err)
 	}
-	c.claimOrphans(ctx, s.name)
-	v := s.n
-	for round := 0; round < maxSlotRounds; round++ {
-		sent := time.Now()
-		s.attempts++
-		res, unknown, err := c.execSlot(ctx, s.sem, c.withGuard(slotSQL(c.table, mariadb, v)), s.args(v))
-		last := time.Now() // no send of the round is later
-		if err != nil {
-			if unknown > 0 {
-				s.cleanup(ctx, last, unknown)
-			}
-			if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
-				return nil, fmt.Errorf("%w: a slot of %q stayed locked by another transaction (a holder's Lock.Check?)", ErrNotAcquired, s.sem)
-			}
-			if cerr := ctxErr(ctx); cerr != nil {
-				return nil, errorf("%s: %w: %w (last error: %w)", op, ErrNotAcquired, cerr, err)
-			}
-			return nil, c.serverError(op, err)
-		}
-		id64, err := res.LastInsertId()
-		if err != nil {
-			if unknown > 0 {
-				s.retire(last, unknown == 1)
-			}
-			return nil, errorf("%s: %w", op, err)
-		}
-		id := uint64(id64)
-		if id < slotTaken && unknown > 0 {
-			// An earlier send of this round may commit later (rule 2).
+	s.mariadb, s.v, s.rounds = mariadb, s.n, 0
+	return nil
+}
+
+func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, s.name) }
+
+func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
+	s.rounds++
+	c := s.c
+	return c.execSlot(ctx, s.sem, c.withGuard(slotSQL(c.table, s.mariadb, s.v)), s.args(s.v))
+}
+
+func (s *slotCall) heldBy(_ context.Context, err error) error {
+	if n, ok := fault.Errno(err); ok && n == fault.LockWaitTimeout {
+		return fmt.Errorf("%w: a slot of %q stayed locked by another transaction (a holder's Lock.Check?)", ErrNotAcquired, s.sem)
+	}
+	return nil
+}
+
+func (s *slotCall) read(ctx context.Context, res sql.Result, sent, last time.Time, unknown int) (*Lock, bool, error) {
+	id64, err := res.LastInsertId()
+	if err != nil {
+		if unknown > 0 {
 			s.retire(last, unknown == 1)
 		}
-		switch {
-		case id >= slotTaken:
-			return s.taken(ctx, id, sent, last, unknown)
-		case id == 0:
-			return nil, fmt.Errorf("%w: all %d slots of %q are held", ErrNotAcquired, s.n, s.sem)
-		case id == slotResized:
-			v = s.n
-		case id > slotWiden && id <= slotWiden+MaxSlots:
-			v = int(id - slotWiden)
-		case id > slotMismatch && id <= slotMismatch+MaxSlots:
-			r := int(id - slotMismatch)
-			if r != s.n {
-				return nil, errorf("%w: %w: %q has %d slots, not %d, and one is held", ErrNotAcquired, ErrSlotCount, s.sem, r, s.n)
-			}
-			v = s.n // resized to n under this call's wider visit
-		default:
-			return nil, errorf("%s: unexpected answer %d; was the table changed by hand?", op, id)
-		}
+		return nil, false, errorf("%s: %w", s.op(), err)
 	}
-	return nil, errorf("%w: %w: the slot count of %q kept changing (callers ask for different counts)", ErrNotAcquired, ErrSlotCount, s.sem)
+	id := uint64(id64)
+	if id < slotTaken && unknown > 0 {
+		// An earlier send of this round may commit later (rule 2).
+		s.retire(last, unknown == 1)
+	}
+	switch {
+	case id >= slotTaken:
+		l, err := s.taken(ctx, id, sent, last, unknown)
+		return l, false, err
+	case id == 0:
+		return nil, false, fmt.Errorf("%w: all %d slots of %q are held", ErrNotAcquired, s.n, s.sem)
+	case id == slotResized:
+		s.v = s.n
+	case id > slotWiden && id <= slotWiden+MaxSlots:
+		s.v = int(id - slotWiden)
+	case id > slotMismatch && id <= slotMismatch+MaxSlots:
+		r := int(id - slotMismatch)
+		if r != s.n {
+			return nil, false, errorf("%w: %w: %q has %d slots, not %d, and one is held", ErrNotAcquired, ErrSlotCount, s.sem, r, s.n)
+		}
+		s.v = s.n // resized to n under this call's wider visit
+	default:
+		return nil, false, errorf("%s: unexpected answer %d; was the table changed by hand?", s.op(), id)
+	}
+	if s.rounds >= maxSlotRounds {
+		return nil, false, errorf("%w: %w: the slot count of %q kept changing (callers ask for different counts)", ErrNotAcquired, ErrSlotCount, s.sem)
+	}
+	return nil, true, nil
 }
 
 // taken returns the Lock on the slot the answer id names, taken by a
 // statement first sent at sent and last before last, unknown of whose sends
 // had an unknown outcome.
 func (s *slotCall) taken(ctx context.Context, id uint64, sent, last time.Time, unknown int) (*Lock, error) {
-	c := s.c
 	slot, fence := int(id%128), id/128
 	if slot < 1 || slot > s.n {
 		s.cleanup(ctx, last, unknown+1)
-		return nil, errorf("acquire a slot of %q: unexpected answer %d (slot %d); was the table changed by hand?", s.sem, id, slot)
+		return nil, errorf("%s: unexpected answer %d (slot %d); was the table changed by hand?", s.op(), id, slot)
 	}
-	l := newLock(c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl))
 	if unknown > 0 {
-		l.sentTwice(last) // acquire.go, rule 3
 		s.releaseOthers(ctx, slot)
 	}
-	l.holdStarted()
-	if !c.held.add(l) {
-		s.cleanup(ctx, last, unknown+1)
-		l.holdEnded(HoldClosed, ErrClosed)
-		return nil, ErrClosed
-	}
-	return l, nil
+	return newLock(s.c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl)), nil
 }
 
 // releaseOthers deletes the slots other than slot that the call's token

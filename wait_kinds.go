@@ -56,7 +56,7 @@ func (a *acquireCall) shared() bool                           { return false }
 func (a *setCall) key() string                                { return setKey(a.names) }
 func (a *setCall) op() string                                 { return "acquire " + a.name }
 func (a *setCall) lookName() string                           { return "" }
-func (a *setCall) attempt(ctx context.Context) (*Lock, error) { return a.attemptAll(ctx) }
+func (a *setCall) attempt(ctx context.Context) (*Lock, error) { return a.run(ctx, a) }
 func (s *slotCall) label() string                             { return s.sem }
 func (s *slotCall) op() string                                { return fmt.Sprintf("acquire a slot of %q", s.sem) }
 func (s *slotCall) final(err error) bool                      { return errors.Is(err, ErrSlotCount) }
@@ -64,8 +64,11 @@ func (s *slotCall) lookName() string                          { return "" }
 func (s *slotCall) shared() bool                              { return s.n > 1 }
 
 // A setCall is an acquireCall for a set (acquire_all.go): name is the set's
-// label, names its names.
-type setCall struct{ acquireCall }
+// label, names its names; set is the lease set of the attempt under way.
+type setCall struct {
+	acquireCall
+	set *lockSet
+}
 
 // waitKey is the key of the queue and channel l's acquire waited in: a
 // set's key for a set, the semaphore's for a slot, else the name.
