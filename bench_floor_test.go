@@ -22,6 +22,8 @@ import (
 //     its own, in rounds of 16 pairs per goroutine that alternate between
 //     the floor and sqllock, with N idle connections kept in the pool.
 //     x-floor-rate is sqllock's pairs per second over the floor's.
+//   - cost/VARIANT: the driver's pair with the library's ingredients added
+//     one at a time, each interleaved with the floor (bench_cost_test.go).
 //
 // BenchmarkPair and BenchmarkNames time the variants one after another;
 // their ratios move with the load, these much less. Run with -count 6 and
@@ -81,6 +83,8 @@ func BenchmarkFloorRatio(b *testing.B) {
 		}
 		b.ReportMetric(float64(inLock)/float64(inFloor), "x-floor")
 	})
+
+	b.Run("cost", func(b *testing.B) { benchCost(b, e, floor, floorPair) })
 
 	for _, idle := range []int{2, 64} {
 		b.Run(fmt.Sprintf("names=64/idle=%d", idle), func(b *testing.B) {
