@@ -39,7 +39,8 @@ type Lock struct {
 	// runs, and a KeepAlive's context ends with it at once.
 	endCause error
 	// releasing is the release under way, which other release calls wait
-	// for and share the result of.
+	// for and share the result of: made by the first of them, as most
+	// releases have none (releaseUnderWay says one runs).
 	releasing *releaseFlight
 	// lateSent: the acquire sent its statement more than once, the last
 	// before lateSent on monoBase's clock (observe.go), and those sends may
@@ -48,8 +49,9 @@ type Lock struct {
 	// duration, not a time.Time, keeps a Lock in its size class.)
 	lateSent time.Duration
 	// released: the lease was released. releaseUnknown: a Release failed in
-	// a way that may have deleted the row.
-	released, releaseUnknown bool
+	// a way that may have deleted the row. releaseUnderWay: a release is
+	// sending its statement.
+	released, releaseUnknown, releaseUnderWay bool
 	// wake: the Lock holds its name's wake-up channel, which its release
 	// lets go of (wake_lock.go). contended: its Acquire waited for the name.
 	// probe: its release asks whether another process waits (wake_lock.go).
@@ -67,9 +69,10 @@ type Lock struct {
 	set   *lockSet   // the names of a Lock on several; acquire_all.go
 }
 
-// A releaseFlight is one release of a Lock under way; err is set when done
-// is closed. done is made, under the Lock's mu, by the first call that
-// waits for the release: most releases have none.
+// A releaseFlight is one release of a Lock under way, as the calls that
+// wait for it see it; err is set when done is closed. It is made, under the
+// Lock's mu, by the first call that waits for the release: most releases
+// have none.
 type releaseFlight struct {
 	done chan struct{}
 	err  error
@@ -235,21 +238,21 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 		l.mu.Unlock()
 		return l.releasedErr()
 	}
-	if f := l.releasing; f != nil {
-		if f.done == nil {
-			f.done = make(chan struct{})
+	if l.releaseUnderWay {
+		f := l.releasing
+		if f == nil {
+			f = &releaseFlight{done: make(chan struct{})}
+			l.releasing = f
 		}
-		done := f.done
 		l.mu.Unlock()
 		select {
-		case <-done:
+		case <-f.done:
 			return f.err
 		case <-ctx.Done():
 			return fmt.Errorf("sqllock: release %q: %w", l.name, ctx.Err())
 		}
 	}
-	f := &releaseFlight{}
-	l.releasing = f
+	l.releaseUnderWay = true
 	if l.endCause == nil {
 		if cause == nil {
 			cause = l.releasedCause()
@@ -266,12 +269,15 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 	err := l.sendRelease(ctx, minHold)
 	l.releaseDone(sent, err)
 	l.mu.Lock()
+	l.releaseUnderWay = false
+	f := l.releasing
 	l.releasing = nil
-	f.err = err
-	done := f.done
+	if f != nil {
+		f.err = err
+	}
 	l.mu.Unlock()
-	if done != nil {
-		close(done)
+	if f != nil {
+		close(f.done)
 	}
 	return err
 }

@@ -846,7 +846,7 @@ func TestLock_Release_waitsForTheOneUnderWay(t *testing.T) {
 	go func() { first <- l.Release(t.Context()) }()
 	for {
 		l.mu.Lock()
-		underWay := l.releasing != nil
+		underWay := l.releaseUnderWay
 		l.mu.Unlock()
 		if underWay {
 			break
