@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,7 +32,9 @@ import (
 //   - observer: the same with an Observer whose every func does nothing.
 //
 // Off the ladder, unprepared is the driver's statements sent with
-// db.ExecContext, which prepares, executes and closes each. It reports
+// db.ExecContext, which prepares, executes and closes each; and
+// names=64/idle=N/token and .../timeout are the token and timeout
+// variants run as names=64 runs sqllock, reporting x-floor-rate. It reports
 // us-pair (the variant's time per pair), x-floor (that over the floor's)
 // and allocs/pair, the variant's alone (ReportAllocs counts the floor's
 // too).
@@ -189,6 +192,37 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 			return func() error { return withToken(c, d, ctx) }
 		}},
 	}
+	// At 64 goroutines on names of their own, as names=64 runs sqllock:
+	// the driver's pair with a fresh token, its release on the caller's
+	// context and under Release's bound.
+	for _, idle := range []int{2, 64} {
+		for _, bound := range []bool{false, true} {
+			v := "token"
+			if bound {
+				v = "timeout"
+			}
+			b.Run(fmt.Sprintf("names=64/idle=%d/%s", idle, v), func(b *testing.B) {
+				var once sync.Once
+				var d direct
+				pair := func(c *Client, name string) error {
+					once.Do(func() { d = prepared(b, c, true) })
+					token, err := newToken()
+					if err != nil {
+						return err
+					}
+					rctx := ctx
+					if bound {
+						var cancel context.CancelFunc
+						rctx, cancel = context.WithTimeout(ctx, ReleaseTimeout)
+						defer cancel()
+					}
+					return send(c, d, any(name), any(token), any(us), rctx)
+				}
+				benchNames64(b, e, idle, floor, floorPair, pair)
+			})
+		}
+	}
+
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
 			up := floor(b, 1)
