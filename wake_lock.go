@@ -57,6 +57,9 @@ func (l *Lock) afterRelease(ctx context.Context, ok bool) {
 		l.lapse.Stop()
 	}
 	l.mu.Unlock()
+	if !contended && !wake && !probe {
+		return // a Lock whose acquire did not wait: nothing to do, nothing made
+	}
 	key := l.waitKey()      // the queue and channel of its kind (wait_kinds.go)
 	ctx = wait.Bounded(ctx) // the release's bound holds for the let-go and the probe
 	if contended {
