@@ -148,7 +148,8 @@ const tableRecheckEvery = time.Second
 // once with 1s leases. So the trigger is time: the first statement that
 // takes or extends a lease after tableRecheckEvery sends the first_use
 // query first (one read of the table's definition, about as dear as one
-// lock statement, at most once a second), and while the table differs,
+// lock statement, at most once a second; twice while the Client waits for
+// a name: see tableCheckAhead), and while the table differs,
 // every such statement fails with the difference, wrapping ErrBadTable,
 // and sends nothing; it is checked again each second, so a mended table
 // serves again. Changes an answer does show (the fence row gone, a mark or
@@ -165,8 +166,16 @@ type tableRecheck struct {
 // read the table's definition (a lost connection, the table gone) finds no
 // difference: the statement then meets the same trouble and says so.
 func (c *Client) tableStillGood(ctx context.Context) error {
+	return c.tableCheckAhead(ctx, 0)
+}
+
+// tableCheckAhead is tableStillGood for a caller about to wait before its
+// statement: it checks already when the check comes due within ahead, so
+// that the statement, sent when the wait ends, finds it fresh instead of
+// sending it first, which would delay the statement by a round trip.
+func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error {
 	r := &c.recheck
-	if now := time.Now().UnixNano(); now >= r.due.Load() && r.running.CompareAndSwap(false, true) {
+	if now := time.Now().UnixNano(); now+int64(ahead) >= r.due.Load() && r.running.CompareAndSwap(false, true) {
 		r.due.Store(now + int64(tableRecheckEvery))
 		defer r.running.Store(false)
 		fu, err := c.readFirstUse(ctx, strings.Trim(c.table, "`"))

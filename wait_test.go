@@ -297,3 +297,34 @@ func TestClient_Acquire_onlyRefused(t *testing.T) {
 		}
 	})
 }
+
+// A head about to wait on the wake-up channel sends the table's recheck
+// (tablecheck.go) first when it comes due within half its period, so that
+// the acquire after a wake-up follows it at once instead of after the
+// recheck's round trip. Here the head polls once an hour: without the
+// early recheck, no statement of its own would ever run it.
+func TestClient_Acquire_recheckBeforeWait(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		h := e.client(t, e.openDB(t), table)
+		c := e.client(t, e.openDB(t), table, WithRetry(retryFunc(func(int) (time.Duration, bool) { return time.Hour, true })))
+		ctx, cancel := context.WithCancel(testCtx(t))
+		defer cancel()
+		mustAcquire(t, h, "n", time.Minute)
+		warm := mustAcquire(t, c, "warm", time.Minute) // the first use, and its check
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		due := time.Now().Add(tableRecheckEvery / 2).Add(-20 * time.Millisecond).UnixNano()
+		c.recheck.due.Store(due)
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Acquire(ctx, "n", time.Minute)
+			done <- err
+		}()
+		waitFor(t, time.Minute, "the head waits", func() bool { return headAttempts(c, "n") >= 1 })
+		waitFor(t, 10*time.Second, "the recheck before the wait", func() bool { return c.recheck.due.Load() > due })
+		cancel()
+		wantErrIs(t, <-done, context.Canceled)
+	})
+}
