@@ -234,25 +234,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
-			var inFloor, inPair time.Duration
-			i := 0
-			for b.Loop() {
-				for k := range 2 {
-					start := time.Now()
-					if (i+k)%2 == 0 {
-						if err := floorPair(up, 0); err != nil {
-							b.Fatal(err)
-						}
-						inFloor += time.Since(start)
-					} else {
-						if err := pair(); err != nil {
-							b.Fatal(err)
-						}
-						inPair += time.Since(start)
-					}
-				}
-				i++
-			}
+			inFloor, inPair := interleaved(b, func() error { return floorPair(up, 0) }, pair)
 			b.ReportMetric(float64(inPair)/float64(inFloor), "x-floor")
 			b.ReportMetric(float64(inPair.Microseconds())/float64(b.N), "us-pair")
 			b.ReportMetric(testing.AllocsPerRun(100, func() {

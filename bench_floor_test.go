@@ -62,25 +62,7 @@ func BenchmarkFloorRatio(b *testing.B) {
 		if err := sqllockPair(c, "warm"); err != nil {
 			b.Fatal(err)
 		}
-		var inFloor, inLock time.Duration
-		i := 0
-		for b.Loop() {
-			for k := range 2 {
-				start := time.Now()
-				if (i+k)%2 == 0 {
-					if err := floorPair(up, 0); err != nil {
-						b.Fatal(err)
-					}
-					inFloor += time.Since(start)
-				} else {
-					if err := sqllockPair(c, "bench"); err != nil {
-						b.Fatal(err)
-					}
-					inLock += time.Since(start)
-				}
-			}
-			i++
-		}
+		inFloor, inLock := interleaved(b, func() error { return floorPair(up, 0) }, func() error { return sqllockPair(c, "bench") })
 		b.ReportMetric(float64(inLock)/float64(inFloor), "x-floor")
 	})
 
@@ -150,4 +132,30 @@ func benchNames64(b *testing.B, e *testEnv, idle int, floor func(*testing.B, int
 		}
 	}
 	b.ReportMetric(float64(inFloor)/float64(inLock), "x-floor-rate")
+}
+
+// interleaved runs b's loop, each iteration one floor pair and one pair,
+// in alternating order, and returns the time spent in each, so that a slow
+// spell of a shared machine falls on both alike.
+func interleaved(b *testing.B, floor, pair func() error) (inFloor, inPair time.Duration) {
+	b.Helper()
+	i := 0
+	for b.Loop() {
+		for k := range 2 {
+			start := time.Now()
+			if (i+k)%2 == 0 {
+				if err := floor(); err != nil {
+					b.Fatal(err)
+				}
+				inFloor += time.Since(start)
+			} else {
+				if err := pair(); err != nil {
+					b.Fatal(err)
+				}
+				inPair += time.Since(start)
+			}
+		}
+		i++
+	}
+	return inFloor, inPair
 }
