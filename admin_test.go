@@ -67,7 +67,7 @@ func TestClient_ResetOnce(t *testing.T) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
 		runs := 0
-		fn := func(context.Context) error { runs++; return nil }
+		fn := func(context.Context, *Lock) error { runs++; return nil }
 		once := func() bool {
 			t.Helper()
 			ran, err := c.Once(ctx, "seed", fn)

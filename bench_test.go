@@ -505,7 +505,7 @@ func BenchmarkNames(b *testing.B) {
 // BenchmarkContention is 4 Clients (processes, each on a *sql.DB of its
 // own, one goroutine each) that loop on one name: Acquire, hold 50ms,
 // Release, for contentionRun; the set and slot variants loop so on a set
-// of two names (AcquireAll) and on a semaphore of one slot (AcquireSlot),
+// of two names (AcquireSet) and on a semaphore of one slot (AcquireSlot),
 // with default options. Nothing makes them take turns: what they get
 // is what the lock gives them. It reports:
 //
@@ -537,9 +537,11 @@ func BenchmarkContention(b *testing.B) {
 		{"backoff=1ms-16ms", []Option{WithWakeups(0), WithRetry(ExponentialBackoff(time.Millisecond, 16*time.Millisecond))}, hot},
 		{"wakeups=0", []Option{WithWakeups(0)}, hot},
 		{"set", nil, func(ctx context.Context, c *Client) (*Lock, error) {
-			return c.AcquireAll(ctx, []string{"hot", "hot2"}, benchTTL)
+			return c.AcquireSet(ctx, []string{"hot", "hot2"}, benchTTL)
 		}},
-		{"slot", nil, func(ctx context.Context, c *Client) (*Lock, error) { return c.AcquireSlot(ctx, "hot", 1, benchTTL) }},
+		{"slot", nil, func(ctx context.Context, c *Client) (*Lock, error) {
+			return c.Semaphore("hot", 1).Acquire(ctx, benchTTL)
+		}},
 	} {
 		if v.name == "set" && e.server.Vitess || v.name == "slot" && e.oneRow() {
 			continue
@@ -726,7 +728,7 @@ func BenchmarkFirstUse(b *testing.B) {
 			if skipProof {
 				c.mark(func(f *forms) *bool { return &f.later[proofSets] })
 			}
-			l, err := c.TryAcquireAll(ctx, []string{"bench", "bench2"}, benchTTL)
+			l, err := c.TryAcquireSet(ctx, []string{"bench", "bench2"}, benchTTL)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -785,7 +787,7 @@ func BenchmarkObserver(b *testing.B) {
 }
 
 // BenchmarkSets is an uncontended acquire and release of K names: one
-// TryAcquireAll of the K names and the set's Release (two statements,
+// TryAcquireSet of the K names and the set's Release (two statements,
 // whatever K), beside K TryAcquire and Release pairs one after another, what
 // a caller without sets pays, and is never all or nothing.
 func BenchmarkSets(b *testing.B) {
@@ -801,7 +803,7 @@ func BenchmarkSets(b *testing.B) {
 			mustAcquire(b, c, "warm", time.Second).Release(ctx)
 			b.ReportAllocs()
 			for b.Loop() {
-				l, err := c.TryAcquireAll(ctx, names, benchTTL)
+				l, err := c.TryAcquireSet(ctx, names, benchTTL)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -849,13 +851,13 @@ func BenchmarkSlots(b *testing.B) {
 			ctx := context.Background()
 			other := e.client(b, e.db, trimTable(c.table))
 			for range tc.held {
-				if _, err := other.TryAcquireSlot(ctx, "bench", tc.n, time.Hour); err != nil {
+				if _, err := other.Semaphore("bench", tc.n).TryAcquire(ctx, time.Hour); err != nil {
 					b.Fatal(err)
 				}
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				l, err := c.TryAcquireSlot(ctx, "bench", tc.n, benchTTL)
+				l, err := c.Semaphore("bench", tc.n).TryAcquire(ctx, benchTTL)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -56,12 +56,12 @@ func (e *testEnv) stallingClient(t *testing.T, table string, opts ...Option) (*C
 	return e.client(t, db, table, opts...), sc
 }
 
-// A refused TryAcquireAll reads who holds its names, and that look ends
+// A refused TryAcquireSet reads who holds its names, and that look ends
 // with the caller's context: on a server that stops answering after the
 // refusal, a call whose context ends after 200 ms returns the refusal (no
 // holders) within that context and a margin, not after the look's own
 // timeout (5 s).
-func TestClient_TryAcquireAll_refusedLookEndsWithCtx(t *testing.T) {
+func TestClient_TryAcquireSet_refusedLookEndsWithCtx(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		table := e.newTable(t)
@@ -69,20 +69,20 @@ func TestClient_TryAcquireAll_refusedLookEndsWithCtx(t *testing.T) {
 		c, sc := e.stallingClient(t, table, WithHolder("refused"))
 		mustAcquire(t, holder, "b", time.Minute)
 		// The first refusal proves the set forms and warms the connection.
-		_, err := c.TryAcquireAll(testCtx(t), []string{"a", "b"}, time.Minute)
+		_, err := c.TryAcquireSet(testCtx(t), []string{"a", "b"}, time.Minute)
 		wantHeld(t, err, "b")
 
 		sc.armed.Store(true)
 		ctx, cancel := context.WithTimeout(testCtx(t), 200*time.Millisecond)
 		defer cancel()
 		began := time.Now()
-		_, err = c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+		_, err = c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 		took := time.Since(began)
 		if !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("TryAcquireAll: got %v, want ErrNotAcquired", err)
+			t.Fatalf("TryAcquireSet: got %v, want ErrNotAcquired", err)
 		}
 		if took > 200*time.Millisecond+time.Second {
-			t.Fatalf("refused TryAcquireAll with a 200ms context took %v, want the context and a margin of 1s", took)
+			t.Fatalf("refused TryAcquireSet with a 200ms context took %v, want the context and a margin of 1s", took)
 		}
 	})
 }
@@ -129,7 +129,7 @@ func TestWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 		done := make(chan error, 1)
 		var fnErr atomic.Value
 		go func() {
-			done <- c.Do(ctx, "n", 600*time.Millisecond, func(ctx context.Context) error {
+			done <- c.Do(ctx, "n", 600*time.Millisecond, func(ctx context.Context, _ *Lock) error {
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {
 					return err

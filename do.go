@@ -15,7 +15,7 @@ import (
 // short discards the channel's connection, with which its named lock dies.
 const ReleaseTimeout = 5 * time.Second
 
-// A DoOption changes how [Client.Do] and [Client.TryDo] hold the lease.
+// A DoOption changes how [Client.Do] and [Lock.Do] hold the lease.
 type DoOption func(*doConfig) error
 
 type doConfig struct {
@@ -56,8 +56,11 @@ func WithSafetyMargin(d time.Duration) DoOption {
 	}
 }
 
-func newDoConfig(ttl time.Duration, opts []DoOption) (doConfig, error) {
+func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts []DoOption) (doConfig, error) {
 	var c doConfig
+	if fn == nil {
+		return doConfig{}, errors.New("sqllock: nil func")
+	}
 	for _, opt := range opts {
 		if err := opt(&c); err != nil {
 			return doConfig{}, err
@@ -73,87 +76,72 @@ func newDoConfig(ttl time.Duration, opts []DoOption) (doConfig, error) {
 }
 
 // Do acquires the lease on name for ttl, waiting as [Client.Acquire] does,
-// runs fn while a keep-alive renews the lease (see [Lock.KeepAlive]), and
-// releases the lease when fn returns or panics; a panic goes on after the
-// release. fn's context is derived from ctx and is also cancelled as soon as
-// the lease can no longer be known to be held: a safety margin (see
-// [WithSafetyMargin]) before it could expire, or when a renewal finds it
-// taken over.
-//
-// Do returns the acquire's error if it did not acquire, and otherwise fn's
-// error. When the lease was lost while fn ran, or found lost at release,
-// the error also wraps [ErrLockLost]; when [Client.Close] released it, it
-// wraps [ErrClosed]. The release runs on a fresh context with a short
-// timeout, so it happens even when ctx has ended; if it fails (a network
-// error) its error is joined too, and the lease expires by itself.
-func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
-	return c.do(ctx, name, ttl, c.Acquire, fn, opts)
-}
-
-// TryDo is [Client.Do] with one attempt to acquire: when another owner's
-// lease is live it returns an error wrapping [ErrNotAcquired] at once,
-// without running fn.
-func (c *Client) TryDo(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
-	return c.do(ctx, name, ttl, c.TryAcquire, fn, opts)
-}
-
-// DoAll is [Client.Do] for a set of names, taken all or nothing by
-// [Client.AcquireAll]: fn's context ends when any lease of the set could
-// lapse.
-func (c *Client) DoAll(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
-	if _, err := checkNames(names); err != nil {
-		return err
-	}
-	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return c.AcquireAll(ctx, names, ttl) }, fn, opts)
-}
-
-// TryDoAll is [Client.DoAll] with one attempt to acquire, as [Client.TryDo].
-func (c *Client) TryDoAll(ctx context.Context, names []string, ttl time.Duration, fn func(ctx context.Context) error, opts ...DoOption) error {
-	if _, err := checkNames(names); err != nil {
-		return err
-	}
-	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return c.TryAcquireAll(ctx, names, ttl) }, fn, opts)
-}
-
-type acquireFunc func(ctx context.Context, name string, ttl time.Duration) (*Lock, error)
-
-func (c *Client) do(ctx context.Context, name string, ttl time.Duration, acquire acquireFunc, fn func(context.Context) error, opts []DoOption) error {
+// and runs fn under it as [Lock.Do] does: fn gets the Lock, for its
+// [Lock.Fence], and a context that ends before the lease could lapse; the
+// lease is released when fn returns. Do returns the acquire's error if it did
+// not acquire, and otherwise [Lock.Do]'s. For one attempt instead of a wait,
+// or for a set or a semaphore, acquire the Lock and call [Lock.Do].
+func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
 	if err := checkName(name); err != nil {
 		return err
 	}
-	return c.doWith(ctx, ttl, func(ctx context.Context) (*Lock, error) { return acquire(ctx, name, ttl) }, fn, opts)
-}
-
-// doWith runs fn under the Lock acquire takes, its names checked already.
-func (c *Client) doWith(ctx context.Context, ttl time.Duration, acquire func(context.Context) (*Lock, error), fn func(context.Context) error, opts []DoOption) error {
 	// In TryAcquire's order, so a bad ttl is named as such, not through the
 	// safety margin derived from it.
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	if fn == nil {
-		return errors.New("sqllock: nil func")
-	}
-	cfg, err := newDoConfig(ttl, opts)
+	cfg, err := newDoConfig(ttl, fn, opts)
 	if err != nil {
 		return err
 	}
-	l, err := acquire(ctx)
+	l, err := c.Acquire(ctx, name, ttl)
 	if err != nil {
 		return err
 	}
 	return l.run(ctx, cfg, fn)
 }
 
+// Do runs fn while a keep-alive renews the lease (see [Lock.KeepAlive]), and
+// releases the lease when fn returns or panics; a panic goes on after the
+// release. fn gets l, for its [Lock.Fence] and [Lock.ValidUntil], and a
+// context derived from ctx that is also cancelled as soon as the lease can
+// no longer be known to be held: a safety margin (see [WithSafetyMargin])
+// before it could expire, or when a renewal finds it taken over. fn must not
+// release l.
+//
+// Do returns fn's error. When the lease was lost while fn ran, or found lost
+// at release, the error also wraps [ErrLockLost]; when [Client.Close]
+// released it, [ErrClosed]. When l is no longer held (released, lost or
+// closed), Do returns that, without running fn. The release runs on a fresh
+// context bounded by [ReleaseTimeout], so it happens even when ctx has ended;
+// if it fails (a network error) its error is joined too, and the lease
+// expires by itself. Bad input (a nil fn, a bad option) releases l and
+// returns the error without running fn.
+func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
+	cfg, err := newDoConfig(l.ttl, fn, opts)
+	if err != nil {
+		// Do owns l from its call: bad input leaves no lease behind.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+		defer cancel()
+		return errors.Join(err, l.Release(rctx))
+	}
+	return l.run(ctx, cfg, fn)
+}
+
 // run runs fn under l's keep-alive and releases l when fn returns or
-// panics. Errors are those Do documents.
-func (l *Lock) run(ctx context.Context, cfg doConfig, fn func(context.Context) error) (err error) {
+// panics. Errors are those Lock.Do documents.
+func (l *Lock) run(ctx context.Context, cfg doConfig, fn func(context.Context, *Lock) error) (err error) {
 	kctx := l.keepAlive(ctx, cfg.margin)
+	if kctx.Err() != nil && ctx.Err() == nil {
+		// Released, lost or closed before the work began: nothing to run
+		// and nothing to release.
+		return context.Cause(kctx)
+	}
 	defer func() {
 		// Not recovered: a panic goes on, with its stack, after this.
 		err = errors.Join(err, l.finish(ctx, kctx, cfg.minHold))
 	}()
-	return fn(kctx)
+	return fn(kctx, l)
 }
 
 // finish releases l after work under kctx and reports what the work must

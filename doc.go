@@ -56,7 +56,7 @@
 //
 // # Work under a lease
 //
-// [Client.Do] and [Client.TryDo] run a function under a lease that a
+// [Client.Do] and [Lock.Do] run a function under a lease that a
 // keep-alive renews (see [Lock.KeepAlive]); the function's context is
 // cancelled, with cause [ErrLockLost], before the lease could lapse, and the
 // lease is released when the function returns. [WithMinHold] keeps the name

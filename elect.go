@@ -17,12 +17,14 @@ const maxCampaignPoll = 2 * time.Second
 // of client-go's leader election. They run on Elect's goroutine, one at a
 // time, so a slow callback delays the campaign.
 type Callbacks struct {
-	// OnStartedLeading runs when this Client takes the lead. Its context
-	// ends when the lead ends: when the lease is lost (the cause wraps
-	// [ErrLockLost]) or Elect's context ends. It may block until then or
-	// return at once; either way the lead lasts until its context ends.
-	// Required.
-	OnStartedLeading func(ctx context.Context)
+	// OnStartedLeading runs when this Client takes the lead, with the
+	// lead's Lock, for its [Lock.Fence]. Its context ends when the lead
+	// ends: when the lease is lost (the cause wraps [ErrLockLost]) or
+	// Elect's context ends. It may block until then or return nil at once;
+	// either way the lead lasts until its context ends. An error returned
+	// before then ends the lead, and Elect returns it once the lease is
+	// released. Required.
+	OnStartedLeading func(ctx context.Context, l *Lock) error
 	// OnStoppedLeading runs after a lead has ended and its lease was
 	// released, and only after a lead. Optional.
 	OnStoppedLeading func()
@@ -100,8 +102,12 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 		c.log.Info("sqllock: took the lead", "name", name, "fence", l.fence)
 		// A failed release only leaves the lease to expire; err is logged,
 		// and kept to say why the lead ended.
-		err = l.run(ctx, doConfig{margin: defaultSafetyMargin(ttl)}, func(lctx context.Context) error {
-			cb.OnStartedLeading(lctx)
+		var failed bool
+		err = l.run(ctx, doConfig{margin: defaultSafetyMargin(ttl)}, func(lctx context.Context, l *Lock) error {
+			if err := cb.OnStartedLeading(lctx, l); err != nil && lctx.Err() == nil {
+				failed = true
+				return err
+			}
 			<-lctx.Done()
 			return nil
 		})
@@ -109,6 +115,9 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 		lastErr = err
 		if cb.OnStoppedLeading != nil {
 			cb.OnStoppedLeading()
+		}
+		if failed {
+			return errorf("elect %q: leading: %w", name, err)
 		}
 		if ctx.Err() != nil {
 			return ended(nil)

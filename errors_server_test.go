@@ -250,7 +250,7 @@ func TestElect_serverDown_returnsLastError(t *testing.T) {
 		c := e.client(t, db, "sqllock")
 		ctx, cancel := context.WithTimeout(testCtx(t), 2*time.Second)
 		defer cancel()
-		err := c.Elect(ctx, "leader", time.Second, Callbacks{OnStartedLeading: func(context.Context) {}})
+		err := c.Elect(ctx, "leader", time.Second, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Fatalf("Elect with no server: got %v, want DeadlineExceeded wrapping the refused connection", err)
 		}
@@ -275,7 +275,7 @@ func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- c.Elect(ctx, "leader", 200*time.Millisecond, Callbacks{
-				OnStartedLeading: func(context.Context) { close(led) },
+				OnStartedLeading: func(_ context.Context, _ *Lock) error { close(led); return nil },
 			})
 		}()
 		time.Sleep(500 * time.Millisecond) // several refused attempts

@@ -55,7 +55,7 @@ func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
 			defer cancel()
 			led := false
 			err := e.c.Elect(ctx, "leader", time.Second, Callbacks{
-				OnStartedLeading: func(context.Context) { led = true; cancel() },
+				OnStartedLeading: func(_ context.Context, _ *Lock) error { led = true; cancel(); return nil },
 			})
 			if !led {
 				t.Fatalf("Elect: returned %v without leading", err)
@@ -67,7 +67,7 @@ func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
 	t.Run("final error ends it", func(t *testing.T) {
 		e := newMockEnv(t)
 		e.expectExec("acquire", acquireArgs("leader", mockHolder, 40_000, &tokenArg{}), errReply(errNoSuchTable))
-		err := e.c.Elect(t.Context(), "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+		err := e.c.Elect(t.Context(), "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 		assertErrIs(t, err, errNoSuchTable)
 		e.done()
 	})
@@ -89,7 +89,7 @@ func TestElect_returnsLastError(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+	err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
 }
 
@@ -119,7 +119,7 @@ func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
 	}
 	parent, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	err := e.c.Elect(passedDeadline{parent}, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(context.Context) {}})
+	err := e.c.Elect(passedDeadline{parent}, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
 }
 

@@ -50,12 +50,12 @@ func ExampleClient_TryAcquire() {
 	fmt.Println("running the report under fence", lock.Fence())
 }
 
-func ExampleClient_TryAcquireAll() {
+func ExampleClient_TryAcquireSet() {
 	ctx := context.Background()
 	var locks *sqllock.Client // from sqllock.New
 
 	// Both shards or neither: another rebuild that needs either waits.
-	lock, err := locks.TryAcquireAll(ctx, []string{"shard-3", "shard-7"}, time.Minute)
+	lock, err := locks.TryAcquireSet(ctx, []string{"shard-3", "shard-7"}, time.Minute)
 	var held *sqllock.HeldError
 	if errors.As(err, &held) {
 		fmt.Println("busy:", held.Names) // nothing was taken
@@ -113,7 +113,7 @@ func ExampleClient_Do() {
 	var locks *sqllock.Client // from sqllock.New
 
 	// One replica at a time runs the report; the others wait their turn.
-	err := locks.Do(ctx, "nightly-report", time.Minute, func(ctx context.Context) error {
+	err := locks.Do(ctx, "nightly-report", time.Minute, func(ctx context.Context, _ *sqllock.Lock) error {
 		// ctx is cancelled before the lease could lapse: stop when it is.
 		return runReport(ctx)
 	}, sqllock.WithMinHold(10*time.Minute)) // a late trigger on another host finds it taken
@@ -125,13 +125,36 @@ func ExampleClient_Do() {
 	}
 }
 
+func ExampleLock_Do() {
+	ctx := context.Background()
+	var locks *sqllock.Client // from sqllock.New
+
+	// Tonight's job runs on whichever host's cron fires first; the others
+	// skip it rather than wait.
+	l, err := locks.TryAcquire(ctx, "nightly-report", time.Minute)
+	if errors.Is(err, sqllock.ErrNotAcquired) {
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Do renews the lease while fn runs and releases it after.
+	err = l.Do(ctx, func(ctx context.Context, l *sqllock.Lock) error {
+		return runReport(ctx) // pass l.Fence() to a resource that can refuse stale writers
+	})
+	if err != nil {
+		log.Print(err)
+	}
+}
+
 func ExampleClient_Elect() {
 	ctx := context.Background() // cancel it to step down and stop campaigning
 	var locks *sqllock.Client   // from sqllock.New
 
 	err := locks.Elect(ctx, "scheduler", 15*time.Second, sqllock.Callbacks{
-		OnStartedLeading: func(ctx context.Context) {
+		OnStartedLeading: func(ctx context.Context, _ *sqllock.Lock) error {
 			runScheduler(ctx) // returns when ctx ends: the lead is over
+			return nil
 		},
 		OnStoppedLeading: func() { log.Print("no longer leading") },
 		OnNewLeader:      func(holder string) { log.Printf("%s leads", holder) },
@@ -145,7 +168,7 @@ func ExampleClient_Once() {
 
 	// However many replicas start, the seed data is loaded once; a failed
 	// attempt is retried by the next replica to start or call.
-	ran, err := locks.Once(ctx, "seed-v1", func(ctx context.Context) error {
+	ran, err := locks.Once(ctx, "seed-v1", func(ctx context.Context, _ *sqllock.Lock) error {
 		return loadSeedData(ctx)
 	})
 	if err != nil {
@@ -242,11 +265,11 @@ func ExampleWithWakeups() {
 
 // At most three replicas run the export at once: each takes one of the
 // name's three slots, or hears that all are held.
-func ExampleClient_TryAcquireSlot() {
+func ExampleSemaphore_TryAcquire() {
 	db, _ := sql.Open("mysql", "app:secret@tcp(db:3306)/app")
 	locks, _ := sqllock.New(db)
 	ctx := context.Background()
-	lock, err := locks.TryAcquireSlot(ctx, "export", 3, time.Minute)
+	lock, err := locks.Semaphore("export", 3).TryAcquire(ctx, time.Minute)
 	if errors.Is(err, sqllock.ErrNotAcquired) {
 		fmt.Println("three exports run already")
 		return

@@ -56,9 +56,9 @@ func newLateEnvFor(t *testing.T, e *testEnv, kind string) *lateEnv {
 func (le *lateEnv) acquireKind(t *testing.T, kind, name string, ttl time.Duration) (*Lock, error) {
 	switch kind {
 	case "set":
-		return le.c.TryAcquireAll(testCtx(t), []string{name + "1", name + "2"}, ttl)
+		return le.c.TryAcquireSet(testCtx(t), []string{name + "1", name + "2"}, ttl)
 	case "slot":
-		return le.c.TryAcquireSlot(testCtx(t), name, 2, ttl)
+		return le.c.Semaphore(name, 2).TryAcquire(testCtx(t), ttl)
 	}
 	return le.c.TryAcquire(testCtx(t), name, ttl)
 }
@@ -181,7 +181,7 @@ func TestLock_set_RefreshAllOrNothing(t *testing.T) {
 			eachEnv(t, func(t *testing.T, e *testEnv) {
 				skipSetsOnVitess(t, e)
 				a, b := e.twoClients(t)
-				l := mustAcquireAll(t, a, 20*time.Second, "p1", "p2")
+				l := mustAcquireSet(t, a, 20*time.Second, "p1", "p2")
 				if _, err := b.ForceRelease(testCtx(t), "p1"); err != nil {
 					t.Fatalf("ForceRelease: %v", err)
 				}
@@ -268,9 +268,9 @@ func TestLate_sendAfterMinHoldRelease_doesNotProlong(t *testing.T) {
 				var err error
 				switch {
 				case set:
-					l, err = le.c.TryAcquireAll(testCtx(t), []string{"m1", "m2"}, time.Minute)
+					l, err = le.c.TryAcquireSet(testCtx(t), []string{"m1", "m2"}, time.Minute)
 				case kind == "slot acquire":
-					l, err = le.c.TryAcquireSlot(testCtx(t), "m", 1, time.Minute)
+					l, err = le.c.Semaphore("m", 1).TryAcquire(testCtx(t), time.Minute)
 				default:
 					l, err = le.c.TryAcquire(testCtx(t), "m", time.Minute)
 				}

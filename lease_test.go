@@ -66,7 +66,7 @@ func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 		var cause error
 		done := make(chan error, 1)
 		go func() {
-			done <- a.Do(ctx, "job", ttl, func(ctx context.Context) error {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context, _ *Lock) error {
 				close(started)
 				<-ctx.Done()
 				told <- time.Now()
@@ -122,7 +122,7 @@ func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
 		finish := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- a.Do(ctx, "job", ttl, func(ctx context.Context) error {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context, _ *Lock) error {
 				close(started)
 				select {
 				case <-ctx.Done():
@@ -173,7 +173,7 @@ func TestDo_releasesAfterCallerCancel(t *testing.T) {
 		started := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- a.Do(ctx, "job", time.Minute, func(ctx context.Context) error {
+			done <- a.Do(ctx, "job", time.Minute, func(ctx context.Context, _ *Lock) error {
 				close(started)
 				<-ctx.Done()
 				return ctx.Err()
@@ -196,13 +196,13 @@ func TestTryDo_notAcquired(t *testing.T) {
 		ctx := testCtx(t)
 		l := mustAcquire(t, a, "job", time.Minute)
 		ran := false
-		err := b.TryDo(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil })
+		err := lockDo(b.TryAcquire(ctx, "job", time.Second))(ctx, func(_ context.Context, _ *Lock) error { ran = true; return nil })
 		wantErrIs(t, err, ErrNotAcquired)
 		if ran {
 			t.Fatal("TryDo ran fn without the lease")
 		}
 		time.AfterFunc(100*time.Millisecond, func() { l.Release(context.Background()) })
-		if err := b.Do(ctx, "job", time.Second, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		if err := b.Do(ctx, "job", time.Second, func(_ context.Context, _ *Lock) error { ran = true; return nil }); err != nil || !ran {
 			t.Fatalf("Do after the release: got %v, ran %v; want nil, true", err, ran)
 		}
 	})
@@ -218,7 +218,7 @@ func TestDo_panicReleases(t *testing.T) {
 					t.Fatalf("recovered %v, want the panic of fn", r)
 				}
 			}()
-			a.Do(testCtx(t), "job", time.Minute, func(context.Context) error { panic("boom") })
+			a.Do(testCtx(t), "job", time.Minute, func(_ context.Context, _ *Lock) error { panic("boom") })
 		}()
 		if got := inspect(t, b, "job"); got.Held {
 			t.Fatalf("after a panic in fn: got %+v, want the lease released", got)
@@ -238,7 +238,7 @@ func TestDo_WithMinHold(t *testing.T) {
 		const minHold = 700 * time.Millisecond
 
 		start := time.Now()
-		if err := a.Do(ctx, "tick", time.Minute, func(context.Context) error { return nil }, WithMinHold(minHold)); err != nil {
+		if err := a.Do(ctx, "tick", time.Minute, func(_ context.Context, _ *Lock) error { return nil }, WithMinHold(minHold)); err != nil {
 			t.Fatalf("Do: %v", err)
 		}
 		if got := inspect(t, b, "tick"); !got.Held || got.TTL > minHold {
@@ -263,7 +263,7 @@ func TestDo_WithMinHold(t *testing.T) {
 		}
 
 		// The minimum has passed when fn returns: nobody is kept out.
-		err := a.Do(ctx, "late", time.Minute, func(context.Context) error {
+		err := a.Do(ctx, "late", time.Minute, func(_ context.Context, _ *Lock) error {
 			time.Sleep(50 * time.Millisecond)
 			return nil
 		}, WithMinHold(10*time.Millisecond))
@@ -288,7 +288,7 @@ func TestClient_Close_releasesHeld(t *testing.T) {
 		var cause error
 		done := make(chan error, 1)
 		go func() {
-			done <- a.Do(ctx, "z", time.Minute, func(ctx context.Context) error {
+			done <- a.Do(ctx, "z", time.Minute, func(ctx context.Context, _ *Lock) error {
 				close(started)
 				<-ctx.Done()
 				cause = context.Cause(ctx)
@@ -593,7 +593,7 @@ func TestDo_noGoroutineLeak(t *testing.T) {
 		ctx := testCtx(t)
 		run := func() {
 			for range 20 {
-				if err := c.Do(ctx, "g", time.Second, func(context.Context) error { return nil }); err != nil {
+				if err := c.Do(ctx, "g", time.Second, func(_ context.Context, _ *Lock) error { return nil }); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -626,7 +626,7 @@ func TestClient_Once(t *testing.T) {
 			}
 			var runs, running, overlap atomic.Int32
 			boom := errors.New("boom")
-			fn := func(ctx context.Context) error {
+			fn := func(ctx context.Context, _ *Lock) error {
 				if running.Add(1) > 1 {
 					overlap.Add(1)
 				}
@@ -687,12 +687,12 @@ func TestClient_Once_runnerDied(t *testing.T) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		dead := mustAcquire(t, a, "init", 200*time.Millisecond) // never released
-		ran, err := b.Once(ctx, "init", func(context.Context) error { return nil })
+		ran, err := b.Once(ctx, "init", func(_ context.Context, _ *Lock) error { return nil })
 		if !ran || err != nil {
 			t.Fatalf("Once after a dead runner: got %v, %v, want true, nil", ran, err)
 		}
 		wantErrIs(t, dead.Release(ctx), ErrNotHeld)
-		if ran, err := a.Once(ctx, "init", func(context.Context) error { return errors.New("ran twice") }); ran || err != nil {
+		if ran, err := a.Once(ctx, "init", func(_ context.Context, _ *Lock) error { return errors.New("ran twice") }); ran || err != nil {
 			t.Fatalf("Once after success: got %v, %v, want false, nil", ran, err)
 		}
 	})
@@ -792,7 +792,7 @@ func onceRecordRace(t *testing.T, e *testEnv, level string) {
 	}
 	results := make(chan result, 2)
 	go func() {
-		ran, err := a.Once(ctx, "job", func(ctx context.Context) error {
+		ran, err := a.Once(ctx, "job", func(ctx context.Context, _ *Lock) error {
 			runs.Add(1)
 			// The lease lapses, as if this process had stalled.
 			_, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'job' AND kind = 'L'")
@@ -802,7 +802,7 @@ func onceRecordRace(t *testing.T, e *testEnv, level string) {
 	}()
 	waitForStatements(t, e.db, table, 1) // a's record waits
 	go func() {
-		ran, err := b.Once(ctx, "job", func(context.Context) error {
+		ran, err := b.Once(ctx, "job", func(_ context.Context, _ *Lock) error {
 			runs.Add(1)
 			return nil
 		})
@@ -855,7 +855,7 @@ func TestClient_Once_recordRetried(t *testing.T) {
 				t.Fatalf("record, attempt %d: got %v, want nil", i+1, err)
 			}
 		}
-		if ran, err := b.Once(ctx, "job", func(context.Context) error { return errors.New("ran again") }); ran || err != nil {
+		if ran, err := b.Once(ctx, "job", func(_ context.Context, _ *Lock) error { return errors.New("ran again") }); ran || err != nil {
 			t.Fatalf("Once after the record: got %v, %v, want false, nil", ran, err)
 		}
 
@@ -962,10 +962,11 @@ func TestClient_Elect_handover(t *testing.T) {
 		events := make(chan event, 100)
 		callbacks := func(who string) Callbacks {
 			return Callbacks{
-				OnStartedLeading: func(ctx context.Context) {
+				OnStartedLeading: func(ctx context.Context, _ *Lock) error {
 					events <- event{who, "started", time.Now()}
 					<-ctx.Done()
 					events <- event{who, "told", time.Now()}
+					return nil
 				},
 				OnStoppedLeading: func() { events <- event{who, "stopped", time.Now()} },
 				OnNewLeader:      func(h string) { events <- event{who, "leader " + h, time.Now()} },

@@ -25,14 +25,14 @@ func (e *mockEnv) expectQuery(name string, args []driver.Value, rows *sqlmock.Ro
 	e.mock.ExpectQuery(e.sql(name)).WithArgs(args...).WillReturnRows(rows)
 }
 
-func noop(context.Context) error { return nil }
+func noop(context.Context, *Lock) error { return nil }
 
 func TestDo_WithMinHold_args(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
 		tok := &tokenArg{}
 		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
 		e.expectExec("release_at_least", []driver.Value{int64(90_000_250), "job", tok}, okReply(1, 1))
-		if err := e.c.TryDo(t.Context(), "job", time.Minute, noop, WithMinHold(90*time.Second+250*time.Microsecond)); err != nil {
+		if err := lockDo(e.c.TryAcquire(t.Context(), "job", time.Minute))(t.Context(), noop, WithMinHold(90*time.Second+250*time.Microsecond)); err != nil {
 			t.Errorf("TryDo: got %v, want nil", err)
 		}
 	})
@@ -45,7 +45,7 @@ func TestDo_WithMinHold_result(t *testing.T) {
 		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
 		// Insert id 0: the lease was not ours, whatever the rows say.
 		e.expectExec("release_at_least", []driver.Value{int64(1_000_000), "job", tok}, okReply(0, rows))
-		err := e.c.TryDo(t.Context(), "job", time.Minute, noop, WithMinHold(time.Second))
+		err := lockDo(e.c.TryAcquire(t.Context(), "job", time.Minute))(t.Context(), noop, WithMinHold(time.Second))
 		assertErrIs(t, err, ErrLockLost, ErrNotHeld)
 		e.done()
 	}
@@ -160,7 +160,7 @@ func TestClient_Once_args(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
 			tt.expect(e, &tokenArg{})
-			ran, err := e.c.Once(t.Context(), "seed", func(context.Context) error { return tt.fnErr })
+			ran, err := e.c.Once(t.Context(), "seed", func(_ context.Context, _ *Lock) error { return tt.fnErr })
 			if ran != tt.wantRan {
 				t.Errorf("ran: got %v, want %v", ran, tt.wantRan)
 			}

@@ -448,13 +448,13 @@ func randomCall(c *Client, name, onceName string) error {
 	pause := func() { time.Sleep(rand.N(3 * time.Millisecond)) }
 	switch rand.N(8) {
 	case 6: // a set left for Close to release (refused through Vitess)
-		_, err := c.TryAcquireAll(ctx, []string{name, name + "-set"}, time.Minute)
+		_, err := c.TryAcquireSet(ctx, []string{name, name + "-set"}, time.Minute)
 		if errors.Is(err, errors.ErrUnsupported) {
 			return nil
 		}
 		return err
 	case 7:
-		err := c.DoAll(ctx, []string{name + "-set", name}, time.Minute, func(context.Context) error { pause(); return nil })
+		err := lockDo(c.AcquireSet(ctx, []string{name + "-set", name}, time.Minute))(ctx, func(_ context.Context, _ *Lock) error { pause(); return nil })
 		if errors.Is(err, errors.ErrUnsupported) {
 			return nil
 		}
@@ -485,9 +485,9 @@ func randomCall(c *Client, name, onceName string) error {
 		}
 		return err
 	case 3:
-		return c.Do(ctx, name, time.Minute, func(context.Context) error { pause(); return nil })
+		return c.Do(ctx, name, time.Minute, func(_ context.Context, _ *Lock) error { pause(); return nil })
 	case 4:
-		_, err := c.Once(ctx, onceName, func(context.Context) error { pause(); return nil })
+		_, err := c.Once(ctx, onceName, func(_ context.Context, _ *Lock) error { pause(); return nil })
 		return err
 	default:
 		l, err := c.TryAcquire(ctx, name, time.Minute)

@@ -11,7 +11,7 @@ import (
 
 // A Lock is a lease on one name, taken by [Client.TryAcquire] or
 // [Client.Acquire], or on several names at once, taken by
-// [Client.TryAcquireAll] or [Client.AcquireAll]. Its methods are safe for
+// [Client.TryAcquireSet] or [Client.AcquireSet]. Its methods are safe for
 // concurrent use.
 type Lock struct {
 	c     *Client
@@ -85,7 +85,7 @@ func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, val
 }
 
 // Name returns the name the lease is on; for a Lock on several names
-// ([Client.TryAcquireAll]), the first of [Lock.Names]; for a slot of a
+// ([Client.TryAcquireSet]), the first of [Lock.Names]; for a slot of a
 // counting semaphore, the semaphore's name (and [Lock.Slot] the slot's
 // number).
 func (l *Lock) Name() string {

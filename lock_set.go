@@ -41,7 +41,7 @@ func newLockSet(names []string, token string) *lockSet {
 
 // Names returns the names the lease is on, sorted: one, [Lock.Name], for a
 // Lock taken by [Client.TryAcquire] and the like; every name of the set for
-// one taken by [Client.TryAcquireAll] or [Client.AcquireAll].
+// one taken by [Client.TryAcquireSet] or [Client.AcquireSet].
 func (l *Lock) Names() []string {
 	if l.set == nil {
 		return []string{l.name}

@@ -93,10 +93,10 @@ func TestWithLogger_quietOnSuccess(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Do(ctx, "q", time.Second, func(context.Context) error { return nil }); err != nil {
+		if err := c.Do(ctx, "q", time.Second, func(_ context.Context, _ *Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Once(ctx, "o", func(context.Context) error { return nil }); err != nil {
+		if _, err := c.Once(ctx, "o", func(_ context.Context, _ *Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if got := rec.atLeast(slog.LevelInfo); len(got) > 0 {
@@ -157,7 +157,7 @@ func TestWithLogger_Elect(t *testing.T) {
 		ctx, cancel := context.WithCancel(testCtx(t))
 		defer cancel()
 		done := make(chan error, 2)
-		lead := func(ctx context.Context) { <-ctx.Done() }
+		lead := func(ctx context.Context, _ *Lock) error { <-ctx.Done(); return nil }
 		go func() { done <- a.Elect(ctx, "boss", time.Second, Callbacks{OnStartedLeading: lead}) }()
 		recA.waitFor(t, slog.LevelInfo, "took the lead", "boss")
 		go func() { done <- b.Elect(ctx, "boss", time.Second, Callbacks{OnStartedLeading: lead}) }()

@@ -21,7 +21,7 @@ var errOnceDone = errors.New("sqllock: already done")
 // Once runs fn so that it succeeds at most once for name across every
 // replica and restart that share the table, and returns whether this call
 // ran fn. The first caller takes the lease on name (see [OnceTTL]) and runs
-// fn under it, as [Client.Do] does; concurrent callers wait for the lease.
+// fn under it, as [Client.Do] does, with the Lock; concurrent callers wait for the lease.
 // When fn returns nil, Once writes a completion record for name (a row of
 // kind 'D') before releasing the lease; from then on every call returns
 // false and nil without running fn. When fn fails, or its runner dies, the
@@ -40,7 +40,7 @@ var errOnceDone = errors.New("sqllock: already done")
 // after a success it could not report. Once the record is written, a crash
 // before the release costs only the wait for OnceTTL. To run fn again,
 // call [Client.ResetOnce].
-func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
+func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) (ran bool, err error) {
 	if fn == nil {
 		return false, errors.New("sqllock: nil func")
 	}
@@ -62,7 +62,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 		return false, c.serverError(fmt.Sprintf("once %q", name), err)
 	}
 	var recorded bool
-	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context) error {
+	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context, l *Lock) error {
 		// The runner before us may have written the record, then released.
 		// A read that fails comes back joined with what ended the lease, if
 		// that is what cut it (Close, a loss).
@@ -74,7 +74,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 			return errOnceDone
 		}
 		ran = true
-		if err := fn(ctx); err != nil {
+		if err := fn(ctx, l); err != nil {
 			return err
 		}
 		if err := l.recordOnce(ctx); err != nil {

@@ -216,15 +216,15 @@ func TestLate_minHoldSentTwice_notRunAgain(t *testing.T) {
 					return pass
 				})
 				runs := 0
-				job := func(context.Context) error { runs++; return nil }
+				job := func(context.Context, *Lock) error { runs++; return nil }
 				do := func() error {
 					switch kind {
 					case "set":
-						return le.c.TryDoAll(ctx, []string{"mh1", "mh2"}, time.Minute, job, WithMinHold(time.Hour))
+						return lockDo(le.c.TryAcquireSet(ctx, []string{"mh1", "mh2"}, time.Minute))(ctx, job, WithMinHold(time.Hour))
 					case "slot":
-						return le.c.TryDoSlot(ctx, "mh", 1, time.Minute, func(ctx context.Context, _ *Lock) error { return job(ctx) }, WithMinHold(time.Hour))
+						return lockDo(le.c.Semaphore("mh", 1).TryAcquire(ctx, time.Minute))(ctx, job, WithMinHold(time.Hour))
 					}
-					return le.c.TryDo(ctx, "mh", time.Minute, job, WithMinHold(time.Hour))
+					return lockDo(le.c.TryAcquire(ctx, "mh", time.Minute))(ctx, job, WithMinHold(time.Hour))
 				}
 				if err := do(); err != nil {
 					t.Fatalf("first TryDo: %v", err)
@@ -285,9 +285,9 @@ func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
 					)
 					switch kind {
 					case "set":
-						l, err = le.c.TryAcquireAll(ctx, []string{"rs1", "rs2"}, time.Hour)
+						l, err = le.c.TryAcquireSet(ctx, []string{"rs1", "rs2"}, time.Hour)
 					case "slot":
-						l, err = le.c.TryAcquireSlot(ctx, "rs", 1, time.Hour)
+						l, err = le.c.Semaphore("rs", 1).TryAcquire(ctx, time.Hour)
 					default:
 						l, err = le.c.TryAcquire(ctx, "rs", time.Hour)
 					}

@@ -12,7 +12,7 @@ import (
 )
 
 // The proofs made at a kind of lease's first use, not at the Client's: the
-// statements of sets (TryAcquireAll and the like), of counting semaphores
+// statements of sets (TryAcquireSet and the like), of counting semaphores
 // (TryAcquireSlot and the like) and of Once. Each runs once per Client, as
 // the first proof does (proof.go), on one connection, under proof names of
 // its own, after the first proof has passed and the forms are chosen, and

@@ -33,21 +33,21 @@ func TestClient_laterProofs_atFirstUseOnce(t *testing.T) {
 			use  func() error
 		}{
 			{proofSets, func() error {
-				l, err := c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				l, err := c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 				if err == nil {
 					err = l.Release(ctx)
 				}
 				return err
 			}},
 			{proofSlots, func() error {
-				l, err := c.TryAcquireSlot(ctx, "jobs", 2, time.Minute)
+				l, err := c.Semaphore("jobs", 2).TryAcquire(ctx, time.Minute)
 				if err == nil {
 					err = l.Release(ctx)
 				}
 				return err
 			}},
 			{proofOnce, func() error {
-				_, err := c.Once(ctx, "once", func(context.Context) error { return nil })
+				_, err := c.Once(ctx, "once", func(_ context.Context, _ *Lock) error { return nil })
 				return err
 			}},
 		}

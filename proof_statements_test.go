@@ -90,13 +90,13 @@ func TestClient_firstUse_provesEveryStatement(t *testing.T) {
 				}
 				return res, nil
 			}, func(ctx context.Context, c *Client) error {
-				_, err := c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				_, err := c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 				return err
 			}, "statement all_acquire: an acquire of a set whose names another owner held succeeded"},
 			{"set check changes no row", "AND name IN", func(res driver.Result, err error) (driver.Result, error) {
 				return rewrittenResult{rows: 0}, err
 			}, func(ctx context.Context, c *Client) error {
-				_, err := c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				_, err := c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 				return err
 			}, "by the owner changed 0 rows instead of 2"},
 			{"set refresh extends a set with its lease rows gone", "SET l.expires_at", func() func(driver.Result, error) (driver.Result, error) {
@@ -111,15 +111,15 @@ func TestClient_firstUse_provesEveryStatement(t *testing.T) {
 					return res, err
 				}
 			}(), func(ctx context.Context, c *Client) error {
-				_, err := c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
+				_, err := c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 				return err
 			}, "statement all_refresh: a refresh of a set whose lease rows were deleted succeeded"},
 			{"full semaphore gives a slot", "'F', ?, '', UTC_TIMESTAMP(6)", answerWith(slotTaken+1, 2), func(ctx context.Context, c *Client) error {
-				_, err := c.TryAcquireSlot(ctx, "jobs", 2, time.Minute)
+				_, err := c.Semaphore("jobs", 2).TryAcquire(ctx, time.Minute)
 				return err
 			}, "statement slot_acquire: taking a slot of a full semaphore reported"},
 			{"Once recorded for another token", "SELECT l.name, 'D'", answerWith(1, 1), func(ctx context.Context, c *Client) error {
-				_, err := c.Once(ctx, "once", func(context.Context) error { return nil })
+				_, err := c.Once(ctx, "once", func(_ context.Context, _ *Lock) error { return nil })
 				return err
 			}, "statement once_record: a completion record under another token reported 1"},
 		}
@@ -162,7 +162,7 @@ func TestClient_firstUse_provesEveryStatement(t *testing.T) {
 // refuses SELECT LAST_INSERT_ID(1) there; the set's acquire passes it
 // (Router 9.7.4). With no idle connection kept, every statement meets a
 // fresh connection, which nothing pinned: this fails if a router refuses it.
-func TestClient_TryAcquireAll_freshConnections(t *testing.T) {
+func TestClient_TryAcquireSet_freshConnections(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		if e.server.Vitess {
 			t.Skip("sets are refused through Vitess")
@@ -172,7 +172,7 @@ func TestClient_TryAcquireAll_freshConnections(t *testing.T) {
 		db.SetMaxIdleConns(0)
 		c := e.client(t, db, table)
 		for i := range 3 {
-			l := mustAcquireAll(t, c, time.Minute, "a", "b")
+			l := mustAcquireSet(t, c, time.Minute, "a", "b")
 			if err := l.Refresh(testCtx(t), time.Minute); err != nil {
 				t.Fatalf("Refresh %d: %v", i, err)
 			}

@@ -479,12 +479,12 @@ func TestClient_firstUse_manyClientsAtOnce(t *testing.T) {
 						}
 					case "set":
 						var l *Lock
-						if l, err = c.TryAcquireAll(ctx, []string{name + " a", name + " b"}, time.Minute); err == nil {
+						if l, err = c.TryAcquireSet(ctx, []string{name + " a", name + " b"}, time.Minute); err == nil {
 							err = l.Release(ctx)
 						}
 					case "slot":
 						var l *Lock
-						if l, err = c.TryAcquireSlot(ctx, name, 2, time.Minute); err == nil {
+						if l, err = c.Semaphore(name, 2).TryAcquire(ctx, time.Minute); err == nil {
 							err = l.Release(ctx)
 						}
 					}
@@ -534,7 +534,7 @@ func TestClient_firstUse_proofDeadlockSentAgain(t *testing.T) {
 			ctx := testCtx(t)
 			for _, take := range []func() (*Lock, error){
 				func() (*Lock, error) { return c.TryAcquire(ctx, "job", time.Minute) },
-				func() (*Lock, error) { return c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute) },
+				func() (*Lock, error) { return c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute) },
 			} {
 				l, err := take()
 				if err != nil {

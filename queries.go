@@ -101,7 +101,7 @@ func tableNamedSQL(name, table string) string { return queries.TableNamed(name, 
 
 // acquireAllSQL returns the text of the acquire of set s for ttl.
 func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	return c.textForms().AcquireAll(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
+	return c.textForms().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
 }
 
 // releaseAllSQL returns the statement that deletes the leases of set s.

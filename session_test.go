@@ -83,10 +83,10 @@ func TestSession_timestamp(t *testing.T) {
 			err = held.Refresh(ctx, time.Minute)
 			wantGuard(t, "Refresh, timestamp "+shift, err, "session timestamp")
 			if !e.oneRow() {
-				_, err = c.TryAcquireAll(ctx, []string{"set1", "set2"}, time.Minute)
-				wantGuard(t, "TryAcquireAll, timestamp "+shift, err, "session timestamp")
+				_, err = c.TryAcquireSet(ctx, []string{"set1", "set2"}, time.Minute)
+				wantGuard(t, "TryAcquireSet, timestamp "+shift, err, "session timestamp")
 				wantFree(t, other, "set1")
-				_, err = c.TryAcquireSlot(ctx, "sem", 2, time.Minute)
+				_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
 				wantGuard(t, "TryAcquireSlot, timestamp "+shift, err, "session timestamp")
 			}
 		}
@@ -150,9 +150,9 @@ func TestSession_autocommit(t *testing.T) {
 			err = held.Refresh(ctx, time.Minute)
 			wantGuard(t, "Refresh after "+set, err, "autocommit")
 			if !e.oneRow() {
-				_, err = c.TryAcquireAll(ctx, []string{"set1", "set2"}, time.Minute)
-				wantGuard(t, "TryAcquireAll after "+set, err, "autocommit")
-				_, err = c.TryAcquireSlot(ctx, "sem", 2, time.Minute)
+				_, err = c.TryAcquireSet(ctx, []string{"set1", "set2"}, time.Minute)
+				wantGuard(t, "TryAcquireSet after "+set, err, "autocommit")
+				_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
 				wantGuard(t, "TryAcquireSlot after "+set, err, "autocommit")
 			}
 			if _, err := db.ExecContext(ctx, "ROLLBACK"); err != nil {

@@ -1352,12 +1352,12 @@ func TestClient_badInput_noSQL(t *testing.T) {
 		l := newLock(e.c, "job", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
 		return l.Refresh(ctx, ttl)
 	}
-	nop := func(context.Context) error { return nil }
+	nop := func(context.Context, *Lock) error { return nil }
 	do := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
 		return e.c.Do(ctx, name, ttl, nop)
 	}
 	tryDo := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
-		return e.c.TryDo(ctx, name, ttl, nop)
+		return lockDo(e.c.TryAcquire(ctx, name, ttl))(ctx, nop)
 	}
 	type tcase struct {
 		name string
@@ -1676,7 +1676,7 @@ func TestErrors_prefixOnce(t *testing.T) {
 			tok := &tokenArg{}
 			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
 			e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
-			return e.c.Do(t.Context(), "job", time.Minute, func(context.Context) error { return nil })
+			return e.c.Do(t.Context(), "job", time.Minute, func(_ context.Context, _ *Lock) error { return nil })
 		}, []error{ErrLockLost, ErrNotHeld}, "lock lost: not held"},
 		{"Once record refused", func(t *testing.T, e *mockEnv) error {
 			l, tok := e.acquired("job")

@@ -325,9 +325,9 @@ func TestClient_tableAlteredWhileRunning(t *testing.T) {
 		wantBad("TryAcquire", err)
 		wantBad("Refresh", held.Refresh(ctx, time.Minute))
 		if !e.oneRow() {
-			_, err = c.TryAcquireAll(ctx, []string{"a", "b"}, time.Minute)
-			wantBad("TryAcquireAll", err)
-			_, err = c.TryAcquireSlot(ctx, "sem", 2, time.Minute)
+			_, err = c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
+			wantBad("TryAcquireSet", err)
+			_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
 			wantBad("TryAcquireSlot", err)
 		}
 		for _, name := range []string{"x", "a"} {

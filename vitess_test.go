@@ -145,7 +145,7 @@ func TestVitess_onceRecordByRows(t *testing.T) {
 		c := e.client(t, e.db, table)
 		runs := 0
 		for i := range 2 {
-			ran, err := c.Once(ctx, "seed", func(context.Context) error { runs++; return nil })
+			ran, err := c.Once(ctx, "seed", func(_ context.Context, _ *Lock) error { runs++; return nil })
 			if err != nil || ran != (i == 0) {
 				t.Fatalf("Once %d: got %v, %v; want %v, nil", i, ran, err, i == 0)
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/sqllock/sqllock/internal/wait"
 )
 
-// Every kind of waiting acquire (Acquire of one name, AcquireAll of a set,
+// Every kind of waiting acquire (Acquire of one name, AcquireSet of a set,
 // AcquireSlot of a semaphore) waits here, in one loop, on the machinery of
 // internal/wait: the Client's fair queue of callers per key, whose head
 // alone sends statements; the key's wake-up channel, which hands the key

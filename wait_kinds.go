@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Every kind of waiting acquire (Acquire of one name, AcquireAll of a set,
+// Every kind of waiting acquire (Acquire of one name, AcquireSet of a set,
 // AcquireSlot of a semaphore) waits in one path, acquireQueued (wait.go),
 // on internal/wait's machinery: the Client's fair queue, the wake-up
 // channel and the look. A waitCall is what that path needs of each kind.

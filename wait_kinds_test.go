@@ -85,7 +85,7 @@ func takeTurns(t *testing.T, e *testEnv, acquire func(ctx context.Context, c *Cl
 	}
 }
 
-// Four processes looping AcquireAll on one set take turns: before sets
+// Four processes looping AcquireSet on one set take turns: before sets
 // waited in Acquire's queue and on its channel, a process that released
 // took the set back before the others polled (99 and 936 sets in 20 s).
 func TestClient_AcquireAll_fairAcrossProcesses(t *testing.T) {
@@ -93,7 +93,7 @@ func TestClient_AcquireAll_fairAcrossProcesses(t *testing.T) {
 		skipSetsOnVitess(t, e)
 		skipChannelsOnTiDB(t, e)
 		takeTurns(t, e, func(ctx context.Context, c *Client) (*Lock, error) {
-			return c.AcquireAll(ctx, []string{"a", "b"}, time.Minute)
+			return c.AcquireSet(ctx, []string{"a", "b"}, time.Minute)
 		})
 	})
 }
@@ -103,12 +103,12 @@ func TestClient_AcquireSlot_fairAcrossProcesses(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		takeTurns(t, e, func(ctx context.Context, c *Client) (*Lock, error) {
-			return c.AcquireSlot(ctx, "sem", 1, time.Minute)
+			return c.Semaphore("sem", 1).Acquire(ctx, time.Minute)
 		})
 	})
 }
 
-// A Client whose goroutines wait in a mix of Acquire, AcquireAll and
+// A Client whose goroutines wait in a mix of Acquire, AcquireSet and
 // AcquireSlot, each for a name, set or semaphore of its own that another
 // process holds, holds no more connections than the bound of internal/wait/look.go
 // (13, and the pool's two idle ones: 16, as for single names in
@@ -135,7 +135,7 @@ func TestClient_waitingKindsBoundedConnections(t *testing.T) {
 		// run before the waits.
 		for _, l := range []*Lock{
 			mustAcquire(t, c, "warm", time.Minute),
-			mustAcquireAll(t, c, time.Minute, "warm1", "warm2"),
+			mustAcquireSet(t, c, time.Minute, "warm1", "warm2"),
 			mustSlot(t, c, "warm", 1, time.Minute),
 		} {
 			if err := l.Release(ctx); err != nil {
@@ -149,9 +149,9 @@ func TestClient_waitingKindsBoundedConnections(t *testing.T) {
 			for _, f := range []func() (*Lock, error){
 				func() (*Lock, error) { return c.Acquire(ctx, fmt.Sprintf("n%02d", i), time.Minute) },
 				func() (*Lock, error) {
-					return c.AcquireAll(ctx, []string{fmt.Sprintf("s%02d", i), fmt.Sprintf("t%02d", i)}, time.Minute)
+					return c.AcquireSet(ctx, []string{fmt.Sprintf("s%02d", i), fmt.Sprintf("t%02d", i)}, time.Minute)
 				},
-				func() (*Lock, error) { return c.AcquireSlot(ctx, fmt.Sprintf("sem%02d", i), 1, time.Minute) },
+				func() (*Lock, error) { return c.Semaphore(fmt.Sprintf("sem%02d", i), 1).Acquire(ctx, time.Minute) },
 			} {
 				go func() {
 					l, err := f()
@@ -195,7 +195,7 @@ func TestClient_AcquireSlot_localReleaseWakesWaiter(t *testing.T) {
 		p.ResetCounts()
 		got := make(chan acquired, 1)
 		go func() {
-			l, err := c.AcquireSlot(ctx, "sem", 2, time.Minute)
+			l, err := c.Semaphore("sem", 2).Acquire(ctx, time.Minute)
 			got <- acquired{l, err}
 		}()
 		waitFor(t, time.Minute, "the waiter's first attempt", func() bool { return p.Commands()[proxyComStmtExecute] >= 1 })
@@ -212,7 +212,7 @@ func TestClient_AcquireSlot_localReleaseWakesWaiter(t *testing.T) {
 	})
 }
 
-// A strategy that gives up ends a waiting AcquireAll with the set's
+// A strategy that gives up ends a waiting AcquireSet with the set's
 // refusal, a *HeldError naming the held names, and AcquireSlot with its
 // own, as their Try calls answer; ErrSlotCount ends AcquireSlot at once.
 func TestClient_waitingKinds_strategyGivesUp(t *testing.T) {
@@ -224,13 +224,13 @@ func TestClient_waitingKinds_strategyGivesUp(t *testing.T) {
 		ctx := testCtx(t)
 		mustAcquire(t, holder, "b", time.Minute)
 		mustSlot(t, holder, "sem", 1, time.Minute)
-		_, err := c.AcquireAll(ctx, []string{"a", "b"}, time.Minute)
+		_, err := c.AcquireSet(ctx, []string{"a", "b"}, time.Minute)
 		wantHeld(t, err, "b")
-		_, err = c.AcquireSlot(ctx, "sem", 1, time.Minute)
+		_, err = c.Semaphore("sem", 1).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
 			t.Errorf("AcquireSlot: got %v, want ErrNotAcquired alone", err)
 		}
-		_, err = c.AcquireSlot(ctx, "sem", 2, time.Minute)
+		_, err = c.Semaphore("sem", 2).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrSlotCount) {
 			t.Errorf("AcquireSlot with another n: got %v, want ErrSlotCount", err)
 		}

@@ -45,10 +45,11 @@ func NewElector(ctx context.Context, c *sqllock.Client, name string, opts ...Opt
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Elector{cancel: cancel, done: make(chan error, 1)}
 	cb := sqllock.Callbacks{
-		OnStartedLeading: func(ctx context.Context) {
+		OnStartedLeading: func(ctx context.Context, _ *sqllock.Lock) error {
 			e.set(true)
 			<-ctx.Done()
 			e.set(false) // before the lease is released
+			return nil
 		},
 	}
 	go func() {

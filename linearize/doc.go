@@ -27,7 +27,7 @@
 // unknown: an error left the outcome unknown; none: a write the server
 // rolled back); c and t, the call and return times in ns on a clock the
 // processes share; ttl, the lease length in ns; ka, the holder keeps its
-// lease with Lock.KeepAlive; set, the size of the set (TryAcquireAll) the
+// lease with Lock.KeepAlive; set, the size of the set (TryAcquireSet) the
 // operation took, refreshed or released for every name of it at once; w,
 // the register's count of writes a read found.
 //

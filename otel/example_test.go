@@ -44,7 +44,7 @@ func ExampleNewObserver_prometheus() {
 	http.Handle("/metrics", promhttp.Handler())
 	go func() { log.Fatal(http.ListenAndServe("localhost:9464", nil)) }()
 
-	err = locks.Do(context.Background(), "nightly-report", time.Minute, func(ctx context.Context) error {
+	err = locks.Do(context.Background(), "nightly-report", time.Minute, func(ctx context.Context, _ *sqllock.Lock) error {
 		return nil // the report
 	})
 	if err != nil {

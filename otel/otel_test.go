@@ -146,7 +146,7 @@ func TestObserver_scripted(t *testing.T) {
 		if !errors.Is(err, sqllock.ErrNotAcquired) {
 			t.Fatalf("TryAcquire of a held name: got %v, want ErrNotAcquired", err)
 		}
-		if err := s.c.Do(ctx, "c", time.Minute, func(context.Context) error { return nil }); err != nil {
+		if err := s.c.Do(ctx, "c", time.Minute, func(_ context.Context, _ *sqllock.Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		rm := s.collect(t)

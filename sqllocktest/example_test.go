@@ -50,7 +50,7 @@ func ExampleServer_Expire() {
 	result := make(chan error, 1)
 	go func() {
 		result <- locks.Do(context.Background(), "nightly-report", 300*time.Millisecond,
-			func(ctx context.Context) error {
+			func(ctx context.Context, _ *sqllock.Lock) error {
 				_, err := processBatches(ctx, started)
 				return err
 			})
@@ -85,10 +85,11 @@ func ExampleServer_Down() {
 	elected := make(chan error, 1)
 	go func() {
 		elected <- locks.Elect(ctx, "leader", 300*time.Millisecond, sqllock.Callbacks{
-			OnStartedLeading: func(lead context.Context) {
+			OnStartedLeading: func(lead context.Context, _ *sqllock.Lock) error {
 				events <- "leading"
 				<-lead.Done()
 				events <- fmt.Sprintf("lead ended, lease lost: %v", errors.Is(context.Cause(lead), sqllock.ErrLockLost))
+				return nil
 			},
 			OnStoppedLeading: func() { events <- "stepped down" },
 		})

@@ -141,7 +141,7 @@ func TestWithHandler_checkAndOwnWrites(t *testing.T) {
 
 	// sqllock's own statements the fake does not run stay refused, never
 	// handed to the Handler.
-	if _, err := locks.TryAcquireSlot(ctx, "exports", 2, time.Minute); err == nil || !strings.Contains(err.Error(), "not implemented") {
+	if _, err := locks.Semaphore("exports", 2).TryAcquire(ctx, time.Minute); err == nil || !strings.Contains(err.Error(), "not implemented") {
 		t.Errorf("a semaphore with a Handler set: got %v, want not implemented", err)
 	}
 	// A server down fails the test's own statements too.

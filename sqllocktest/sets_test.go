@@ -12,7 +12,7 @@ import (
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
-// A set (TryAcquireAll) on the fake: all or nothing, one fence for every
+// A set (TryAcquireSet) on the fake: all or nothing, one fence for every
 // name, refreshed, checked and released whole; a Check's transaction holds
 // the set's lease rows against a takeover, as InnoDB does.
 func TestServer_sets(t *testing.T) {
@@ -28,9 +28,9 @@ func TestServer_sets(t *testing.T) {
 	if err := single.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	la, err := a.TryAcquireAll(ctx, []string{"y", "x"}, time.Minute)
+	la, err := a.TryAcquireSet(ctx, []string{"y", "x"}, time.Minute)
 	if err != nil {
-		t.Fatalf("TryAcquireAll: %v", err)
+		t.Fatalf("TryAcquireSet: %v", err)
 	}
 	f := la.Fences()
 	if !slices.Equal(la.Names(), []string{"x", "y"}) || f[0] != f[1] || la.Fence() != f[0] || f[1] <= single.Fence() {
@@ -38,7 +38,7 @@ func TestServer_sets(t *testing.T) {
 	}
 
 	// Refused whole: z stays free, and the error names y.
-	_, err = b.TryAcquireAll(ctx, []string{"z", "y"}, time.Minute)
+	_, err = b.TryAcquireSet(ctx, []string{"z", "y"}, time.Minute)
 	var held *sqllock.HeldError
 	if !errors.As(err, &held) || !slices.Equal(held.Names, []string{"y"}) || !errors.Is(err, sqllock.ErrNotAcquired) {
 		t.Fatalf("overlapping set: got %v, want a HeldError naming y", err)
@@ -69,7 +69,7 @@ func TestServer_sets(t *testing.T) {
 	var lb *sqllock.Lock
 	go func() {
 		var err error
-		lb, err = b.TryAcquireAll(ctx, []string{"x", "w"}, time.Minute)
+		lb, err = b.TryAcquireSet(ctx, []string{"x", "w"}, time.Minute)
 		done <- err
 	}()
 	select {
@@ -100,9 +100,9 @@ func TestServer_sets(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprintf("n%02d", i)
 	}
-	lm, err := a.TryAcquireAll(ctx, many, time.Minute)
+	lm, err := a.TryAcquireSet(ctx, many, time.Minute)
 	if err != nil {
-		t.Fatalf("TryAcquireAll of %d names: %v", len(many), err)
+		t.Fatalf("TryAcquireSet of %d names: %v", len(many), err)
 	}
 	if list, err := b.List(ctx); err != nil || len(list) != len(many)+3 {
 		t.Fatalf("List: got %d leases, %v, want %d", len(list), err, len(many)+3)
@@ -137,9 +137,9 @@ func TestServer_setFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := c.TryAcquireAll(ctx, []string{"p", "q"}, time.Minute)
+	l, err := c.TryAcquireSet(ctx, []string{"p", "q"}, time.Minute)
 	if err != nil {
-		t.Fatalf("TryAcquireAll under faults: %v", err)
+		t.Fatalf("TryAcquireSet under faults: %v", err)
 	}
 	if err := l.Refresh(ctx, time.Minute); err != nil {
 		t.Fatalf("Refresh under a fault: %v", err)
@@ -153,7 +153,11 @@ func TestServer_setFaults(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if err := other.DoAll(ctx, []string{"p", "q"}, time.Minute, func(context.Context) error { return nil }); err != nil {
-		t.Fatalf("DoAll after the release: %v", err)
+	l, err = other.AcquireSet(ctx, []string{"p", "q"}, time.Minute)
+	if err != nil {
+		t.Fatalf("AcquireSet after the release: %v", err)
+	}
+	if err := l.Do(ctx, func(context.Context, *sqllock.Lock) error { return nil }); err != nil {
+		t.Fatalf("Do after the release: %v", err)
 	}
 }

@@ -52,7 +52,7 @@ type histOp struct {
 	// renewals are not in the history.
 	KeepAlive bool `json:"ka,omitempty"`
 	// Set is the number of names of the set the operation took, refreshed
-	// or released at once (TryAcquireAll), recorded once for each name.
+	// or released at once (TryAcquireSet), recorded once for each name.
 	Set int `json:"set,omitempty"`
 	// Writes is what a read found: the register's count of writes (its
 	// fence is Fence).

@@ -107,7 +107,7 @@ type config struct {
 	// refreshing it once.
 	keepAlive   bool
 	cutChannels time.Duration // kill the wake-up channels' connections this often
-	set         int           // take this many names at once with TryAcquireAll (sets.go)
+	set         int           // take this many names at once with TryAcquireSet (sets.go)
 	// Hidden: set by the parent for its children.
 	child     int
 	stopAt    int64 // unix ms
@@ -187,7 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.killCmd, "kill-cmd", "", "failover run: run this shell command, -kill-after into the run")
 	fs.DurationVar(&cfg.killAfter, "kill-after", 0, "when a failover run kills the node (default a third of -duration)")
 	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
-	fs.IntVar(&cfg.set, "set", 0, "take this many of the names at once, all or nothing, with TryAcquireAll (0: one name at a time)")
+	fs.IntVar(&cfg.set, "set", 0, "take this many of the names at once, all or nothing, with TryAcquireSet (0: one name at a time)")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
 	fs.IntVar(&cfg.slots, "slots", 0, "semaphore mode: -names counting semaphores of `N` slots, taken with TryAcquireSlot by -procs Clients in this process (slots.go)")
 	fs.StringVar(&cfg.fault, "fault", "", "inject a fault: "+strings.Join(faultNames, ", ")+" (see -fault-after, -fault-for, -faulty, -restart-cmd)")

@@ -11,7 +11,7 @@ import (
 )
 
 // The -set mode: each goroutine takes -set names at once, chosen at random
-// among the -names, with TryAcquireAll, and runs one critical section over
+// among the -names, with TryAcquireSet, and runs one critical section over
 // all of them. Each name of the set is reported as a section of its own,
 // with its own fence, clock reads and fenced writes, so the checker holds
 // every name of every set to what it holds a single name to: never two
@@ -33,7 +33,7 @@ func (w *worker) contendSet(ctx context.Context, g int) {
 		w.count(func(r *childReport) { r.Attempts++ })
 		actx, cancel := context.WithTimeout(ctx, opTimeout)
 		call := stamp()
-		l, err := n.c.TryAcquireAll(actx, set, ttl)
+		l, err := n.c.TryAcquireSet(actx, set, ttl)
 		cancel()
 		ret := stamp()
 		for i, name := range set {
@@ -50,7 +50,7 @@ func (w *worker) contendSet(ctx context.Context, g int) {
 			time.Sleep(rand.N(ttl/20 + time.Millisecond))
 			continue
 		case err != nil:
-			w.fail("acquire", err, "p%d/g%d: TryAcquireAll(%q): %v", w.cfg.child, g, set, err)
+			w.fail("acquire", err, "p%d/g%d: TryAcquireSet(%q): %v", w.cfg.child, g, set, err)
 			if movesOn(err) {
 				cur = (cur + 1) % len(w.nodes)
 			}

@@ -165,7 +165,7 @@ func slotWorker(ctx context.Context, cfg config, c *sqllock.Client, p, g int, st
 	for time.Now().Before(stop) && ctx.Err() == nil {
 		name := fmt.Sprintf("sem%d", mrand.IntN(cfg.names))
 		called, call := time.Now(), stamp()
-		l, err := c.TryAcquireSlot(ctx, name, cfg.slots, cfg.ttl)
+		l, err := c.Semaphore(name, cfg.slots).TryAcquire(ctx, cfg.ttl)
 		acq := histOp{Kind: "acquire", Name: name, Proc: p, Goroutine: g, Result: opResult(err, "refused"), Call: call, Return: stamp(),
 			TTL: int64(cfg.ttl), Slots: cfg.slots}
 		if err == nil {

@@ -645,7 +645,7 @@ func TestOperatorCommands(t *testing.T) {
 			t.Errorf("release of a free name: got %d, %q, want 0 and no lease", r.status, r.stdout)
 		}
 
-		if _, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil {
+		if _, err := c.Once(ctx, "seed", func(context.Context, *sqllock.Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		var reset struct {
@@ -655,7 +655,7 @@ func TestOperatorCommands(t *testing.T) {
 		if !reset.Reset {
 			t.Errorf("once-reset --json: got %+v, want reset", reset)
 		}
-		if ran, err := c.Once(ctx, "seed", func(context.Context) error { return nil }); err != nil || !ran {
+		if ran, err := c.Once(ctx, "seed", func(context.Context, *sqllock.Lock) error { return nil }); err != nil || !ran {
 			t.Errorf("Once after once-reset: got %v, %v, want it to run", ran, err)
 		}
 		if r := e.run("once-reset", "never"); r.status != 0 || !strings.Contains(r.stdout, "no completion record") {
@@ -812,7 +812,7 @@ func TestRun_quietHeld(t *testing.T) {
 				t.Errorf("%s, held: got status %d, stderr %q; want %d and nothing", flag, r.status, r.stderr, exitConflict)
 			}
 		}
-		if _, err := e.client().TryAcquireSlot(context.Background(), "exports", 1, time.Minute); err != nil {
+		if _, err := e.client().Semaphore("exports", 1).TryAcquire(context.Background(), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		r := e.run("run", "-q", "-n", "1", "exports", "--", "true")

@@ -15,7 +15,7 @@ import (
 )
 
 // sqllock metrics serves the lock table as Prometheus metrics: at each
-// scrape it reads every live lease (one List, and one InspectSlots per
+// scrape it reads every live lease (one List, and one Semaphore.Inspect per
 // semaphore held) and writes them in the text format. A lease is seen
 // whoever holds it, a process that exports nothing included, so an alert
 // on a lease held too long fires for any holder.
@@ -129,12 +129,19 @@ func writeTable(ctx context.Context, w io.Writer, c *sqllock.Client, table strin
 		if err != nil {
 			break
 		}
-		var s sqllock.SlotsInfo
-		if s, err = c.InspectSlots(ctx, name); err == nil {
+		var slots []sqllock.Info
+		if slots, err = c.Semaphore(name, sqllock.MaxSlots).Inspect(ctx); err == nil {
 			lbl := join(tbl, promLabels("name", name))
-			add("sqllock_table_semaphore_slots", lbl, float64(s.N))
-			add("sqllock_table_semaphore_slots_held", lbl, float64(len(s.Held)))
-			add("sqllock_table_semaphore_fence", lbl, float64(s.Fence))
+			held, fence := 0, uint64(0)
+			for _, s := range slots {
+				if s.Held {
+					held++
+				}
+				fence = s.Fence
+			}
+			add("sqllock_table_semaphore_slots", lbl, float64(len(slots)))
+			add("sqllock_table_semaphore_slots_held", lbl, float64(held))
+			add("sqllock_table_semaphore_fence", lbl, float64(fence))
 		}
 	}
 	if err != nil {

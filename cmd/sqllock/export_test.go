@@ -73,7 +73,7 @@ func TestMetricsCmd_table(t *testing.T) {
 		if _, err := c.TryAcquire(ctx, odd, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.TryAcquireSlot(ctx, "exports", 3, time.Minute); err != nil {
+		if _, err := c.Semaphore("exports", 3).TryAcquire(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		// As if held for an hour, by a process that exports nothing.

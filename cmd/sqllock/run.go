@@ -252,13 +252,17 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 		retry.deadline = c.start.Add(c.wait)
 		verbose("waiting up to %v for %s", c.wait, c.name)
 	}
+	work := func(ctx context.Context, _ *sqllock.Lock) error { return fn(ctx) }
 	switch {
 	case c.slots > 0:
 		err = c.doSlot(ctx, client, fn, opts)
 	case c.wait > 0:
-		err = client.Do(ctx, c.name, c.ttl, fn, opts...)
+		err = client.Do(ctx, c.name, c.ttl, work, opts...)
 	default:
-		err = client.TryDo(ctx, c.name, c.ttl, fn, opts...)
+		var l *sqllock.Lock
+		if l, err = client.TryAcquire(ctx, c.name, c.ttl); err == nil {
+			err = l.Do(ctx, work, opts...)
+		}
 	}
 	bound.Stop()
 	expired := s.waitOver()

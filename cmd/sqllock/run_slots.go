@@ -6,30 +6,34 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sqllock/sqllock"
 )
 
 // run -n N: at most N copies of COMMAND run at once across hosts, each
-// under one slot of the counting semaphore NAME (sqllock.Client.TryDoSlot).
+// under one slot of the counting semaphore NAME (sqllock.Semaphore).
 
 func (c *runConfig) registerSlots(fs *flag.FlagSet) {
 	fs.IntVar(&c.slots, "n", 0, fmt.Sprintf("run at most `N` copies at once across hosts, each holding one of NAME's N slots (1..%d); NAME is then a semaphore, not a lock", sqllock.MaxSlots))
 }
 
-// doSlot runs fn under a slot of the semaphore, as Do or TryDo run it under
-// the lease, and keeps the slot's Lock for leaseInfo.
+// doSlot runs fn under a slot of the semaphore, as run does under a lease,
+// and keeps the slot's Lock for leaseInfo.
 func (c *runConfig) doSlot(ctx context.Context, client *sqllock.Client, fn func(context.Context) error, opts []sqllock.DoOption) error {
 	run := func(ctx context.Context, l *sqllock.Lock) error {
 		c.slot = l
 		return fn(ctx)
 	}
-	var err error
+	sem := client.Semaphore(c.name, c.slots)
+	acquire := sem.TryAcquire
 	if c.wait > 0 {
-		err = client.DoSlot(ctx, c.name, c.slots, c.ttl, run, opts...)
-	} else {
-		err = client.TryDoSlot(ctx, c.name, c.slots, c.ttl, run, opts...)
+		acquire = sem.Acquire
+	}
+	l, err := acquire(ctx, c.ttl)
+	if err == nil {
+		err = l.Do(ctx, run, opts...)
 	}
 	if errors.Is(err, sqllock.ErrSlotCount) {
 		// Another -n for NAME while a copy runs: a mistake to report as
@@ -45,12 +49,12 @@ func (c *runConfig) leaseInfo(ctx context.Context, client *sqllock.Client) (sqll
 	if c.slot == nil {
 		return client.Inspect(ctx, c.name)
 	}
-	info, err := client.InspectSlots(ctx, c.name)
+	infos, err := client.Semaphore(c.name, c.slots).Inspect(ctx)
 	if err != nil {
 		return sqllock.Info{}, err
 	}
-	for _, h := range info.Held {
-		if h.Slot == c.slot.Slot() {
+	for _, h := range infos {
+		if h.Held && h.Slot == c.slot.Slot() {
 			h.Fence = c.slot.Fence()
 			return h, nil
 		}
@@ -69,15 +73,16 @@ func (c *runConfig) slotEnv() []string {
 // slotsHeld describes, for the message, the holders that kept every slot.
 func (c *runConfig) slotsHeld(ctx context.Context, client *sqllock.Client, waited time.Duration) string {
 	msg := fmt.Sprintf("all %d slots of %s are held", c.slots, c.name)
-	if info, err := client.InspectSlots(ctx, c.name); err == nil && len(info.Held) > 0 {
-		msg += " ("
-		for i, h := range info.Held {
-			if i > 0 {
-				msg += ", "
+	if infos, err := client.Semaphore(c.name, c.slots).Inspect(ctx); err == nil {
+		var held []string
+		for _, h := range infos {
+			if h.Held {
+				held = append(held, fmt.Sprintf("%d by %s", h.Slot, h.Holder))
 			}
-			msg += fmt.Sprintf("%d by %s", h.Slot, h.Holder)
 		}
-		msg += ")"
+		if len(held) > 0 {
+			msg += " (" + strings.Join(held, ", ") + ")"
+		}
 	}
 	if c.wait > 0 {
 		msg += fmt.Sprintf(" after waiting %v", waited.Round(time.Millisecond))

@@ -24,7 +24,14 @@ type Report struct {
 // error). An error wrapping sqllock.ErrLockLost means the lease was lost
 // midway and the report stopped.
 func (r *Report) Run(ctx context.Context) (ran bool, err error) {
-	err = r.Locks.TryDo(ctx, "nightly-report", r.TTL, func(ctx context.Context) error {
+	l, err := r.Locks.TryAcquire(ctx, "nightly-report", r.TTL)
+	if errors.Is(err, sqllock.ErrNotAcquired) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return true, l.Do(ctx, func(ctx context.Context, _ *sqllock.Lock) error {
 		for {
 			more, err := r.Batch(ctx)
 			if err != nil || !more {
@@ -32,8 +39,4 @@ func (r *Report) Run(ctx context.Context) (ran bool, err error) {
 			}
 		}
 	})
-	if errors.Is(err, sqllock.ErrNotAcquired) {
-		return false, nil
-	}
-	return true, err
 }

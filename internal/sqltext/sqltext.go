@@ -149,10 +149,10 @@ func (f Forms) Set(name string, lits ...string) string {
 	return f.Substitute(Bind(q, lits...))
 }
 
-// AcquireAll returns the acquire of the set whose names are the literals
+// AcquireSet returns the acquire of the set whose names are the literals
 // names, under the literal token for us microseconds (a number's text), by
 // the literal holder.
-func (f Forms) AcquireAll(names []string, token, holder, us string) string {
+func (f Forms) AcquireSet(names []string, token, holder, us string) string {
 	var rows []string
 	if f.OneRow {
 		for _, n := range names {

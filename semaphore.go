@@ -12,10 +12,9 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// Counting semaphores: TryAcquireSlot and AcquireSlot take one of a name's
-// n slots, each an ordinary lease row under a name derived from the
-// semaphore's (queries.sql, slot_acquire), so the Lock they return renews,
-// releases and checks as any Lock does. Read from TryAcquireSlot down.
+// Counting semaphores: a Semaphore's TryAcquire and Acquire take one of a
+// name's n slots, each an ordinary lease row under a name derived from the
+// semaphore's (queries.sql, slot_acquire). Read from Semaphore down.
 
 const (
 	// MaxSlots is the most slots a semaphore may have. The statement that
@@ -104,76 +103,69 @@ func checkSlotArgs(name string, n int, ttl time.Duration) error {
 	return checkTTL(ttl)
 }
 
-// TryAcquireSlot makes one attempt to take one of the n slots of the
-// counting semaphore name for ttl, measured by the server's clock: at most n
-// holders hold a slot of name at once. It takes the first slot that is free
-// (never taken, released, or expired, whoever held it) and returns an error
-// wrapping [ErrNotAcquired] when all n are held. A holder that dies frees its
-// slot when its lease lapses. Fences grow across all the slots of a name,
-// in the order acquisitions commit. The attempt is one statement (two or
-// three when the number of slots changes, see below), sent again with the
-// same token when the server rolls it back, as [Client.TryAcquire]'s is;
-// each call draws a fresh owner token.
+// A Semaphore is a counting semaphore of n slots on a name: at most n
+// holders hold one of its slots at once. Each slot is an ordinary lease row
+// under a name derived from the semaphore's, so the Lock a slot's acquire
+// returns renews, releases, checks and runs work ([Lock.Do]) as any Lock
+// does; [Lock.Slot] says which slot it holds. Fences grow across all the
+// slots of a name, in the order acquisitions commit. A Semaphore is a value
+// of the Client's, made by [Client.Semaphore]; it holds nothing itself.
 //
-// The returned Lock is a lease on one slot: [Lock.Refresh], [Lock.Release],
-// [Lock.KeepAlive] and [Lock.Check] work as on any Lock. [Lock.Name] returns
-// name and [Lock.Slot] the slot's number, 1 to n.
-//
-// A semaphore records its n. A call with another n is taken as a resize
-// when no slot is held, and otherwise refused with an error wrapping
-// [ErrSlotCount] (and ErrNotAcquired) that names both numbers. Semaphore
-// names share no rows with lock names: a lock and a semaphore may have the
-// same name. Bad arguments (an empty name, one longer than
-// [MaxSemaphoreNameLen], n outside 1 to [MaxSlots], a ttl outside
-// [MinTTL] to [MaxTTL]) are refused before anything is sent.
-//
-// When the outcome stays unknown, the slot the attempt may have taken is
-// deleted as an acquire's lease is (see [Client.TryAcquire]): at once, or
-// before this Client's next acquire of a slot of name, or at Close.
-//
-// Semaphores need a server on which LAST_INSERT_ID() carries a value from
-// one row of a statement to the next: MySQL and MariaDB. On TiDB, and
-// through Vitess, the call fails, after the Client's first-use check and
+// A semaphore records its n on the server. An acquire with another n is a
+// resize when no slot is held, and is otherwise refused with an error
+// wrapping [ErrSlotCount] (and [ErrNotAcquired]) that names both numbers.
+// Semaphore names share no rows with lock names. Semaphores need
+// LAST_INSERT_ID() to carry a value from one row of a statement to the next,
+// as MySQL and MariaDB do; on TiDB and through Vitess an acquire fails,
 // before any slot is written, with an error naming the server.
-func (c *Client) TryAcquireSlot(ctx context.Context, name string, n int, ttl time.Duration) (*Lock, error) {
-	s, err := c.newSlotCall(name, n, ttl)
+// docs/usage.md has the details.
+type Semaphore struct {
+	c    *Client
+	name string
+	n    int
+}
+
+// Semaphore returns the counting semaphore of n slots on name. Bad
+// arguments (an empty name or one too long for the slots' row names, n
+// outside 1 to [MaxSlots]) are reported by its methods, before anything is
+// sent.
+func (c *Client) Semaphore(name string, n int) *Semaphore {
+	return &Semaphore{c: c, name: name, n: n}
+}
+
+// TryAcquire makes one attempt to take a slot for ttl, measured by the
+// server's clock, as [Client.TryAcquire] does for a name: it takes the first
+// slot that is free (never taken, released, or expired) and returns an error
+// wrapping [ErrNotAcquired] when all n are held. The attempt is one
+// statement (two or three when the number of slots changes).
+func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	call, err := s.c.newSlotCall(s.name, s.n, ttl)
 	if err != nil {
 		return nil, err
 	}
-	start := c.obsNow(c.obs.AcquireDone != nil)
-	l, err := s.attempt(ctx)
-	s.done(ctx, start, l, err)
+	start := s.c.obsNow(s.c.obs.AcquireDone != nil)
+	l, err := call.attempt(ctx)
+	call.done(ctx, start, l, err)
 	return l, err
 }
 
-// AcquireSlot takes one of the n slots of name like [Client.TryAcquireSlot],
-// waiting between attempts while all n are held, as the Client's
-// [RetryStrategy] says, until it succeeds, the strategy gives up, or ctx
-// ends. It waits as [Client.Acquire] does, with the semaphore in place of a
-// name: calls of one Client for the same semaphore queue up behind one
-// poller, and a [Lock.Release] of any of its slots in the Client makes the
-// first in line try at once. With [WithWakeups], processes waiting for a
-// semaphore queue on its channel, in the order they came; for a semaphore of
-// one slot, the release wakes the process that has waited longest, and for
-// more, the first in line polls while the others wait behind it. When ctx
-// ends first, the error satisfies both errors.Is(err, ErrNotAcquired) and
-// errors.Is(err, ctx.Err()). An error that may pass (a failover's read-only
-// server, a restart) counts as a refused attempt, as in [Client.Acquire],
-// and the error that ends the call wraps the last such error. Other errors
-// (a refused n, a missing table, a refused login) end the call at once.
-func (c *Client) AcquireSlot(ctx context.Context, name string, n int, ttl time.Duration) (*Lock, error) {
-	s, err := c.newSlotCall(name, n, ttl)
+// Acquire takes a slot like [Semaphore.TryAcquire], waiting while all n are
+// held, as [Client.Acquire] waits for a name: until it succeeds, the
+// Client's [RetryStrategy] gives up, or ctx ends.
+func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
+	c := s.c
+	call, err := c.newSlotCall(s.name, s.n, ttl)
 	if err != nil {
 		return nil, err
 	}
 	start := c.obsNow(c.obs.AcquireDone != nil)
 	var l *Lock
 	if _, ok := c.retry.Backoff(1); !ok {
-		l, err = s.attempt(ctx)
+		l, err = call.attempt(ctx)
 	} else {
-		l, err = c.acquireQueued(ctx, s)
+		l, err = c.acquireQueued(ctx, call)
 	}
-	s.done(ctx, start, l, err)
+	call.done(ctx, start, l, err)
 	return l, err
 }
 
@@ -372,8 +364,7 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 }
 
 // Slot returns the number of the semaphore slot the lease is on, 1 to n,
-// for a Lock taken by [Client.TryAcquireSlot] or [Client.AcquireSlot]; 0
-// for a lock's lease.
+// for a Lock taken by a [Semaphore]; 0 otherwise.
 func (l *Lock) Slot() int {
 	_, slot := splitSlotName(l.name)
 	return slot

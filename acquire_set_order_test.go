@@ -21,9 +21,9 @@ func TestLock_set_refusedAtALiveLeaseBeforeALockedRow(t *testing.T) {
 		tx := checkedTx(t, a, l)
 		short, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_, err := b.TryAcquireAll(short, []string{"r2", "r1", "r0"}, time.Minute)
+		_, err := b.TryAcquireSet(short, []string{"r2", "r1", "r0"}, time.Minute)
 		if errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("TryAcquireAll: got %v: it waited for r2's row, locked by the Check, past r1, held", err)
+			t.Fatalf("TryAcquireSet: got %v: it waited for r2's row, locked by the Check, past r1, held", err)
 		}
 		wantHeld(t, err, "r1", "r2")
 		tx.Rollback()
@@ -54,7 +54,7 @@ func TestLock_Refresh_setLocksNoFenceRow(t *testing.T) {
 			retries.Add(1)
 		}}))
 		ctx := testCtx(t)
-		l := mustAcquireAll(t, a, time.Minute, "d1", "d2")
+		l := mustAcquireSet(t, a, time.Minute, "d1", "d2")
 
 		other := e.openDB(t)
 		tx, err := other.BeginTx(ctx, nil)

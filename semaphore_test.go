@@ -121,15 +121,15 @@ func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
 		{"jobs", 0, time.Second}, {"jobs", MaxSlots + 1, time.Second}, {"jobs", 2, 0}, {"jobs", 2, -time.Second},
 		{"jobs\x00slot", 2, time.Second},
 	} {
-		if _, err := e.c.TryAcquireSlot(t.Context(), tc.name, tc.n, tc.ttl); err == nil {
+		if _, err := e.c.Semaphore(tc.name, tc.n).TryAcquire(t.Context(), tc.ttl); err == nil {
 			t.Errorf("TryAcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
 		}
-		if _, err := e.c.AcquireSlot(t.Context(), tc.name, tc.n, tc.ttl); err == nil {
+		if _, err := e.c.Semaphore(tc.name, tc.n).Acquire(t.Context(), tc.ttl); err == nil {
 			t.Errorf("AcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
 		}
 	}
-	if _, err := e.c.InspectSlots(t.Context(), ""); err == nil {
-		t.Errorf("InspectSlots(\"\"): got nil, want an error")
+	if _, err := e.c.Semaphore("", 1).Inspect(t.Context()); err == nil {
+		t.Errorf("Inspect of \"\": got nil, want an error")
 	}
 	e.assertNothingPrepared()
 	e.done()
@@ -151,7 +151,7 @@ func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
 		e.tidb, e.vitess = tc.want == "TiDB", tc.want == "Vitess"
 		e.expectProof()
 		e.mock.ExpectPrepare(e.sql("tidb_release"))
-		_, err := e.c.TryAcquireSlot(t.Context(), "jobs", 2, time.Second)
+		_, err := e.c.Semaphore("jobs", 2).TryAcquire(t.Context(), time.Second)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "not available") {
 			t.Errorf("%s: got %v, want an error naming %s", tc.version, err, tc.want)
 		}
@@ -179,7 +179,7 @@ func slotServer(t *testing.T, e *testEnv) {
 // mustSlot takes a slot or fails the test.
 func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *Lock {
 	t.Helper()
-	l, err := c.TryAcquireSlot(testCtx(t), name, n, ttl)
+	l, err := c.Semaphore(name, n).TryAcquire(testCtx(t), ttl)
 	if err != nil {
 		t.Fatalf("TryAcquireSlot(%q, %d): got %v, want nil", name, n, err)
 	}
@@ -189,7 +189,7 @@ func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *L
 // n holders at most: the slots fill in order, each with a fence above the
 // last; the n+1st is refused; a released slot and an expired one are taken
 // again; the slot Locks renew, check and release as any Lock; List and
-// InspectSlots show them.
+// Inspect show them.
 func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
@@ -221,15 +221,15 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 			locks = append(locks, l)
 		}
 		other := e.client(t, e.db, table, WithHolder("other"))
-		if _, err := other.TryAcquireSlot(ctx, "jobs", 3, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
+		if _, err := other.Semaphore("jobs", 3).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
 			t.Fatalf("fourth: got %v, want ErrNotAcquired", err)
 		}
 		// A lock and a semaphore of one name are two things.
 		mustAcquire(t, other, "jobs", time.Minute).Release(ctx)
 
-		info, err := other.InspectSlots(ctx, "jobs")
-		if err != nil || info.N != 3 || info.Fence != last || len(info.Held) != 3 || info.Held[1].Slot != 2 || info.Held[1].Holder != "h2" {
-			t.Fatalf("InspectSlots: got %+v, %v", info, err)
+		info, err := other.Semaphore("jobs", 3).Inspect(ctx)
+		if err != nil || len(info) != 3 || len(heldSlots(info)) != 3 || info[1].Fence != last || info[1].Slot != 2 || info[1].Holder != "h2" {
+			t.Fatalf("Inspect: got %+v, %v", info, err)
 		}
 		list, err := other.List(ctx)
 		if err != nil || len(list) != 3 || list[2].Name != "jobs" || list[2].Slot != 3 {
@@ -278,12 +278,12 @@ func TestTryAcquireSlot_otherN(t *testing.T) {
 		ctx := testCtx(t)
 		l := mustSlot(t, c, "pool", 3, time.Minute)
 		for _, n := range []int{1, 2, 4, 64} {
-			_, err := c.TryAcquireSlot(ctx, "pool", n, time.Minute)
+			_, err := c.Semaphore("pool", n).TryAcquire(ctx, time.Minute)
 			if !errors.Is(err, ErrSlotCount) || !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "has 3 slots") {
 				t.Fatalf("n=%d while one of 3 is held: got %v, want ErrSlotCount", n, err)
 			}
 		}
-		if _, err := c.AcquireSlot(ctx, "pool", 2, time.Minute); !errors.Is(err, ErrSlotCount) {
+		if _, err := c.Semaphore("pool", 2).Acquire(ctx, time.Minute); !errors.Is(err, ErrSlotCount) {
 			t.Fatalf("AcquireSlot with n=2: got %v, want ErrSlotCount at once", err)
 		}
 		if err := l.Release(ctx); err != nil {
@@ -291,12 +291,12 @@ func TestTryAcquireSlot_otherN(t *testing.T) {
 		}
 		for _, n := range []int{5, 2, 1} {
 			l := mustSlot(t, c, "pool", n, time.Minute)
-			info, err := c.InspectSlots(ctx, "pool")
-			if err != nil || info.N != n || len(info.Held) != 1 {
+			info, err := c.Semaphore("pool", n).Inspect(ctx)
+			if err != nil || len(info) != n || len(heldSlots(info)) != 1 {
 				t.Fatalf("resized to %d: got %+v, %v", n, info, err)
 			}
 			if n == 1 {
-				if _, err := c.TryAcquireSlot(ctx, "pool", 1, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
+				if _, err := c.Semaphore("pool", 1).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
 					t.Fatalf("second of 1: got %v, want ErrNotAcquired", err)
 				}
 			}
@@ -346,9 +346,9 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 		if err := e.db.QueryRow("SELECT COUNT(*) FROM `"+table+"` WHERE kind = 'L' AND owner = ?", s.token).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("rows of the token after releaseOthers: got %d, %v, want 1", n, err)
 		}
-		info, err := c.InspectSlots(ctx, "r")
-		if err != nil || len(info.Held) != 1 || info.Held[0].Slot != 1 {
-			t.Fatalf("InspectSlots: got %+v, %v, want slot 1 held alone", info, err)
+		info, err := c.Semaphore("r", 3).Inspect(ctx)
+		if held := heldSlots(info); err != nil || len(held) != 1 || held[0].Slot != 1 {
+			t.Fatalf("Inspect: got %+v, %v, want slot 1 held alone", info, err)
 		}
 	})
 }
@@ -390,7 +390,7 @@ func raceSlots(t *testing.T, clients []*Client, n, rounds int) {
 		go func() {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
-				l, err := c.TryAcquireSlot(ctx, "race", n, time.Minute)
+				l, err := c.Semaphore("race", n).TryAcquire(ctx, time.Minute)
 				if errors.Is(err, ErrNotAcquired) && !errors.Is(err, ErrSlotCount) {
 					continue
 				}
@@ -459,11 +459,11 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 			}
 			return pass
 		})
-		_, err := le.c.TryAcquireSlot(testCtx(t), "lost", 1, time.Minute)
+		_, err := le.c.Semaphore("lost", 1).TryAcquire(testCtx(t), time.Minute)
 		if err == nil {
 			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
 		}
-		if _, err := le.witness.TryAcquireSlot(testCtx(t), "lost", 1, time.Minute); err != nil {
+		if _, err := le.witness.Semaphore("lost", 1).TryAcquire(testCtx(t), time.Minute); err != nil {
 			t.Fatalf("the witness: got %v, want the slot: the lost acquire's slot was deleted", err)
 		}
 		// Every send ran: the DELETE removed what one wrote, which proves
@@ -495,13 +495,13 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 				}
 				return pass
 			})
-			if _, err := le.c.TryAcquireSlot(ctx, "orph", 1, time.Minute); err == nil {
+			if _, err := le.c.Semaphore("orph", 1).TryAcquire(ctx, time.Minute); err == nil {
 				t.Fatal("got nil, want an error")
 			}
 			if got := le.c.orphans.Count(slotRows("orph")); got != 1 {
 				t.Fatalf("tokens remembered: got %d, want 1", got)
 			}
-			if _, err := le.witness.TryAcquireSlot(ctx, "orph", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+			if _, err := le.witness.Semaphore("orph", 1).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) {
 				t.Fatalf("witness while the orphan holds the slot: got %v, want ErrNotAcquired", err)
 			}
 			le.lc.setDecide(nil)
@@ -512,12 +512,12 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 				if err := le.c.Close(); err != nil {
 					t.Fatalf("Close: %v", err)
 				}
-				if _, err := le.witness.TryAcquireSlot(ctx, "orph", 1, time.Minute); err != nil {
+				if _, err := le.witness.Semaphore("orph", 1).TryAcquire(ctx, time.Minute); err != nil {
 					t.Fatalf("witness after Close: got %v, want the slot", err)
 				}
 				return
 			}
-			l, err := le.c.TryAcquireSlot(ctx, "orph", 1, time.Minute)
+			l, err := le.c.Semaphore("orph", 1).TryAcquire(ctx, time.Minute)
 			if err != nil || l.Slot() != 1 {
 				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
 			}
@@ -545,7 +545,7 @@ func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
 		defer cancel()
-		_, err := c.AcquireSlot(ctx, "wait", 1, time.Minute)
+		_, err := c.Semaphore("wait", 1).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("AcquireSlot until ctx ends: got %v, want ErrNotAcquired and DeadlineExceeded", err)
 		}
@@ -553,7 +553,7 @@ func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			_ = l.Release(context.Background())
 		}()
-		got, err := c.AcquireSlot(testCtx(t), "wait", 1, time.Minute)
+		got, err := c.Semaphore("wait", 1).Acquire(testCtx(t), time.Minute)
 		if err != nil || got.Slot() != 1 {
 			t.Fatalf("AcquireSlot after the release: got %v, %v", got, err)
 		}
@@ -569,7 +569,7 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 		}
 		skipFakeFor(t, e, "the fake is no one-row server")
 		c := e.newClient(t)
-		_, err := c.TryAcquireSlot(testCtx(t), "jobs", 2, time.Minute)
+		_, err := c.Semaphore("jobs", 2).TryAcquire(testCtx(t), time.Minute)
 		want := "Vitess"
 		if e.server.TiDB {
 			want = "TiDB"
@@ -587,9 +587,9 @@ func TestTryAcquireSlot_oneRowServers(t *testing.T) {
 	})
 }
 
-// DoSlot runs fn under a kept-alive slot and gives the slot back; TryDoSlot
-// refuses at once when all are held.
-func TestDoSlot(t *testing.T) {
+// Lock.Do runs fn under a kept-alive slot, with the slot's Lock, and gives
+// the slot back; TryAcquire refuses at once when all are held.
+func TestLock_Do_semaphoreSlot(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		c := e.newClient(t)
@@ -597,21 +597,21 @@ func TestDoSlot(t *testing.T) {
 		// Renewals every 500 ms, each with 375 ms to answer, 1.35 s before
 		// the keep-alive gives up: margins a loaded machine keeps.
 		const ttl = 1500 * time.Millisecond
-		err := c.DoSlot(ctx, "do", 1, ttl, func(ctx context.Context, l *Lock) error {
+		err := lockDo(c.Semaphore("do", 1).Acquire(ctx, ttl))(ctx, func(ctx context.Context, l *Lock) error {
 			if l.Slot() != 1 || l.Fence() == 0 {
 				t.Errorf("fn's Lock: got slot %d fence %d", l.Slot(), l.Fence())
 			}
-			if err := c.TryDoSlot(ctx, "do", 1, time.Second, func(context.Context, *Lock) error { return nil }); !errors.Is(err, ErrNotAcquired) {
-				t.Errorf("TryDoSlot while the one slot is held: got %v, want ErrNotAcquired", err)
+			if _, err := c.Semaphore("do", 1).TryAcquire(ctx, time.Second); !errors.Is(err, ErrNotAcquired) {
+				t.Errorf("TryAcquire while the one slot is held: got %v, want ErrNotAcquired", err)
 			}
 			time.Sleep(ttl + 300*time.Millisecond) // past the ttl: the keep-alive renews
 			return ctx.Err()
 		})
 		if err != nil {
-			t.Fatalf("DoSlot: got %v, want nil", err)
+			t.Fatalf("Do: got %v, want nil", err)
 		}
-		if info, err := c.InspectSlots(ctx, "do"); err != nil || len(info.Held) != 0 {
-			t.Fatalf("after DoSlot: got %+v, %v, want no slot held", info, err)
+		if info, err := c.Semaphore("do", 1).Inspect(ctx); err != nil || len(heldSlots(info)) != 0 {
+			t.Fatalf("after Do: got %+v, %v, want no slot held", info, err)
 		}
 	})
 }
@@ -635,7 +635,7 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 			}
 			return pass
 		})
-		l, err := le.c.TryAcquireSlot(ctx, "twice", 2, time.Minute)
+		l, err := le.c.Semaphore("twice", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 1 {
 			t.Fatalf("got %v, %v, want slot 1", l, err)
 		}
@@ -655,7 +655,7 @@ func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
 		}()...); err != nil {
 			t.Fatal(err)
 		}
-		l2, err := le.c.TryAcquireSlot(ctx, "twice", 1, time.Minute)
+		l2, err := le.c.Semaphore("twice", 1).TryAcquire(ctx, time.Minute)
 		if err != nil || l2.Slot() != 1 {
 			t.Fatalf("next acquire, as a semaphore of 1: got %v, %v, want slot 1: the late slot deleted first", l2, err)
 		}
@@ -726,8 +726,8 @@ func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 			}
 			rows.Close()
 		}
-		info, err := c.InspectSlots(ctx, "b")
-		if err != nil || info.N != 2 {
+		info, err := c.Semaphore("b", 2).Inspect(ctx)
+		if err != nil || len(info) != 2 {
 			t.Fatalf("after the resize: got %+v, %v, want 2 slots", info, err)
 		}
 	})
@@ -753,7 +753,7 @@ func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
 			}
 			return pass
 		})
-		l, err := le.c.TryAcquireSlot(ctx, "mv", 2, time.Minute)
+		l, err := le.c.Semaphore("mv", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 2 {
 			t.Fatalf("TryAcquireSlot, first send held: got %v, %v, want slot 2", l, err)
 		}
@@ -771,7 +771,7 @@ func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
 			t.Fatalf("Refresh of the Lock on slot %d after the late send: %v", l.Slot(), err)
 		}
 		third := e.client(t, e.openDB(t), le.table)
-		if got, err := third.TryAcquireSlot(ctx, "mv", 2, time.Minute); err == nil {
+		if got, err := third.Semaphore("mv", 2).TryAcquire(ctx, time.Minute); err == nil {
 			t.Fatalf("a third Client: got slot %d while the Lock reports slot %d, want ErrNotAcquired", got.Slot(), l.Slot())
 		}
 		if err := l.Release(ctx); err != nil {
@@ -803,7 +803,7 @@ func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
 			}
 			return pass
 		})
-		l, err := le.c.TryAcquireSlot(ctx, "one", 2, time.Minute)
+		l, err := le.c.Semaphore("one", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 1 || sends != 2 {
 			t.Fatalf("TryAcquireSlot: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
 		}
@@ -828,12 +828,12 @@ func TestTryAcquireSlot_observed(t *testing.T) {
 		le := newLateEnv(t, e, WithObserver(r.observer()))
 		ctx := testCtx(t)
 		l := mustSlot(t, le.c, "jobs", 1, time.Minute)
-		if _, err := le.c.TryAcquireSlot(ctx, "jobs", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		if _, err := le.c.Semaphore("jobs", 1).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("the second slot of one: got %v, want ErrNotAcquired", err)
 		}
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		if _, err := le.c.AcquireSlot(short, "jobs", 1, time.Minute); !errors.Is(err, ErrNotAcquired) {
+		if _, err := le.c.Semaphore("jobs", 1).Acquire(short, time.Minute); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("AcquireSlot while held: got %v, want ErrNotAcquired", err)
 		}
 		if err := l.Release(ctx); err != nil {
@@ -845,7 +845,7 @@ func TestTryAcquireSlot_observed(t *testing.T) {
 			}
 			return pass
 		})
-		if _, err := le.c.TryAcquireSlot(ctx, "lost", 1, time.Minute); err == nil {
+		if _, err := le.c.Semaphore("lost", 1).TryAcquire(ctx, time.Minute); err == nil {
 			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
 		}
 		r.mu.Lock()
@@ -884,9 +884,20 @@ func TestTryAcquireSlot_rowLockedByCheck_held(t *testing.T) {
 		checkedTx(t, a, l)
 		short, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
-		_, err := b.TryAcquireSlot(short, "sem", 1, time.Minute)
+		_, err := b.Semaphore("sem", 1).TryAcquire(short, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "stayed locked") {
 			t.Fatalf("TryAcquireSlot while the holder's Check locks the slot: got %v, want ErrNotAcquired saying the slot stayed locked", err)
 		}
 	})
+}
+
+// heldSlots returns the slots of info that are held.
+func heldSlots(info []Info) []Info {
+	var held []Info
+	for _, i := range info {
+		if i.Held {
+			held = append(held, i)
+		}
+	}
+	return held
 }

@@ -13,11 +13,11 @@ import (
 	"time"
 )
 
-func mustAcquireAll(t testing.TB, c *Client, ttl time.Duration, names ...string) *Lock {
+func mustAcquireSet(t testing.TB, c *Client, ttl time.Duration, names ...string) *Lock {
 	t.Helper()
-	l, err := c.TryAcquireAll(testCtx(t), names, ttl)
+	l, err := c.TryAcquireSet(testCtx(t), names, ttl)
 	if err != nil {
-		t.Fatalf("TryAcquireAll(%q): %v", names, err)
+		t.Fatalf("TryAcquireSet(%q): %v", names, err)
 	}
 	return l
 }
@@ -36,7 +36,7 @@ func wantHeld(t testing.TB, err error, want ...string) {
 }
 
 // skipSetsOnVitess skips a test of sets through Vitess, which refuses
-// them (TestClient_TryAcquireAll_refusedThroughVitess).
+// them (TestClient_TryAcquireSet_refusedThroughVitess).
 func skipSetsOnVitess(t *testing.T, e *testEnv) {
 	t.Helper()
 	if e.server.Vitess {
@@ -46,13 +46,13 @@ func skipSetsOnVitess(t *testing.T, e *testEnv) {
 
 // Through Vitess a set is refused, after the first use has found Vitess,
 // with an error that says why, and nothing is written.
-func TestClient_TryAcquireAll_refusedThroughVitess(t *testing.T) {
+func TestClient_TryAcquireSet_refusedThroughVitess(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		if !e.server.Vitess {
 			t.Skip("not Vitess")
 		}
 		a, b := e.twoClients(t)
-		_, err := a.TryAcquireAll(testCtx(t), []string{"vt1", "vt2"}, time.Minute)
+		_, err := a.TryAcquireSet(testCtx(t), []string{"vt1", "vt2"}, time.Minute)
 		wantErrIs(t, err, errors.ErrUnsupported)
 		wantErrIs(t, err, ErrUnsupportedServer) // as every refusal of a server
 		assertErrContains(t, err, "refused through Vitess", "shards")
@@ -61,7 +61,7 @@ func TestClient_TryAcquireAll_refusedThroughVitess(t *testing.T) {
 	})
 }
 
-func TestClient_TryAcquireAll(t *testing.T) {
+func TestClient_TryAcquireSet(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
@@ -71,7 +71,7 @@ func TestClient_TryAcquireAll(t *testing.T) {
 		if err := before.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		la := mustAcquireAll(t, a, 10*time.Second, "z", "x", "y")
+		la := mustAcquireSet(t, a, 10*time.Second, "z", "x", "y")
 		if got, want := la.Names(), []string{"x", "y", "z"}; !slices.Equal(got, want) {
 			t.Fatalf("Names: got %q, want %q", got, want)
 		}
@@ -90,12 +90,12 @@ func TestClient_TryAcquireAll(t *testing.T) {
 		}
 
 		// A set that shares one name with a's is refused whole: w stays free.
-		_, err := b.TryAcquireAll(ctx, []string{"w", "y"}, 10*time.Second)
+		_, err := b.TryAcquireSet(ctx, []string{"w", "y"}, 10*time.Second)
 		wantHeld(t, err, "y")
 		if info := inspect(t, b, "w"); info.Held {
 			t.Fatalf("Inspect(w) after a refused set: got %+v, want it free", info)
 		}
-		_, err = b.TryAcquireAll(ctx, []string{"x", "z"}, 10*time.Second)
+		_, err = b.TryAcquireSet(ctx, []string{"x", "z"}, 10*time.Second)
 		wantHeld(t, err, "x", "z")
 		_, err = b.TryAcquire(ctx, "x", 10*time.Second)
 		wantErrIs(t, err, ErrNotAcquired)
@@ -103,7 +103,7 @@ func TestClient_TryAcquireAll(t *testing.T) {
 		if err := la.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		lb := mustAcquireAll(t, b, 10*time.Second, "w", "y")
+		lb := mustAcquireSet(t, b, 10*time.Second, "w", "y")
 		if lb.Fences()[1] <= fences[1] {
 			t.Fatalf("fence of y after a's release: got %d, want more than %d", lb.Fences()[1], fences[1])
 		}
@@ -117,7 +117,7 @@ func TestClient_TryAcquireAll(t *testing.T) {
 }
 
 // Bad input is refused, and named, before anything is sent.
-func TestClient_TryAcquireAll_badInput_noSQL(t *testing.T) {
+func TestClient_TryAcquireSet_badInput_noSQL(t *testing.T) {
 	many := make([]string, MaxNames+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("n%d", i)
@@ -136,17 +136,17 @@ func TestClient_TryAcquireAll_badInput_noSQL(t *testing.T) {
 		{"duplicate", []string{"a", "b", "a"}, time.Second, `lock name "a" given twice`},
 		{"bad ttl", []string{"a"}, 0, "below the minimum"},
 	}
-	nop := func(context.Context) error { return nil }
+	nop := func(context.Context, *Lock) error { return nil }
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
 			ctx := context.Background()
-			_, err := e.c.TryAcquireAll(ctx, tt.names, tt.ttl)
+			_, err := e.c.TryAcquireSet(ctx, tt.names, tt.ttl)
 			assertErrContains(t, err, tt.want)
-			_, err = e.c.AcquireAll(ctx, tt.names, tt.ttl)
+			_, err = e.c.AcquireSet(ctx, tt.names, tt.ttl)
 			assertErrContains(t, err, tt.want)
-			assertErrContains(t, e.c.DoAll(ctx, tt.names, tt.ttl, nop), tt.want)
-			assertErrContains(t, e.c.TryDoAll(ctx, tt.names, tt.ttl, nop), tt.want)
+			assertErrContains(t, lockDo(e.c.AcquireSet(ctx, tt.names, tt.ttl))(ctx, nop), tt.want)
+			assertErrContains(t, lockDo(e.c.TryAcquireSet(ctx, tt.names, tt.ttl))(ctx, nop), tt.want)
 			if err := e.mock.ExpectationsWereMet(); err != nil {
 				t.Errorf("ExpectationsWereMet: got %v, want nil", err)
 			}
@@ -165,7 +165,7 @@ func TestLock_set_RefreshCheckRelease(t *testing.T) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
 		const first = 5 * time.Second
-		l := mustAcquireAll(t, a, first, "p", "q", "r")
+		l := mustAcquireSet(t, a, first, "p", "q", "r")
 		if err := l.Refresh(ctx, time.Minute); err != nil {
 			t.Fatalf("Refresh: %v", err)
 		}
@@ -206,7 +206,7 @@ func TestLock_set_RefreshCheckRelease(t *testing.T) {
 		wantErrIs(t, l.Refresh(ctx, 10*time.Second), ErrNotHeld)
 		wantErrIs(t, l.Release(ctx), ErrNotHeld)
 		// The release freed what was still the set's.
-		mustAcquireAll(t, b, time.Minute, "p", "r")
+		mustAcquireSet(t, b, time.Minute, "p", "r")
 	})
 }
 
@@ -221,7 +221,7 @@ func TestClient_DoAll(t *testing.T) {
 		// Renewals every 500 ms, each with 375 ms to answer, and 1.35 s
 		// before the keep-alive gives up: a loaded machine keeps it.
 		const ttl = 1500 * time.Millisecond
-		err := a.DoAll(ctx, []string{"d1", "d2"}, ttl, func(ctx context.Context) error {
+		err := lockDo(a.AcquireSet(ctx, []string{"d1", "d2"}, ttl))(ctx, func(ctx context.Context, _ *Lock) error {
 			ran = true
 			time.Sleep(ttl + 300*time.Millisecond) // renewed past its first ttl
 			if _, err := b.TryAcquire(ctx, "d2", time.Second); !errors.Is(err, ErrNotAcquired) {
@@ -242,8 +242,8 @@ func TestClient_DoAll(t *testing.T) {
 		}
 		wantErrIs(t, err, ErrLockLost)
 		// The set's other lease was released: both names are free.
-		mustAcquireAll(t, b, time.Minute, "d1", "d2")
-		wantErrIs(t, a.TryDoAll(ctx, []string{"d2", "d3"}, time.Second, func(context.Context) error { return nil }), ErrNotAcquired)
+		mustAcquireSet(t, b, time.Minute, "d1", "d2")
+		wantErrIs(t, lockDo(a.TryAcquireSet(ctx, []string{"d2", "d3"}, time.Second))(ctx, func(_ context.Context, _ *Lock) error { return nil }), ErrNotAcquired)
 	})
 }
 
@@ -251,7 +251,7 @@ func TestClient_DoAll(t *testing.T) {
 // another holds, no call deadlocks (every call returns, and none with an
 // error other than ErrNotAcquired), a refused call leaves nothing behind,
 // and each name's fences grow.
-func TestClient_TryAcquireAll_overlappingRace(t *testing.T) {
+func TestClient_TryAcquireSet_overlappingRace(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
@@ -293,7 +293,7 @@ func raceSets(t *testing.T, clients []*Client, perClient, rounds int, caughtUp f
 					set := slices.Clone(names)
 					rnd.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
 					set = set[:2+rnd.IntN(3)]
-					l, err := c.TryAcquireAll(ctx, set, 5*time.Second)
+					l, err := c.TryAcquireSet(ctx, set, 5*time.Second)
 					if errors.Is(err, ErrNotAcquired) {
 						continue
 					}
@@ -346,7 +346,7 @@ func raceSets(t *testing.T, clients []*Client, perClient, rounds int, caughtUp f
 
 // A set's acquire whose every reply is lost leaves none of its names
 // blocked: its cleanup deletes every lease it may have written.
-func TestClient_TryAcquireAll_unknownOutcome_namesFreed(t *testing.T) {
+func TestClient_TryAcquireSet_unknownOutcome_namesFreed(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		le := newLateEnv(t, e)
@@ -356,15 +356,15 @@ func TestClient_TryAcquireAll_unknownOutcome_namesFreed(t *testing.T) {
 			}
 			return pass
 		})
-		_, err := le.c.TryAcquireAll(testCtx(t), []string{"u1", "u2"}, time.Minute)
+		_, err := le.c.TryAcquireSet(testCtx(t), []string{"u1", "u2"}, time.Minute)
 		if err == nil {
-			t.Fatal("TryAcquireAll with every reply lost: got nil, want an error")
+			t.Fatal("TryAcquireSet with every reply lost: got nil, want an error")
 		}
 		le.lc.setDecide(nil)
 		if owner, _ := le.owner(t, "u1"); owner != "" {
 			t.Fatalf("u1 after the cleanup: owned by %q, want no lease", owner)
 		}
-		mustAcquireAll(t, le.witness, time.Minute, "u1", "u2")
+		mustAcquireSet(t, le.witness, time.Minute, "u1", "u2")
 	})
 }
 
@@ -384,9 +384,9 @@ func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 			}
 			return pass
 		})
-		l, err := le.c.TryAcquireAll(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		l, err := le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
 		if err != nil {
-			t.Fatalf("TryAcquireAll, first send held: %v", err)
+			t.Fatalf("TryAcquireSet, first send held: %v", err)
 		}
 		le.lc.setDecide(nil)
 		if err := l.Release(testCtx(t)); err != nil {
@@ -398,9 +398,9 @@ func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 		if owner, _ := le.owner(t, "v2"); owner == "" {
 			t.Fatal("the late send did not take the names: the test did not make the race")
 		}
-		l, err = le.c.TryAcquireAll(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		l, err = le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
 		if err != nil {
-			t.Fatalf("TryAcquireAll after the late send: got %v, want the names (their leases have no holder)", err)
+			t.Fatalf("TryAcquireSet after the late send: got %v, want the names (their leases have no holder)", err)
 		}
 		if err := l.Release(testCtx(t)); err != nil {
 			t.Fatal(err)
@@ -419,7 +419,7 @@ func isSetAcquire(query string) bool {
 	return strings.Contains(query, "INSERT") && strings.Contains(query, "18446744073709551615")
 }
 
-// AcquireAll waits until every name is free, and takes them together; when
+// AcquireSet waits until every name is free, and takes them together; when
 // its context ends first, its error says so and that nothing was taken.
 func TestClient_AcquireAll_waits(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
@@ -430,13 +430,13 @@ func TestClient_AcquireAll_waits(t *testing.T) {
 		second := mustAcquire(t, a, "w3", time.Minute)
 		// b's first set proves its statements first, within the caller's
 		// context; the short one below is for the wait alone.
-		if err := mustAcquireAll(t, b, time.Minute, "warm1", "warm2").Release(ctx); err != nil {
+		if err := mustAcquireSet(t, b, time.Minute, "warm1", "warm2").Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		defer cancel()
-		_, err := b.AcquireAll(short, []string{"w1", "w2", "w3"}, time.Minute)
+		_, err := b.AcquireSet(short, []string{"w1", "w2", "w3"}, time.Minute)
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.DeadlineExceeded)
 		if info := inspect(t, a, "w2"); info.Held {
@@ -445,7 +445,7 @@ func TestClient_AcquireAll_waits(t *testing.T) {
 
 		got := make(chan error, 1)
 		go func() {
-			l, err := b.AcquireAll(ctx, []string{"w3", "w2", "w1"}, time.Minute)
+			l, err := b.AcquireSet(ctx, []string{"w3", "w2", "w1"}, time.Minute)
 			if err == nil {
 				err = l.Release(ctx)
 			}
@@ -457,14 +457,14 @@ func TestClient_AcquireAll_waits(t *testing.T) {
 		}
 		select {
 		case err := <-got:
-			t.Fatalf("AcquireAll returned while w3 was still held: %v", err)
+			t.Fatalf("AcquireSet returned while w3 was still held: %v", err)
 		case <-time.After(300 * time.Millisecond):
 		}
 		if err := second.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := <-got; err != nil {
-			t.Fatalf("AcquireAll after both releases: %v", err)
+			t.Fatalf("AcquireSet after both releases: %v", err)
 		}
 	})
 }
@@ -482,7 +482,7 @@ func TestLock_set_acquireWaitsForCheck(t *testing.T) {
 		tx := checkedTx(t, a, l)
 		short, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
-		_, err := b.TryAcquireAll(short, []string{"c2", "c1"}, time.Minute)
+		_, err := b.TryAcquireSet(short, []string{"c2", "c1"}, time.Minute)
 		wantErrIs(t, err, ErrNotAcquired)
 		if e.server.MariaDB {
 			wantHeld(t, err, "c1")
@@ -494,7 +494,7 @@ func TestLock_set_acquireWaitsForCheck(t *testing.T) {
 	})
 }
 
-// A waiting AcquireAll or AcquireSlot whose context ends within an attempt
+// A waiting AcquireSet or AcquireSlot whose context ends within an attempt
 // (within the first use's proof, here: the context ends before it) says
 // that nothing was taken, as when it ends while the names are held.
 func TestClient_AcquireAll_ctxEndsWithinAttempt(t *testing.T) {
@@ -503,13 +503,13 @@ func TestClient_AcquireAll_ctxEndsWithinAttempt(t *testing.T) {
 		c := e.client(t, e.db, e.newTable(t))
 		ctx, cancel := context.WithCancel(testCtx(t))
 		cancel()
-		_, err := c.AcquireAll(ctx, []string{"c1", "c2"}, time.Minute)
+		_, err := c.AcquireSet(ctx, []string{"c1", "c2"}, time.Minute)
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.Canceled)
 		if e.server.TiDB || e.server.Vitess {
 			return // no semaphores there
 		}
-		_, err = c.AcquireSlot(ctx, "pool", 2, time.Minute)
+		_, err = c.Semaphore("pool", 2).Acquire(ctx, time.Minute)
 		wantErrIs(t, err, ErrNotAcquired)
 		wantErrIs(t, err, context.Canceled)
 	})

@@ -14,15 +14,15 @@ import (
 	"github.com/sqllock/sqllock/internal/settle"
 )
 
-// Sets: a Lock on several names, taken all or nothing by TryAcquireAll or
-// AcquireAll in one statement (queries.sql, all_acquire), and refreshed,
+// Sets: a Lock on several names, taken all or nothing by TryAcquireSet or
+// AcquireSet in one statement (queries.sql, all_acquire), and refreshed,
 // checked and released with one statement each. Each name of a set has an
 // ordinary lease row under the set's one token, so the orphan list, List,
 // Inspect and ForceRelease treat it as a lease of its own. Read from
-// TryAcquireAll down; the Lock's set statements are in lock_set.go.
+// TryAcquireSet down; the Lock's set statements are in lock_set.go.
 
-// MaxNames is the most names one [Client.TryAcquireAll] or
-// [Client.AcquireAll] takes. Its statement writes three rows per name, and
+// MaxNames is the most names one [Client.TryAcquireSet] or
+// [Client.AcquireSet] takes. Its statement writes three rows per name, and
 // every lease row of the set stays locked until it commits: a set of 64
 // names costs about as much as one acquire of one name on the server (see
 // docs/performance.md), and a longer list is refused before anything is
@@ -38,7 +38,7 @@ const MaxNames = 64
 // half a set taken.
 var errSetsThroughVitess = errorf("%w: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md)", ErrUnsupportedServer)
 
-// A HeldError is the error of [Client.TryAcquireAll] when a name of the set
+// A HeldError is the error of [Client.TryAcquireSet] when a name of the set
 // was held by another owner: nothing was taken. Names are those found held
 // by a read made right after the refusal, sorted; empty when every holder
 // had let go by then, or when that read failed or was cut short by the
@@ -86,7 +86,7 @@ func checkNames(names []string) ([]string, error) {
 	return sorted, nil
 }
 
-// TryAcquireAll makes one attempt to take the leases on every name of names
+// TryAcquireSet makes one attempt to take the leases on every name of names
 // for ttl, all or none, in one statement. It succeeds when every name is
 // free, expired or already this call's; when any is held by another owner's
 // live lease, it takes none, writes nothing, and returns a [*HeldError]
@@ -110,7 +110,7 @@ func checkNames(names []string) ([]string, error) {
 // row lock until it commits, so one waits for the other at the first name
 // they share. An outcome left unknown (a lost reply) is settled as
 // [Client.TryAcquire] settles it: every lease the call may hold is deleted.
-func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
+func (c *Client) TryAcquireSet(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Dur
 	return l, err
 }
 
-// AcquireAll takes every name of names like [Client.TryAcquireAll],
+// AcquireSet takes every name of names like [Client.TryAcquireSet],
 // waiting between attempts as the Client's [RetryStrategy] says, until it
 // succeeds, the strategy gives up, or ctx ends (then the error satisfies
 // both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err())). It
@@ -133,7 +133,7 @@ func (c *Client) TryAcquireAll(ctx context.Context, names []string, ttl time.Dur
 // and channel are its own: a [Client.Acquire] of one of its names does not
 // wait in them, so a set whose names are taken one by one, again and again,
 // by Acquire callers may wait long; give ctx a deadline.
-func (c *Client) AcquireAll(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
+func (c *Client) AcquireSet(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,76 @@
+package sqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Inspect reads the semaphore in one statement and returns one Info per
+// slot, 1 to the number of slots the server records for it (which may
+// differ from the Semaphore's n until an acquire resizes it), each with the
+// semaphore's name, its Slot, whether it is Held, its Holder and TTL, and
+// the semaphore's Fence (shared by its slots). A semaphore never taken
+// comes back empty, with no error.
+func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
+	c, name := s.c, s.name
+	if err := checkSlotArgs(name, 1, MinTTL); err != nil {
+		return nil, err
+	}
+	op := fmt.Sprintf("inspect the semaphore %q", name)
+	if _, err := c.slotsServer(ctx); err != nil {
+		return nil, c.serverError(op, err)
+	}
+	p := slotRows(name)
+	rows, err := c.db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, slotRowsEnd(name))
+	if err != nil {
+		return nil, c.serverError(op, err)
+	}
+	defer rows.Close()
+	var (
+		n     int
+		fence uint64
+		held  []Info
+	)
+	for rows.Next() {
+		var (
+			rowName, kind, text string
+			f                   uint64
+			live                bool
+			us                  sql.NullInt64
+		)
+		if err := rows.Scan(&rowName, &kind, &text, &f, &live, &us); err != nil {
+			return nil, c.serverError(op, err)
+		}
+		sem, slot := splitSlotName(rowName)
+		switch {
+		case kind == "F" && rowName == p:
+			n, _ = strconv.Atoi(text)
+			fence = f
+		case kind == "L" && sem == name && slot > 0 && live:
+			held = append(held, Info{Slot: slot, Holder: text, Held: true,
+				TTL: time.Duration(us.Int64) * time.Microsecond})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, c.serverError(op, err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	infos := make([]Info, n)
+	for i := range infos {
+		infos[i] = Info{Slot: i + 1}
+	}
+	for _, h := range held {
+		if h.Slot <= n {
+			infos[h.Slot-1] = h
+		}
+	}
+	for i := range infos {
+		infos[i].Name, infos[i].Fence = name, fence
+	}
+	return infos, nil
+}
