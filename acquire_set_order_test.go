@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // A set's acquire takes its lease rows one by one, in name order, and fails
@@ -49,7 +51,7 @@ func TestLock_Refresh_setLocksNoFenceRow(t *testing.T) {
 		}
 		var retries atomic.Int32
 		table := e.newTable(t)
-		a := e.client(t, e.db, table, WithHolder("a"), WithObserver(Observer{Retried: func(ev RetryEvent) {
+		a := e.client(t, e.db, table, WithHolder("a"), WithObserver(observe.Observer{Retried: func(ev observe.RetryEvent) {
 			t.Logf("retried: %s: %v", ev.Statement, ev.Err)
 			retries.Add(1)
 		}}))

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // One attempt of every kind of lease (a name, a set, a slot of a
@@ -87,7 +89,7 @@ func (a *acquireCall) run(ctx context.Context, k leaseKind) (*Lock, error) {
 			// Close is releasing this Client's leases and has missed this
 			// one.
 			k.cleanup(ctx, last, unknown+1)
-			l.holdEnded(HoldClosed, ErrClosed)
+			l.holdEnded(observe.HoldClosed, ErrClosed)
 			return nil, ErrClosed
 		}
 		return l, nil

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // benchCost is BenchmarkFloorRatio's cost: where the time and allocations
@@ -40,10 +42,10 @@ import (
 // too).
 func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, floorPair func(*sql.Stmt, int) error) {
 	ctx := context.Background()
-	noop := Observer{
-		AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
-		Refreshed: func(RefreshEvent) {}, Released: func(ReleaseEvent) {}, Retried: func(RetryEvent) {},
-		Unknown: func(UnknownEvent) {}, Wakeup: func(WakeupEvent) {},
+	noop := observe.Observer{
+		AcquireDone: func(observe.AcquireEvent) {}, HoldStart: func(observe.HoldEvent) {}, HoldEnd: func(observe.HoldEvent) {},
+		Refreshed: func(observe.RefreshEvent) {}, Released: func(observe.ReleaseEvent) {}, Retried: func(observe.RetryEvent) {},
+		Unknown: func(observe.UnknownEvent) {}, Wakeup: func(observe.WakeupEvent) {},
 	}
 	const name, fixedToken = "bench", "0123456789abcdef0123456789abcdef"
 	us := benchTTL.Microseconds()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Benchmarks need a server, found as for the tests (server_test.go); without
@@ -776,13 +777,13 @@ func benchWarmPair(b *testing.B, c *Client) {
 // observing costs the library, not the observer.
 func BenchmarkObserver(b *testing.B) {
 	e := benchEnv(b)
-	noop := Observer{
-		AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
-		Refreshed: func(RefreshEvent) {}, Released: func(ReleaseEvent) {}, Retried: func(RetryEvent) {},
-		Unknown: func(UnknownEvent) {}, Wakeup: func(WakeupEvent) {},
+	noop := observe.Observer{
+		AcquireDone: func(observe.AcquireEvent) {}, HoldStart: func(observe.HoldEvent) {}, HoldEnd: func(observe.HoldEvent) {},
+		Refreshed: func(observe.RefreshEvent) {}, Released: func(observe.ReleaseEvent) {}, Retried: func(observe.RetryEvent) {},
+		Unknown: func(observe.UnknownEvent) {}, Wakeup: func(observe.WakeupEvent) {},
 	}
 	b.Run("none", func(b *testing.B) { benchWarmPair(b, e.newClient(b)) })
-	b.Run("empty", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(Observer{}))) })
+	b.Run("empty", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(observe.Observer{}))) })
 	b.Run("noop", func(b *testing.B) { benchWarmPair(b, e.newClient(b, WithObserver(noop))) })
 }
 

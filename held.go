@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // closeTimeout bounds Close: the releases it sends, all of them together,
@@ -54,7 +56,7 @@ func (h *held) add(l *Lock) bool {
 	}
 	h.mu.Unlock()
 	for _, o := range lapsed {
-		o.holdEnded(HoldLapsed, nil) // unless its release or loss was told
+		o.holdEnded(observe.HoldLapsed, nil) // unless its release or loss was told
 	}
 	return true
 }

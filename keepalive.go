@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // ErrLockLost means a lease ended while work ran under it: someone took the
@@ -185,7 +187,7 @@ func (l *Lock) lose(ka *keepAlive, cause error) {
 	cause = ka.cause
 	l.mu.Unlock()
 	l.logLost(cause)
-	l.holdEnded(HoldLost, cause)
+	l.holdEnded(observe.HoldLost, cause)
 	l.c.held.remove(l)
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sqllock/sqllock/observe"
 )
 
 // A Lock is a lease on one name, taken by [Client.TryAcquire] or
@@ -159,7 +161,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.kickAll()
 		err := fmt.Errorf("%w: the lease on %s expired or was taken over", ErrNotHeld, l.label())
 		l.refreshed(sent, until, ttl, true, err)
-		l.holdEnded(HoldLost, err)
+		l.holdEnded(observe.HoldLost, err)
 		return err
 	}
 	l.mu.Lock()

@@ -8,245 +8,48 @@ import (
 
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/wait"
+	"github.com/sqllock/sqllock/observe"
 )
 
-// An Observer is told what a Client does, for metrics and traces: each
-// field is an optional func, called when its event happens; a nil field
-// costs a nil check. Set it with [WithObserver]. The sqllock/otel module
-// implements one with OpenTelemetry.
-//
-// It is a struct of funcs, as net/http/httptrace's ClientTrace is, rather
-// than an interface: a caller sets only the events it wants, an event left
-// nil costs nothing (not even building its event value), and new events
-// are new fields, which break no caller. Each event is a struct passed by
-// value, so it too can grow fields.
-//
-// The funcs are called synchronously, on the goroutine doing the work,
-// often between two steps of it: they must be fast, must not block, and
-// must not call the Client or its Locks. They may be called concurrently.
-// A panic in one is recovered and logged at Error by the Client's logger
-// (see [WithLogger]); the operation goes on as if the func had returned,
-// so an observer's bug never leaves a lease half acquired or released.
-type Observer struct {
-	// AcquireDone is called when an acquire call of any kind returns
-	// (TryAcquire, Acquire, their All and Slot forms, the acquire of Do
-	// and its kin, and Once's), unless it refused its arguments. A set's
-	// event is named by the set's label, a semaphore's by its name. Elect's attempts are not acquire calls: their leases are
-	// told by HoldStart and HoldEnd.
-	AcquireDone func(AcquireEvent)
-	// HoldStart is called when a lease is taken, by any call (also
-	// Elect's and Once's), before the call returns the Lock.
-	HoldStart func(HoldEvent)
-	// HoldEnd is called once per lease HoldStart reported, when the
-	// Client learns the lease is over (see [HoldEnd] for when).
-	HoldEnd func(HoldEvent)
-	// Refreshed is called when a refresh (a [Lock.Refresh], or a
-	// keep-alive's renewal) has its answer.
-	Refreshed func(RefreshEvent)
-	// Released is called when a release statement has its answer,
-	// whatever it was.
-	Released func(ReleaseEvent)
-	// Retried is called for each send of a statement that failed in a way
-	// the Client retries (the server rolled it back, or the connection
-	// broke), whether or not the statement's time or attempts let it be
-	// sent again.
-	Retried func(RetryEvent)
-	// Unknown is called when an acquire's outcome stays unknown and its
-	// token is remembered, and when a DELETE settles such a token (see
-	// [Client.TryAcquire]).
-	Unknown func(UnknownEvent)
-	// Wakeup is called when a waiting Acquire's wait on a wake-up
-	// channel ends, and when the Client turns its channels off (see
-	// [WithWakeups]).
-	Wakeup func(WakeupEvent)
-}
-
-// WithObserver makes the Client report its events to o (see [Observer]).
+// WithObserver makes the Client report its events to o (see [observe.Observer]).
 // The default reports nothing.
-func WithObserver(o Observer) Option {
+func WithObserver(o observe.Observer) Option {
 	return func(c *Client) error {
 		c.obs = o
 		return nil
 	}
 }
 
-// An Outcome says how an acquire call ended, or how a statement failed.
-type Outcome int
-
-// Outcomes. An error outcome comes from what the error says about the
-// statement (see [Client.TryAcquire]'s retries).
-const (
-	OutcomeAcquired   Outcome = iota // the lease was taken
-	OutcomeHeld                      // another owner's lease was live (also when the caller's context ended while the call waited for it)
-	OutcomeCanceled                  // the caller's context ended before an answer
-	OutcomeClosed                    // the Client was closed
-	OutcomeRolledBack                // the server rolled the statement back (a deadlock, a cluster conflict)
-	OutcomeBroken                    // the connection broke; the statement may have run
-	OutcomeRefused                   // the server refused to run it now (read-only, too many connections, down)
-	OutcomeFailed                    // any other error: a missing table, a refused login
-)
-
-var outcomeStrings = [...]string{"acquired", "held", "canceled", "closed", "rolled_back", "broken", "refused", "failed"}
-
-// String returns the outcome's name in snake case, as metrics label it:
-// "acquired", "held", "canceled", "closed", "rolled_back", "broken",
-// "refused", "failed".
-func (o Outcome) String() string {
-	if o < 0 || int(o) >= len(outcomeStrings) {
-		return "unknown"
-	}
-	return outcomeStrings[o]
-}
-
 // errorOutcome is the Outcome of a statement's error.
-func errorOutcome(err error) Outcome {
+func errorOutcome(err error) observe.Outcome {
 	switch {
 	case errors.Is(err, ErrClosed):
-		return OutcomeClosed
+		return observe.OutcomeClosed
 	case isContextErr(err):
-		return OutcomeCanceled
+		return observe.OutcomeCanceled
 	}
 	switch classify(err) {
 	case fault.RolledBack:
-		return OutcomeRolledBack
+		return observe.OutcomeRolledBack
 	case fault.Unknown:
-		return OutcomeBroken
+		return observe.OutcomeBroken
 	case fault.Refused:
-		return OutcomeRefused
+		return observe.OutcomeRefused
 	}
-	return OutcomeFailed
+	return observe.OutcomeFailed
 }
 
 // acquireOutcome is the Outcome of an acquire call that returned err.
-func acquireOutcome(err error) Outcome {
+func acquireOutcome(err error) observe.Outcome {
 	switch {
 	case err == nil:
-		return OutcomeAcquired
+		return observe.OutcomeAcquired
 	case errors.Is(err, ErrClosed):
-		return OutcomeClosed
+		return observe.OutcomeClosed
 	case errors.Is(err, ErrNotAcquired):
-		return OutcomeHeld
+		return observe.OutcomeHeld
 	}
 	return errorOutcome(err)
-}
-
-// An AcquireEvent is one acquire call that returned.
-type AcquireEvent struct {
-	Ctx     context.Context // the call's
-	Name    string
-	Outcome Outcome
-	Start   time.Time     // when the call began
-	Wait    time.Duration // from Start to its return: the time waited
-	// Attempts counts the acquire statements the call sent, not counting
-	// sends of one attempt again (see Retried), nor the one-statement
-	// looks of a waiting Acquire, which queued calls share.
-	Attempts int
-	Fence    uint64 // of the lease taken; 0 if none
-	Err      error  // the call's error; nil when acquired
-}
-
-// HoldEnd says how a lease ended.
-type HoldEnd int
-
-// The ends of a lease.
-const (
-	HoldHeld     HoldEnd = iota // not ended: a HoldStart
-	HoldReleased                // a Release, or the end of a Do, freed the name
-	HoldLost                    // the keep-alive gave it up, or a Refresh or Release found it taken over
-	HoldLapsed                  // it passed its ValidUntil without a renewal, and nobody took the name
-	HoldClosed                  // Client.Close released it
-)
-
-var holdEndNames = [...]string{"held", "released", "lost", "lapsed", "closed"}
-
-// String returns the end's name: "held", "released", "lost", "lapsed",
-// "closed".
-func (e HoldEnd) String() string {
-	if e < 0 || int(e) >= len(holdEndNames) {
-		return "unknown"
-	}
-	return holdEndNames[e]
-}
-
-// A HoldEvent is the start or the end of a lease. A lease left to lapse,
-// with no Release and no keep-alive, ends when the Client learns of it: at
-// a later Release of its Lock (lapsed, or lost if another owner took the
-// name), a Refresh (lost), Close (closed), or when the Client's registry
-// of Locks grows and sweeps it out (lapsed).
-type HoldEvent struct {
-	Name  string
-	Fence uint64
-	TTL   time.Duration // of the acquire
-	End   HoldEnd       // HoldHeld in HoldStart
-	Held  time.Duration // in HoldEnd: since HoldStart
-	Err   error         // in HoldEnd: what ended it, if an error did
-}
-
-// A RefreshEvent is one refresh's answer.
-type RefreshEvent struct {
-	Name string
-	// Left is how long the lease had left, at the earliest, when the
-	// refresh was sent: ValidUntil minus the send time, negative when it
-	// could have expired already. A keep-alive renews at about 2/3 of
-	// the ttl left; a Left near zero means renewals run late.
-	Left time.Duration
-	// TTL is the lease length the refresh asked for: the ttl a keep-alive
-	// renews for, so that Left/TTL near 2/3 is on time and near 0 is late.
-	TTL     time.Duration
-	Took    time.Duration // from the send to the answer
-	Outcome Outcome       // OutcomeAcquired: renewed; OutcomeHeld: the lease was lost
-	Err     error
-}
-
-// A ReleaseEvent is one release statement's answer.
-type ReleaseEvent struct {
-	Name string
-	Took time.Duration
-	Err  error // nil: the name was freed
-}
-
-// A RetryEvent is a statement that failed and may be sent again.
-type RetryEvent struct {
-	Statement string // its name in queries.sql: "acquire", "refresh", ...
-	Name      string // the lock name
-	Outcome   Outcome
-	Err       error
-}
-
-// An UnknownEvent is an acquire whose outcome stayed unknown: its token
-// was remembered (Settled false), or a DELETE settled it (Settled true).
-type UnknownEvent struct {
-	Name    string
-	Settled bool
-}
-
-// A WakeupState says how a wait on a wake-up channel ended.
-type WakeupState int
-
-// The ends of a wait on a wake-up channel.
-const (
-	WakeupGranted  WakeupState = iota // the holder let go of the name: the waiter tries now
-	WakeupTimedOut                    // the wait's bound passed: the waiter polls once
-	WakeupFailed                      // no channel this time (pool full, a broken connection): the waiter polls
-	WakeupOff                         // the Client turned its channels off for good (the server refuses GET_LOCK, or cuts every wait)
-)
-
-var wakeupNames = [...]string{"granted", "timed_out", "failed", "off"}
-
-// String returns the state's name: "granted", "timed_out", "failed",
-// "off".
-func (s WakeupState) String() string {
-	if s < 0 || int(s) >= len(wakeupNames) {
-		return "unknown"
-	}
-	return wakeupNames[s]
-}
-
-// A WakeupEvent is a wait on a wake-up channel that ended.
-type WakeupEvent struct {
-	Name  string // empty for WakeupOff
-	State WakeupState
-	Wait  time.Duration
 }
 
 // observed calls f with ev, recovering a panic (see Observer).
@@ -274,7 +77,7 @@ func (c *Client) acquireDone(ctx context.Context, a *acquireCall, start time.Tim
 	if c.obs.AcquireDone == nil {
 		return
 	}
-	ev := AcquireEvent{Ctx: ctx, Name: a.name, Outcome: acquireOutcome(err), Start: start,
+	ev := observe.AcquireEvent{Ctx: ctx, Name: a.name, Outcome: acquireOutcome(err), Start: start,
 		Wait: time.Since(start), Attempts: a.attempts, Err: err}
 	if l != nil {
 		ev.Fence = l.fence
@@ -294,12 +97,12 @@ func (l *Lock) holdStarted() {
 	}
 	l.heldSince = time.Since(monoBase)
 	if o.HoldStart != nil {
-		observed(l.c, o.HoldStart, HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl})
+		observed(l.c, o.HoldStart, observe.HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl})
 	}
 }
 
 // holdEnded reports the end of l's lease, once, with how it ended.
-func (l *Lock) holdEnded(end HoldEnd, err error) {
+func (l *Lock) holdEnded(end observe.HoldEnd, err error) {
 	if l.c.obs.HoldEnd == nil {
 		return
 	}
@@ -310,7 +113,7 @@ func (l *Lock) holdEnded(end HoldEnd, err error) {
 	}
 	l.endObserved = true
 	l.mu.Unlock()
-	ev := HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl, End: end, Err: err,
+	ev := observe.HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl, End: end, Err: err,
 		Held: time.Since(monoBase) - l.heldSince}
 	observed(l.c, l.c.obs.HoldEnd, ev)
 }
@@ -322,10 +125,10 @@ func (l *Lock) refreshed(sent, validUntil time.Time, ttl time.Duration, lost boo
 	if l.c.obs.Refreshed == nil {
 		return
 	}
-	ev := RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), TTL: ttl, Took: time.Since(sent), Err: err}
+	ev := observe.RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), TTL: ttl, Took: time.Since(sent), Err: err}
 	switch {
 	case lost:
-		ev.Outcome = OutcomeHeld
+		ev.Outcome = observe.OutcomeHeld
 	case err != nil:
 		ev.Outcome = errorOutcome(err)
 	}
@@ -338,7 +141,7 @@ func (c *Client) retried(stmt, name string, err error) {
 	if c.obs.Retried == nil {
 		return
 	}
-	observed(c, c.obs.Retried, RetryEvent{Statement: stmt, Name: name, Outcome: errorOutcome(err), Err: err})
+	observed(c, c.obs.Retried, observe.RetryEvent{Statement: stmt, Name: name, Outcome: errorOutcome(err), Err: err})
 }
 
 // unknown reports an acquire of name whose token was remembered, or settled.
@@ -349,16 +152,16 @@ func (c *Client) unknown(name string, settled bool) {
 	// A semaphore's token is kept under its fence row's name: the event
 	// names the semaphore, as its AcquireEvent does.
 	name = strings.TrimSuffix(name, slotMark)
-	observed(c, c.obs.Unknown, UnknownEvent{Name: name, Settled: settled})
+	observed(c, c.obs.Unknown, observe.UnknownEvent{Name: name, Settled: settled})
 }
 
 // wokeUp reports a wait on name's wake-up channel that ended in st after
 // wait, or the channels turned off (st WakeupOff).
-func (c *Client) wokeUp(name string, st WakeupState, wait time.Duration) {
+func (c *Client) wokeUp(name string, st observe.WakeupState, wait time.Duration) {
 	if c.obs.Wakeup == nil {
 		return
 	}
-	observed(c, c.obs.Wakeup, WakeupEvent{Name: name, State: st, Wait: wait})
+	observed(c, c.obs.Wakeup, observe.WakeupEvent{Name: name, State: st, Wait: wait})
 }
 
 // obsNow is time.Now when on, for an event the Observer listens for, and
@@ -378,7 +181,7 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 		return
 	}
 	if o.Released != nil {
-		observed(l.c, o.Released, ReleaseEvent{Name: l.Name(), Took: time.Since(sent), Err: err})
+		observed(l.c, o.Released, observe.ReleaseEvent{Name: l.Name(), Took: time.Since(sent), Err: err})
 	}
 	l.mu.Lock()
 	byClose := errors.Is(l.endCause, ErrClosed)
@@ -387,13 +190,13 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 	switch {
 	case byClose:
 		// Whatever the answer: Close does not try again.
-		l.holdEnded(HoldClosed, err)
+		l.holdEnded(observe.HoldClosed, err)
 	case errors.Is(err, ErrNotHeld):
-		l.holdEnded(HoldLost, err)
+		l.holdEnded(observe.HoldLost, err)
 	case err == nil && lapsed:
-		l.holdEnded(HoldLapsed, nil)
+		l.holdEnded(observe.HoldLapsed, nil)
 	case err == nil:
-		l.holdEnded(HoldReleased, nil)
+		l.holdEnded(observe.HoldReleased, nil)
 	}
 	// Any other error leaves the outcome unknown: a later Release, or
 	// Close, reports the end.
@@ -416,12 +219,12 @@ func (c *Client) waitWoke(label string, st wait.State, err error, began time.Tim
 func (c *Client) channelTold(label string, st wait.State, d time.Duration) {
 	switch st {
 	case wait.Granted:
-		c.wokeUp(label, WakeupGranted, d)
+		c.wokeUp(label, observe.WakeupGranted, d)
 	case wait.TimedOut:
-		c.wokeUp(label, WakeupTimedOut, d)
+		c.wokeUp(label, observe.WakeupTimedOut, d)
 	case wait.Failed:
-		c.wokeUp(label, WakeupFailed, d)
+		c.wokeUp(label, observe.WakeupFailed, d)
 	case wait.Off:
-		c.wokeUp("", WakeupOff, 0)
+		c.wokeUp("", observe.WakeupOff, 0)
 	}
 }

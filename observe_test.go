@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // eventRecorder is an Observer that counts its events by a key that says what
@@ -24,9 +25,9 @@ import (
 type eventRecorder struct {
 	mu       sync.Mutex
 	counts   map[string]int
-	acquires []AcquireEvent
-	ends     []HoldEvent
-	refresh  []RefreshEvent
+	acquires []observe.AcquireEvent
+	ends     []observe.HoldEvent
+	refresh  []observe.RefreshEvent
 }
 
 func newEventRecorder() *eventRecorder { return &eventRecorder{counts: map[string]int{}} }
@@ -37,33 +38,33 @@ func (r *eventRecorder) add(key string) {
 	r.counts[key]++
 }
 
-func (r *eventRecorder) observer() Observer {
-	return Observer{
-		AcquireDone: func(ev AcquireEvent) {
+func (r *eventRecorder) observer() observe.Observer {
+	return observe.Observer{
+		AcquireDone: func(ev observe.AcquireEvent) {
 			r.add(fmt.Sprintf("acquire %s %s attempts=%d", ev.Name, ev.Outcome, ev.Attempts))
 			r.mu.Lock()
 			r.acquires = append(r.acquires, ev)
 			r.mu.Unlock()
 		},
-		HoldStart: func(ev HoldEvent) { r.add(fmt.Sprintf("start %s", ev.Name)) },
-		HoldEnd: func(ev HoldEvent) {
+		HoldStart: func(ev observe.HoldEvent) { r.add(fmt.Sprintf("start %s", ev.Name)) },
+		HoldEnd: func(ev observe.HoldEvent) {
 			r.add(fmt.Sprintf("end %s %s", ev.Name, ev.End))
 			r.mu.Lock()
 			r.ends = append(r.ends, ev)
 			r.mu.Unlock()
 		},
-		Refreshed: func(ev RefreshEvent) {
+		Refreshed: func(ev observe.RefreshEvent) {
 			r.add(fmt.Sprintf("refresh %s %s", ev.Name, ev.Outcome))
 			r.mu.Lock()
 			r.refresh = append(r.refresh, ev)
 			r.mu.Unlock()
 		},
-		Released: func(ev ReleaseEvent) { r.add(fmt.Sprintf("release %s err=%t", ev.Name, ev.Err != nil)) },
-		Retried: func(ev RetryEvent) {
+		Released: func(ev observe.ReleaseEvent) { r.add(fmt.Sprintf("release %s err=%t", ev.Name, ev.Err != nil)) },
+		Retried: func(ev observe.RetryEvent) {
 			r.add(fmt.Sprintf("retry %s %s %s", ev.Statement, ev.Name, ev.Outcome))
 		},
-		Unknown: func(ev UnknownEvent) { r.add(fmt.Sprintf("unknown %s settled=%t", ev.Name, ev.Settled)) },
-		Wakeup:  func(ev WakeupEvent) { r.add(fmt.Sprintf("wakeup %s %s", ev.Name, ev.State)) },
+		Unknown: func(ev observe.UnknownEvent) { r.add(fmt.Sprintf("unknown %s settled=%t", ev.Name, ev.Settled)) },
+		Wakeup:  func(ev observe.WakeupEvent) { r.add(fmt.Sprintf("wakeup %s %s", ev.Name, ev.State)) },
 	}
 }
 
@@ -144,7 +145,7 @@ func TestObserver_refusedThenAcquired(t *testing.T) {
 		r.mu.Lock()
 		waited := r.acquires[1]
 		r.mu.Unlock()
-		if waited.Outcome != OutcomeHeld || waited.Wait < 300*time.Millisecond || waited.Attempts != 1 {
+		if waited.Outcome != observe.OutcomeHeld || waited.Wait < 300*time.Millisecond || waited.Attempts != 1 {
 			t.Errorf("the Acquire that waited: got %+v, want held after 300ms with 1 attempt", waited)
 		}
 		r.want(t, map[string]int{
@@ -190,7 +191,7 @@ func TestObserver_leaseLostUnderKeepAlive(t *testing.T) {
 		r.mu.Lock()
 		renewed := r.counts["refresh n acquired"]
 		timedOut := r.counts["refresh n canceled"]
-		first := r.refresh[slices.IndexFunc(r.refresh, func(ev RefreshEvent) bool { return ev.Err == nil })]
+		first := r.refresh[slices.IndexFunc(r.refresh, func(ev observe.RefreshEvent) bool { return ev.Err == nil })]
 		end := r.ends[0]
 		r.mu.Unlock()
 		if renewed < 1 {
@@ -349,10 +350,10 @@ func TestObserver_panicking(t *testing.T) {
 		var mu sync.Mutex
 		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))
 		boom := func(string) { panic("observer bug") }
-		o := Observer{
-			AcquireDone: func(AcquireEvent) { boom("") }, HoldStart: func(HoldEvent) { boom("") },
-			HoldEnd: func(HoldEvent) { boom("") }, Released: func(ReleaseEvent) { boom("") },
-			Refreshed: func(RefreshEvent) { boom("") },
+		o := observe.Observer{
+			AcquireDone: func(observe.AcquireEvent) { boom("") }, HoldStart: func(observe.HoldEvent) { boom("") },
+			HoldEnd: func(observe.HoldEvent) { boom("") }, Released: func(observe.ReleaseEvent) { boom("") },
+			Refreshed: func(observe.RefreshEvent) { boom("") },
 		}
 		c := e.newClient(t, WithObserver(o), WithLogger(log))
 		ctx := testCtx(t)
@@ -394,35 +395,20 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// An Outcome, a HoldEnd and a WakeupState have names for every value, and
-// a name for a value out of range.
-func TestObserver_names(t *testing.T) {
-	for o := OutcomeAcquired; o <= OutcomeFailed; o++ {
-		if s := o.String(); s == "unknown" || s == "" {
-			t.Errorf("Outcome(%d): got %q", o, s)
-		}
-	}
-	if s := Outcome(99).String(); s != "unknown" {
-		t.Errorf("Outcome(99): got %q, want unknown", s)
-	}
-	if s := HoldLapsed.String(); s != "lapsed" {
-		t.Errorf("HoldLapsed: got %q, want lapsed", s)
-	}
-	if s := WakeupTimedOut.String(); s != "timed_out" {
-		t.Errorf("WakeupTimedOut: got %q, want timed_out", s)
-	}
+// An acquire's error is read as the Outcome its event reports.
+func TestObserver_outcomeOfError(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
-		want Outcome
+		want observe.Outcome
 	}{
-		{nil, OutcomeAcquired},
-		{fmt.Errorf("x: %w", ErrNotAcquired), OutcomeHeld},
-		{errors.Join(ErrNotAcquired, context.DeadlineExceeded), OutcomeHeld},
-		{context.Canceled, OutcomeCanceled},
-		{ErrClosed, OutcomeClosed},
-		{errDeadlock, OutcomeRolledBack},
-		{mysql.ErrInvalidConn, OutcomeBroken},
-		{errSyntax, OutcomeFailed},
+		{nil, observe.OutcomeAcquired},
+		{fmt.Errorf("x: %w", ErrNotAcquired), observe.OutcomeHeld},
+		{errors.Join(ErrNotAcquired, context.DeadlineExceeded), observe.OutcomeHeld},
+		{context.Canceled, observe.OutcomeCanceled},
+		{ErrClosed, observe.OutcomeClosed},
+		{errDeadlock, observe.OutcomeRolledBack},
+		{mysql.ErrInvalidConn, observe.OutcomeBroken},
+		{errSyntax, observe.OutcomeFailed},
 	} {
 		if got := acquireOutcome(tc.err); got != tc.want {
 			t.Errorf("acquireOutcome(%v): got %v, want %v", tc.err, got, tc.want)
@@ -452,10 +438,10 @@ func TestObserver_noAllocations(t *testing.T) {
 		t.Skip("allocation counts vary under the race detector, which drops sync.Pool's items at random")
 	}
 	eachServerInTurn(t, func(t *testing.T, e *testEnv) {
-		noop := Observer{
-			AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
-			Refreshed: func(RefreshEvent) {}, Released: func(ReleaseEvent) {}, Retried: func(RetryEvent) {},
-			Unknown: func(UnknownEvent) {}, Wakeup: func(WakeupEvent) {},
+		noop := observe.Observer{
+			AcquireDone: func(observe.AcquireEvent) {}, HoldStart: func(observe.HoldEvent) {}, HoldEnd: func(observe.HoldEvent) {},
+			Refreshed: func(observe.RefreshEvent) {}, Released: func(observe.ReleaseEvent) {}, Retried: func(observe.RetryEvent) {},
+			Unknown: func(observe.UnknownEvent) {}, Wakeup: func(observe.WakeupEvent) {},
 		}
 		ctx := testCtx(t)
 		allocs := func(c *Client) float64 {
@@ -483,14 +469,14 @@ func TestObserver_noAllocations(t *testing.T) {
 // acquire and release (AcquireDone, HoldStart, Released, HoldEnd), without
 // a server: with no Observer each costs a nil check.
 func BenchmarkObserver_calls(b *testing.B) {
-	noop := Observer{
-		AcquireDone: func(AcquireEvent) {}, HoldStart: func(HoldEvent) {}, HoldEnd: func(HoldEvent) {},
-		Released: func(ReleaseEvent) {},
+	noop := observe.Observer{
+		AcquireDone: func(observe.AcquireEvent) {}, HoldStart: func(observe.HoldEvent) {}, HoldEnd: func(observe.HoldEvent) {},
+		Released: func(observe.ReleaseEvent) {},
 	}
 	for _, v := range []struct {
 		name string
-		o    Observer
-	}{{"none", Observer{}}, {"noop", noop}} {
+		o    observe.Observer
+	}{{"none", observe.Observer{}}, {"noop", noop}} {
 		b.Run(v.name, func(b *testing.B) {
 			c, err := New(&sql.DB{}, WithObserver(v.o))
 			if err != nil {
@@ -556,9 +542,9 @@ func TestObserver_racingClose(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		var mu sync.Mutex
 		held := map[uint64]int{} // fence: starts minus ends
-		o := Observer{
-			HoldStart: func(ev HoldEvent) { mu.Lock(); held[ev.Fence]++; mu.Unlock() },
-			HoldEnd:   func(ev HoldEvent) { mu.Lock(); held[ev.Fence]--; mu.Unlock() },
+		o := observe.Observer{
+			HoldStart: func(ev observe.HoldEvent) { mu.Lock(); held[ev.Fence]++; mu.Unlock() },
+			HoldEnd:   func(ev observe.HoldEvent) { mu.Lock(); held[ev.Fence]--; mu.Unlock() },
 		}
 		c := e.newClient(t, WithObserver(o), WithRetry(LinearBackoff(time.Millisecond)))
 		ctx := testCtx(t)

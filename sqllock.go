@@ -15,6 +15,7 @@ import (
 
 	"github.com/sqllock/sqllock/internal/settle"
 	"github.com/sqllock/sqllock/internal/wait"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Defaults and limits.
@@ -45,8 +46,8 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
-	log       *slog.Logger // logging.go
-	obs       Observer     // observe.go
+	log       *slog.Logger     // logging.go
+	obs       observe.Observer // observe.go
 
 	forms   atomic.Pointer[forms] // what the Client has learned of its server: the statements' text and forms; forms.go
 	skew    skewWarnings          // clock.go

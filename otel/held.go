@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/observe"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -38,14 +38,14 @@ func (h *holds) see(v string) bool {
 	return true
 }
 
-func (h *holds) start(ev sqllock.HoldEvent, at time.Time) {
+func (h *holds) start(ev observe.HoldEvent, at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey{ev.Name, ev.Fence}
 	h.since[k] = append(h.since[k], at)
 }
 
-func (h *holds) end(ev sqllock.HoldEvent) {
+func (h *holds) end(ev observe.HoldEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey{ev.Name, ev.Fence}

@@ -1,5 +1,5 @@
 // Package sqllockotel reports what a sqllock Client does as OpenTelemetry
-// metrics and traces: [NewObserver] returns a [sqllock.Observer] to pass to
+// metrics and traces: [NewObserver] returns a [observe.Observer] to pass to
 // [sqllock.WithObserver].
 //
 //	obs, err := sqllockotel.NewObserver() // the global providers
@@ -67,7 +67,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/observe"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -123,16 +123,16 @@ func WithLockNames(f func(name string) string) Option {
 
 // NewObserver returns an Observer that records a Client's events as the
 // package documents. It fails only if an instrument cannot be made.
-func NewObserver(opts ...Option) (sqllock.Observer, error) {
+func NewObserver(opts ...Option) (observe.Observer, error) {
 	cfg := config{mp: otel.GetMeterProvider(), tp: otel.GetTracerProvider()}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
 	o, err := newObserver(cfg)
 	if err != nil {
-		return sqllock.Observer{}, err
+		return observe.Observer{}, err
 	}
-	return sqllock.Observer{
+	return observe.Observer{
 		AcquireDone: o.acquireDone,
 		HoldStart:   o.holdStart,
 		HoldEnd:     o.holdEnd,
@@ -213,18 +213,18 @@ var retriedStatements = []string{"acquire", "refresh", "release"}
 func (o *observer) zeros() {
 	ctx := context.Background()
 	o.nameZeros("")
-	for out := sqllock.OutcomeAcquired; out <= sqllock.OutcomeFailed; out++ {
+	for out := observe.OutcomeAcquired; out <= observe.OutcomeFailed; out++ {
 		o.attempts.Add(ctx, 0, o.attrsOf("", KeyOutcome.String(out.String())))
 	}
 	for _, stmt := range retriedStatements {
-		for _, out := range []sqllock.Outcome{sqllock.OutcomeRolledBack, sqllock.OutcomeBroken} {
+		for _, out := range []observe.Outcome{observe.OutcomeRolledBack, observe.OutcomeBroken} {
 			o.retries.Add(ctx, 0, o.attrsOf("", KeyStatement.String(stmt), KeyOutcome.String(out.String())))
 		}
 	}
 	for _, settled := range []bool{false, true} {
 		o.unknowns.Add(ctx, 0, o.attrsOf("", KeySettled.Bool(settled)))
 	}
-	for st := sqllock.WakeupGranted; st <= sqllock.WakeupOff; st++ {
+	for st := observe.WakeupGranted; st <= observe.WakeupOff; st++ {
 		o.wakeups.Add(ctx, 0, o.attrsOf("", KeyWakeup.String(st.String())))
 	}
 }
@@ -265,7 +265,7 @@ func (o *observer) attrsOf(v string, extra ...attribute.KeyValue) metric.Measure
 	return metric.WithAttributes(extra...)
 }
 
-func (o *observer) acquireDone(ev sqllock.AcquireEvent) {
+func (o *observer) acquireDone(ev observe.AcquireEvent) {
 	ctx := ev.Ctx
 	if ctx == nil {
 		ctx = context.Background()
@@ -281,29 +281,29 @@ func (o *observer) acquireDone(ev sqllock.AcquireEvent) {
 	if ev.Fence != 0 {
 		span.SetAttributes(KeyFence.Int64(int64(ev.Fence)))
 	}
-	if ev.Err != nil && ev.Outcome != sqllock.OutcomeHeld {
+	if ev.Err != nil && ev.Outcome != observe.OutcomeHeld {
 		span.SetStatus(codes.Error, ev.Err.Error())
 	}
 	span.End(trace.WithTimestamp(ev.Start.Add(ev.Wait)))
 }
 
-func (o *observer) holdStart(ev sqllock.HoldEvent) {
+func (o *observer) holdStart(ev observe.HoldEvent) {
 	o.seen(ev.Name)
 	o.holds.start(ev, time.Now())
 	o.held.Add(context.Background(), 1, o.attrs(ev.Name))
 }
 
-func (o *observer) holdEnd(ev sqllock.HoldEvent) {
+func (o *observer) holdEnd(ev observe.HoldEvent) {
 	ctx := context.Background()
 	o.holds.end(ev)
 	o.held.Add(ctx, -1, o.attrs(ev.Name))
 	o.leaseDur.Record(ctx, ev.Held.Seconds(), o.attrs(ev.Name, KeyLeaseEnd.String(ev.End.String())))
-	if ev.End == sqllock.HoldLost {
+	if ev.End == observe.HoldLost {
 		o.lost.Add(ctx, 1, o.attrs(ev.Name))
 	}
 }
 
-func (o *observer) refreshed(ev sqllock.RefreshEvent) {
+func (o *observer) refreshed(ev observe.RefreshEvent) {
 	// A renewal sent after the lease could have expired counts as 0: a
 	// histogram takes no negative values.
 	ctx, attrs := context.Background(), o.attrs(ev.Name, KeyOutcome.String(ev.Outcome.String()))
@@ -313,15 +313,15 @@ func (o *observer) refreshed(ev sqllock.RefreshEvent) {
 	}
 }
 
-func (o *observer) retried(ev sqllock.RetryEvent) {
+func (o *observer) retried(ev observe.RetryEvent) {
 	o.retries.Add(context.Background(), 1, o.attrs(ev.Name,
 		KeyStatement.String(ev.Statement), KeyOutcome.String(ev.Outcome.String())))
 }
 
-func (o *observer) unknown(ev sqllock.UnknownEvent) {
+func (o *observer) unknown(ev observe.UnknownEvent) {
 	o.unknowns.Add(context.Background(), 1, o.attrs(ev.Name, KeySettled.Bool(ev.Settled)))
 }
 
-func (o *observer) wakeup(ev sqllock.WakeupEvent) {
+func (o *observer) wakeup(ev observe.WakeupEvent) {
 	o.wakeups.Add(context.Background(), 1, o.attrs(ev.Name, KeyWakeup.String(ev.State.String())))
 }

@@ -12,6 +12,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -150,9 +151,9 @@ func TestObserver_scripted(t *testing.T) {
 			t.Fatal(err)
 		}
 		rm := s.collect(t)
-		outcome := func(o sqllock.Outcome) attribute.KeyValue { return KeyOutcome.String(o.String()) }
-		wantCount(t, rm, 2, "sqllock.acquire.duration", outcome(sqllock.OutcomeAcquired))
-		wantCount(t, rm, 1, "sqllock.acquire.duration", outcome(sqllock.OutcomeHeld))
+		outcome := func(o observe.Outcome) attribute.KeyValue { return KeyOutcome.String(o.String()) }
+		wantCount(t, rm, 2, "sqllock.acquire.duration", outcome(observe.OutcomeAcquired))
+		wantCount(t, rm, 1, "sqllock.acquire.duration", outcome(observe.OutcomeHeld))
 		wantCount(t, rm, 3, "sqllock.acquire.attempts")
 		wantCount(t, rm, 1, "sqllock.lease.held")
 		wantCount(t, rm, 1, "sqllock.lease.duration", KeyLeaseEnd.String("released"))
@@ -183,8 +184,8 @@ func TestObserver_scripted(t *testing.T) {
 		wantCount(t, rm, 1, "sqllock.lease.lost")
 		wantCount(t, rm, 1, "sqllock.lease.duration", KeyLeaseEnd.String("lost"))
 		wantCount(t, rm, 1, "sqllock.lease.held") // "a"
-		wantCount(t, rm, 1, "sqllock.refresh.remaining", outcome(sqllock.OutcomeHeld))
-		if n := count(t, rm, "sqllock.refresh.remaining", outcome(sqllock.OutcomeAcquired)); n < 1 {
+		wantCount(t, rm, 1, "sqllock.refresh.remaining", outcome(observe.OutcomeHeld))
+		if n := count(t, rm, "sqllock.refresh.remaining", outcome(observe.OutcomeAcquired)); n < 1 {
 			t.Errorf("renewals recorded: got %d, want at least 1", n)
 		}
 		if m, _ := find(rm, "sqllock.lease.lost"); m.Unit != "{lease}" {
@@ -278,14 +279,14 @@ func TestObserver_eventsWithoutServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs.Retried(sqllock.RetryEvent{Statement: "acquire", Name: "n", Outcome: sqllock.OutcomeRolledBack})
-	obs.Retried(sqllock.RetryEvent{Statement: "refresh", Name: "n", Outcome: sqllock.OutcomeBroken})
-	obs.Unknown(sqllock.UnknownEvent{Name: "n"})
-	obs.Unknown(sqllock.UnknownEvent{Name: "n", Settled: true})
-	obs.Unknown(sqllock.UnknownEvent{Name: "n", Settled: true})
-	obs.Wakeup(sqllock.WakeupEvent{Name: "n", State: sqllock.WakeupGranted, Wait: time.Second})
-	obs.Wakeup(sqllock.WakeupEvent{State: sqllock.WakeupOff})
-	obs.Refreshed(sqllock.RefreshEvent{Name: "n", Left: -time.Second, Outcome: sqllock.OutcomeHeld})
+	obs.Retried(observe.RetryEvent{Statement: "acquire", Name: "n", Outcome: observe.OutcomeRolledBack})
+	obs.Retried(observe.RetryEvent{Statement: "refresh", Name: "n", Outcome: observe.OutcomeBroken})
+	obs.Unknown(observe.UnknownEvent{Name: "n"})
+	obs.Unknown(observe.UnknownEvent{Name: "n", Settled: true})
+	obs.Unknown(observe.UnknownEvent{Name: "n", Settled: true})
+	obs.Wakeup(observe.WakeupEvent{Name: "n", State: observe.WakeupGranted, Wait: time.Second})
+	obs.Wakeup(observe.WakeupEvent{State: observe.WakeupOff})
+	obs.Refreshed(observe.RefreshEvent{Name: "n", Left: -time.Second, Outcome: observe.OutcomeHeld})
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)

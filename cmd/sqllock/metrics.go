@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // With --metrics ADDR, run serves what its Client does at
@@ -86,13 +86,13 @@ func newMetrics() *metrics {
 	for _, name := range []string{"sqllock_lease_held", "sqllock_lease_lost_total", "sqllock_lease_age_seconds"} {
 		m.families[name].series[""] = &series{}
 	}
-	for out := sqllock.OutcomeAcquired; out <= sqllock.OutcomeFailed; out++ {
+	for out := observe.OutcomeAcquired; out <= observe.OutcomeFailed; out++ {
 		m.at("sqllock_acquire_attempts_total", labels("sqllock_outcome", out.String()))
 	}
 	for _, settled := range []string{"false", "true"} {
 		m.at("sqllock_acquire_unknown_total", labels("sqllock_settled", settled))
 	}
-	for st := sqllock.WakeupGranted; st <= sqllock.WakeupOff; st++ {
+	for st := observe.WakeupGranted; st <= observe.WakeupOff; st++ {
 		m.at("sqllock_wakeups_total", labels("sqllock_wakeup_state", st.String()))
 	}
 	m.set("sqllock_run_start_time_seconds", float64(time.Now().UnixMilli())/1000)
@@ -153,7 +153,7 @@ func (m *metrics) observeValue(name, lbl string, v float64) {
 }
 
 // hold notes the start (end false) or the end of a lease, for its age.
-func (m *metrics) hold(e sqllock.HoldEvent, end bool) {
+func (m *metrics) hold(e observe.HoldEvent, end bool) {
 	m.mu.Lock()
 	if end {
 		delete(m.since, holdKey{e.Name, e.Fence})
@@ -164,39 +164,39 @@ func (m *metrics) hold(e sqllock.HoldEvent, end bool) {
 }
 
 // observer reports the Client's events into m.
-func (m *metrics) observer() sqllock.Observer {
-	return sqllock.Observer{
-		AcquireDone: func(e sqllock.AcquireEvent) {
+func (m *metrics) observer() observe.Observer {
+	return observe.Observer{
+		AcquireDone: func(e observe.AcquireEvent) {
 			l := labels("sqllock_outcome", e.Outcome.String())
 			m.observe("sqllock_acquire_duration_seconds", l, e.Wait)
 			m.add("sqllock_acquire_attempts_total", l, float64(e.Attempts))
 		},
-		HoldStart: func(e sqllock.HoldEvent) {
+		HoldStart: func(e observe.HoldEvent) {
 			m.hold(e, false)
 			m.add("sqllock_lease_held", "", 1)
 		},
-		HoldEnd: func(e sqllock.HoldEvent) {
+		HoldEnd: func(e observe.HoldEvent) {
 			m.hold(e, true)
 			m.add("sqllock_lease_held", "", -1)
 			m.observe("sqllock_lease_duration_seconds", labels("sqllock_lease_end", e.End.String()), e.Held)
-			if e.End == sqllock.HoldLost {
+			if e.End == observe.HoldLost {
 				m.add("sqllock_lease_lost_total", "", 1)
 			}
 		},
-		Refreshed: func(e sqllock.RefreshEvent) {
+		Refreshed: func(e observe.RefreshEvent) {
 			l := labels("sqllock_outcome", e.Outcome.String())
 			m.observe("sqllock_refresh_remaining_seconds", l, max(e.Left, 0))
 			if e.TTL > 0 {
 				m.observeValue("sqllock_refresh_remaining_fraction", l, min(max(e.Left.Seconds()/e.TTL.Seconds(), 0), 1))
 			}
 		},
-		Retried: func(e sqllock.RetryEvent) {
+		Retried: func(e observe.RetryEvent) {
 			m.add("sqllock_statement_retries_total", labels("sqllock_statement", e.Statement, "sqllock_outcome", e.Outcome.String()), 1)
 		},
-		Unknown: func(e sqllock.UnknownEvent) {
+		Unknown: func(e observe.UnknownEvent) {
 			m.add("sqllock_acquire_unknown_total", labels("sqllock_settled", strconv.FormatBool(e.Settled)), 1)
 		},
-		Wakeup: func(e sqllock.WakeupEvent) {
+		Wakeup: func(e observe.WakeupEvent) {
 			m.add("sqllock_wakeups_total", labels("sqllock_wakeup_state", e.State.String()), 1)
 		},
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // freeAddr returns a loopback address nothing listens on just now.
@@ -89,11 +89,11 @@ func TestMetrics_text(t *testing.T) {
 	m := newMetrics()
 	o := m.observer()
 	for _, d := range []time.Duration{3 * time.Millisecond, 5 * time.Millisecond, 2 * time.Second} {
-		o.AcquireDone(sqllock.AcquireEvent{Outcome: sqllock.OutcomeAcquired, Wait: d, Attempts: 2})
+		o.AcquireDone(observe.AcquireEvent{Outcome: observe.OutcomeAcquired, Wait: d, Attempts: 2})
 	}
-	o.HoldStart(sqllock.HoldEvent{})
-	o.HoldEnd(sqllock.HoldEvent{End: sqllock.HoldLost, Held: time.Second})
-	o.Refreshed(sqllock.RefreshEvent{Left: 2 * time.Second, TTL: 3 * time.Second})
+	o.HoldStart(observe.HoldEvent{})
+	o.HoldEnd(observe.HoldEvent{End: observe.HoldLost, Held: time.Second})
+	o.Refreshed(observe.RefreshEvent{Left: 2 * time.Second, TTL: 3 * time.Second})
 	var b strings.Builder
 	m.write(&b, "")
 	text := b.String()
