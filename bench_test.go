@@ -326,7 +326,7 @@ func BenchmarkCrossProcess(b *testing.B) {
 	e := benchEnv(b)
 	for _, hold := range []time.Duration{0, 300 * time.Millisecond} {
 		for _, s := range []struct{ min, max time.Duration }{
-			{DefaultRetryMin, DefaultRetryMax},
+			{defaultRetryMin, defaultRetryMax},
 			{4 * time.Millisecond, 64 * time.Millisecond},
 		} {
 			b.Run(fmt.Sprintf("hold=%v/backoff=%v-%v", hold, s.min, s.max), func(b *testing.B) {
@@ -656,7 +656,7 @@ func benchContention(b *testing.B, e *testEnv, opts []Option, acquire func(conte
 func BenchmarkAcquireWakeups(b *testing.B) {
 	e := benchEnv(b)
 	ctx := context.Background()
-	for _, n := range []int{0, DefaultWakeups} {
+	for _, n := range []int{0, defaultWakeups} {
 		b.Run(fmt.Sprintf("wakeups=%d", n), func(b *testing.B) {
 			c := e.newClient(b, WithWakeups(n))
 			mustAcquire(b, c, "warm", time.Second).Release(ctx)

@@ -45,7 +45,7 @@ func WithMinHold(d time.Duration) DoOption {
 // is cancelled when renewals keep failing (see [Lock.KeepAlive]): the time fn
 // needs to notice and stop, plus how far the client's clock may run slow of
 // the server's over one ttl. The default is min(ttl/10,
-// [MaxDefaultSafetyMargin]). d must be at least 0 and below the ttl.
+// 5s). d must be at least 0 and below the ttl.
 func WithSafetyMargin(d time.Duration) DoOption {
 	return func(c *doConfig) error {
 		if d < 0 {
@@ -123,7 +123,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) err
 		// Do owns l from its call: bad input leaves no lease behind.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 		defer cancel()
-		return errors.Join(err, l.Release(rctx))
+		return joinErrors(err, l.Release(rctx))
 	}
 	return l.run(ctx, cfg, fn)
 }
@@ -139,7 +139,7 @@ func (l *Lock) run(ctx context.Context, cfg doConfig, fn func(context.Context, *
 	}
 	defer func() {
 		// Not recovered: a panic goes on, with its stack, after this.
-		err = errors.Join(err, l.finish(ctx, kctx, cfg.minHold))
+		err = joinErrors(err, l.finish(ctx, kctx, cfg.minHold))
 	}()
 	return fn(kctx, l)
 }
@@ -164,7 +164,7 @@ func (l *Lock) finish(ctx, kctx context.Context, minHold time.Duration) error {
 		// Taken over between the last renewal and the release.
 		err = errorf("%w: %w", ErrLockLost, err)
 	}
-	return errors.Join(cause, err)
+	return joinErrors(cause, err)
 }
 
 // releaseAtLeast sends the release of [WithMinHold]: the lease is kept until

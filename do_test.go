@@ -3,6 +3,8 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -118,5 +120,66 @@ func TestClient_Elect_callbackErrorEndsElect(t *testing.T) {
 			t.Error("OnStoppedLeading did not run")
 		}
 		mustAcquire(t, b, "leader", time.Minute) // released, not left to expire
+	})
+}
+
+// Do's error is one line that says the lease's cause once, when fn returns
+// that cause (as work stopped by its context does), and when fn returns
+// its context's error beside it.
+func TestLock_Do_errorOnOneLine(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		for _, ret := range []struct {
+			what string
+			err  func(ctx context.Context) error
+		}{
+			{"its cause", context.Cause},
+			{"its error", func(ctx context.Context) error { return ctx.Err() }},
+		} {
+			err := a.Do(ctx, "job", 3*time.Second, func(ctx context.Context, l *Lock) error {
+				if _, err := b.ForceRelease(ctx, "job"); err != nil {
+					return err
+				}
+				// Renew now rather than wait for the keep-alive.
+				if err := l.Refresh(ctx, 3*time.Second); !errors.Is(err, ErrNotHeld) {
+					return fmt.Errorf("Refresh after the forced release: got %v, want ErrNotHeld", err)
+				}
+				<-ctx.Done()
+				return ret.err(ctx)
+			})
+			wantErrIs(t, err, ErrLockLost)
+			msg := err.Error()
+			if strings.Contains(msg, "\n") || strings.Count(msg, "lock lost") != 1 || strings.Contains(msg, "<nil>") {
+				t.Errorf("fn returning %s: got %q, want one line saying the loss once", ret.what, msg)
+			}
+			// Free again, after a lock-delay if the forced release left one.
+			l, err := b.Acquire(ctx, "job", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Release(ctx)
+		}
+	})
+}
+
+// A keep-alive whose renewal is sent but never answered gives the lease up
+// before it could expire with a cause that does not speak of a last error
+// it never had.
+func TestLock_Do_stalledRenewal_noNilLastError(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := e.proxiedClient(t, e.newTable(t))
+		ctx := testCtx(t)
+		const ttl = 1500 * time.Millisecond
+		err := c.Do(ctx, "stall", ttl, func(ctx context.Context, _ *Lock) error {
+			p.Stall(true)
+			<-ctx.Done()
+			p.Stall(false)
+			return context.Cause(ctx)
+		})
+		wantErrIs(t, err, ErrLockLost)
+		if msg := err.Error(); strings.Contains(msg, "<nil>") || strings.Contains(msg, "\n") {
+			t.Errorf("Do after a stalled renewal: got %q, want one line with no <nil>", msg)
+		}
 	})
 }

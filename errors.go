@@ -3,6 +3,7 @@ package sqllock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -60,6 +61,49 @@ func errorf(format string, args ...any) error {
 		err: fmt.Errorf(format, args...),
 	}
 }
+
+// joinErrors is errors.Join on one line: the errors that are not nil,
+// their messages joined by "; ", each still found by errors.Is and
+// errors.As. An error that another of errs already wraps is said once.
+func joinErrors(errs ...error) error {
+	var kept []error
+	for _, err := range errs {
+		if j, ok := err.(*joinedErrors); ok {
+			kept = append(kept, j.errs...)
+		} else if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	for i := 0; i < len(kept); i++ {
+		err := kept[i]
+		if slices.ContainsFunc(kept[:i], func(e error) bool { return errors.Is(e, err) }) {
+			kept = slices.Delete(kept, i, i+1)
+			i--
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return &joinedErrors{kept}
+}
+
+type joinedErrors struct{ errs []error }
+
+func (e *joinedErrors) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+		if i > 0 {
+			msgs[i] = strings.TrimPrefix(msgs[i], prefix)
+		}
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e *joinedErrors) Unwrap() []error { return e.errs }
 
 // prefixedError is an error made by errorf: its own text, and the
 // fmt.Errorf error that wraps the arguments.

@@ -179,7 +179,7 @@ func TestClient_Once_waitsOutPassableErrors(t *testing.T) {
 	e.prepared["once_done"] = &sqlmock.ExpectedPrepare{}
 	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnError(errReadOnly)
 	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnRows(notDone())
-	e.expectExec("acquire", acquireArgs("seed", mockHolder, OnceTTL.Microseconds(), tok), errReply(errReadOnly), okReply(42, 1))
+	e.expectExec("acquire", acquireArgs("seed", mockHolder, onceTTL.Microseconds(), tok), errReply(errReadOnly), okReply(42, 1))
 	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnError(errReadOnly)
 	e.mock.ExpectQuery(e.sql("once_done")).WithArgs("seed").WillReturnRows(notDone())
 	e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(1, 1))

@@ -152,5 +152,5 @@ func (c *Client) releaseHeld(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinErrors(errs...)
 }

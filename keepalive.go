@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,16 +16,16 @@ import (
 // ended because of loss, and [Client.Do] returns it wrapped.
 var ErrLockLost = errors.New("sqllock: lock lost")
 
-// MaxDefaultSafetyMargin caps the safety margin a keep-alive uses unless
+// maxDefaultSafetyMargin caps the safety margin a keep-alive uses unless
 // [WithSafetyMargin] sets one: ttl/10, at most this.
-const MaxDefaultSafetyMargin = 5 * time.Second
+const maxDefaultSafetyMargin = 5 * time.Second
 
 // defaultSafetyMargin is how long before the lease could expire a keep-alive
 // gives up, unless told otherwise: long enough for the work to notice its
 // context and stop, and for the client's and server's clocks to drift apart
 // over one lease.
 func defaultSafetyMargin(ttl time.Duration) time.Duration {
-	return min(ttl/10, MaxDefaultSafetyMargin)
+	return min(ttl/10, maxDefaultSafetyMargin)
 }
 
 // keepAlive is the state of a Lock's keep-alive goroutine. Its fields other
@@ -56,7 +57,7 @@ type keepAlive struct {
 // The returned context ends, with a cause wrapping [ErrLockLost], as soon as
 // a renewal finds the lease taken over, and at the latest a safety margin
 // before the lease could expire: the send time of the last successful
-// acquire or renewal, plus ttl, minus min(ttl/10, [MaxDefaultSafetyMargin]),
+// acquire or renewal, plus ttl, minus min(ttl/10, 5s),
 // measured on this process's monotonic clock whether or not a renewal is on
 // its way. The server cannot let another owner in before then, unless the
 // client's clock runs slower than the server's by more than the margin over
@@ -143,18 +144,20 @@ func (l *Lock) setValidUntil(t time.Time) {
 // the lease may already have expired, rather than that it expires soon.
 func (l *Lock) expiringErr(margin time.Duration, lastErr error) error {
 	if late := -time.Until(l.ValidUntil()); late >= 0 {
-		return errorf("%w: no renewal of %s succeeded in time; the lease may have expired %v ago, the process stopped or starved past it (last error: %v)",
-			ErrLockLost, l.label(), late.Round(time.Millisecond), lastErr)
+		return errorf("%w: no renewal of %s succeeded in time; the lease may have expired %v ago, the process stopped or starved past it%s",
+			ErrLockLost, l.label(), late.Round(time.Millisecond), lastErrNote(lastErr))
 	}
-	return errorf("%w: no renewal of %s succeeded in time; the lease may expire %v from now (last error: %v)",
-		ErrLockLost, l.label(), margin, lastErr)
+	return errorf("%w: no renewal of %s succeeded in time; the lease may expire %v from now%s",
+		ErrLockLost, l.label(), margin, lastErrNote(lastErr))
 }
 
-// lost reports whether the keep-alive has given the lease up for lost.
-func (l *Lock) lost() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ka != nil && errors.Is(l.ka.cause, ErrLockLost)
+// lastErrNote is how a cause names the last failed renewal: nothing when
+// none failed (none was sent, or its answer had not come).
+func lastErrNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (last error: " + strings.TrimPrefix(err.Error(), prefix) + ")"
 }
 
 // end ends every context of ka with cause, once.

@@ -120,7 +120,7 @@ func TestClient_Once_args(t *testing.T) {
 	// acquired expects a call that finds no record and takes the lease.
 	acquired := func(e *mockEnv, tok *tokenArg) {
 		e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
-		e.expectExec("acquire", acquireArgs("seed", mockHolder, OnceTTL.Microseconds(), tok), okReply(42, 1))
+		e.expectExec("acquire", acquireArgs("seed", mockHolder, onceTTL.Microseconds(), tok), okReply(42, 1))
 	}
 	boom := errors.New("boom")
 	tests := []struct {
@@ -253,7 +253,7 @@ func TestDefaultSafetyMargin(t *testing.T) {
 	for ttl, want := range map[time.Duration]time.Duration{
 		time.Second: 100 * time.Millisecond,
 		time.Minute: 5 * time.Second,
-		time.Hour:   MaxDefaultSafetyMargin,
+		time.Hour:   maxDefaultSafetyMargin,
 	} {
 		if got := defaultSafetyMargin(ttl); got != want {
 			t.Errorf("defaultSafetyMargin(%v): got %v, want %v", ttl, got, want)

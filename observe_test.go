@@ -622,7 +622,7 @@ func TestObserver_lockSize(t *testing.T) {
 // once; the waiter's polls after it tell nothing of the channels.
 func TestObserver_wakeupsOff(t *testing.T) {
 	r := newEventRecorder()
-	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(DefaultWakeups), WithObserver(r.observer()))
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(defaultWakeups), WithObserver(r.observer()))
 	e.wakeupConns()
 	tok := &tokenArg{}
 	args := acquireArgs("job", mockHolder, 1_000_000, tok)

@@ -9,10 +9,10 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// OnceTTL is the lease [Client.Once] holds on its name while fn runs,
+// onceTTL is the lease [Client.Once] holds on its name while fn runs,
 // renewed by a keep-alive. A runner whose process dies keeps the others
 // waiting for at most this long before one of them takes over.
-const OnceTTL = 15 * time.Second
+const onceTTL = 15 * time.Second
 
 // errOnceDone stops Once's work when the completion record is found under
 // the lease.
@@ -20,7 +20,7 @@ var errOnceDone = errors.New("sqllock: already done")
 
 // Once runs fn so that it succeeds at most once for name across every
 // replica and restart that share the table, and returns whether this call
-// ran fn. The first caller takes the lease on name (see [OnceTTL]) and runs
+// ran fn. The first caller takes the lease on name (15s, renewed) and runs
 // fn under it, as [Client.Do] does, with the Lock; concurrent callers wait for the lease.
 // When fn returns nil, Once writes a completion record for name (a row of
 // kind 'D') before releasing the lease; from then on every call returns
@@ -38,7 +38,7 @@ var errOnceDone = errors.New("sqllock: already done")
 // there, or a record that cannot be written (the error then says so), leaves
 // fn to run again by the next caller. fn should therefore be safe to repeat
 // after a success it could not report. Once the record is written, a crash
-// before the release costs only the wait for OnceTTL. To run fn again,
+// before the release costs only the wait for onceTTL. To run fn again,
 // call [Client.ResetOnce].
 func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) (ran bool, err error) {
 	if fn == nil {
@@ -52,7 +52,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	if done, err := c.onceDoneRetrying(ctx, name); err != nil || done {
 		return false, err
 	}
-	l, err := c.Acquire(ctx, name, OnceTTL)
+	l, err := c.Acquire(ctx, name, onceTTL)
 	if err != nil {
 		return false, err
 	}
@@ -62,7 +62,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 		return false, c.serverError(fmt.Sprintf("once %q", name), err)
 	}
 	var recorded bool
-	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(OnceTTL)}, func(ctx context.Context, l *Lock) error {
+	err = l.run(ctx, doConfig{margin: defaultSafetyMargin(onceTTL)}, func(ctx context.Context, l *Lock) error {
 		// The runner before us may have written the record, then released.
 		// A read that fails comes back joined with what ended the lease, if
 		// that is what cut it (Close, a loss).

@@ -15,16 +15,16 @@ type RetryStrategy interface {
 }
 
 // Defaults of the strategy a Client uses unless [WithRetry] says otherwise:
-// exponential backoff from DefaultRetryMin up to DefaultRetryMax, with
+// exponential backoff from defaultRetryMin up to defaultRetryMax, with
 // jitter. A waiting process (all its Acquire calls for one name share one
-// poller) polls at most 1/(DefaultRetryMax/2) times a second once the
+// poller) polls at most 1/(defaultRetryMax/2) times a second once the
 // backoff has grown, about 5 times a second, and learns of a release in
-// another process within DefaultRetryMax plus a round trip; a release in
+// another process within defaultRetryMax plus a round trip; a release in
 // the same Client wakes it at once. Faster schedules cut that latency for
 // more load: see docs/performance.md for measured figures.
 const (
-	DefaultRetryMin = 8 * time.Millisecond
-	DefaultRetryMax = 256 * time.Millisecond
+	defaultRetryMin = 8 * time.Millisecond
+	defaultRetryMax = 256 * time.Millisecond
 )
 
 // minBackoff is the least any strategy waits, so that a strategy built with

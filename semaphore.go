@@ -23,10 +23,10 @@ const (
 	// number is also kept in two digits of its row's name and in the low
 	// bits of the statement's answer (queries.sql).
 	MaxSlots = 64
-	// MaxSemaphoreNameLen is the longest semaphore name, in bytes: a slot's
+	// maxSemaphoreNameLen is the longest semaphore name, in bytes: a slot's
 	// row is named by the semaphore's name and 7 bytes more, within the
 	// MaxNameLen the name column holds.
-	MaxSemaphoreNameLen = MaxNameLen - len(slotMark) - 2
+	maxSemaphoreNameLen = MaxNameLen - len(slotMark) - 2
 )
 
 // ErrSlotCount means a semaphore was asked for with another number of slots
@@ -91,8 +91,8 @@ func checkSlotArgs(name string, n int, ttl time.Duration) error {
 	switch {
 	case name == "":
 		return errors.New("sqllock: empty semaphore name")
-	case len(name) > MaxSemaphoreNameLen:
-		return fmt.Errorf("sqllock: semaphore name is %d bytes, longer than the %d its slots' names leave (MaxSemaphoreNameLen)", len(name), MaxSemaphoreNameLen)
+	case len(name) > maxSemaphoreNameLen:
+		return fmt.Errorf("sqllock: semaphore name is %d bytes, longer than the %d its slots' names leave (maxSemaphoreNameLen)", len(name), maxSemaphoreNameLen)
 	case isSlotMarked(name):
 		return fmt.Errorf("sqllock: semaphore name %q ends with the bytes that mark a semaphore's rows (0x00 'slot')", name)
 	case n < 1:

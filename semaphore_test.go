@@ -53,7 +53,7 @@ func TestSlotNames(t *testing.T) {
 }
 
 func TestCheckSlotArgs(t *testing.T) {
-	long := strings.Repeat("s", MaxSemaphoreNameLen)
+	long := strings.Repeat("s", maxSemaphoreNameLen)
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -79,8 +79,8 @@ func TestCheckSlotArgs(t *testing.T) {
 			t.Errorf("checkSlotArgs(%d bytes, %d, %v): got %v, want an error saying %q", len(tc.name), tc.n, tc.ttl, err, tc.want)
 		}
 	}
-	if MaxSemaphoreNameLen+len(slotMark)+2 != MaxNameLen {
-		t.Errorf("a slot's name of the longest semaphore name: got %d bytes, want %d", MaxSemaphoreNameLen+len(slotMark)+2, MaxNameLen)
+	if maxSemaphoreNameLen+len(slotMark)+2 != MaxNameLen {
+		t.Errorf("a slot's name of the longest semaphore name: got %d bytes, want %d", maxSemaphoreNameLen+len(slotMark)+2, MaxNameLen)
 	}
 }
 
@@ -117,7 +117,7 @@ func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
 		n    int
 		ttl  time.Duration
 	}{
-		{"", 2, time.Second}, {strings.Repeat("x", MaxSemaphoreNameLen+1), 2, time.Second},
+		{"", 2, time.Second}, {strings.Repeat("x", maxSemaphoreNameLen+1), 2, time.Second},
 		{"jobs", 0, time.Second}, {"jobs", MaxSlots + 1, time.Second}, {"jobs", 2, 0}, {"jobs", 2, -time.Second},
 		{"jobs\x00slot", 2, time.Second},
 	} {

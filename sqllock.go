@@ -25,8 +25,8 @@ const (
 	// MaxNameLen is the longest lock name, in bytes: the width of the name
 	// column. Longer names are refused, never truncated into one another.
 	MaxNameLen = 255
-	// MaxHolderLen is the longest holder description, in bytes.
-	MaxHolderLen = 255
+	// maxHolderLen is the longest holder description, in bytes.
+	maxHolderLen = 255
 	// MinTTL is the shortest lease: the server keeps microseconds, but a
 	// lease shorter than a round trip cannot be used.
 	MinTTL = time.Millisecond
@@ -102,8 +102,8 @@ func WithHolder(desc string) Option {
 		if desc == "" {
 			return errors.New("sqllock: empty holder description")
 		}
-		if len(desc) > MaxHolderLen {
-			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), MaxHolderLen)
+		if len(desc) > maxHolderLen {
+			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), maxHolderLen)
 		}
 		c.holder = desc
 		return nil
@@ -111,7 +111,7 @@ func WithHolder(desc string) Option {
 }
 
 // WithRetry sets how [Client.Acquire] waits between attempts. The default is
-// ExponentialBackoff(DefaultRetryMin, DefaultRetryMax).
+// ExponentialBackoff(defaultRetryMin, defaultRetryMax).
 func WithRetry(s RetryStrategy) Option {
 	return func(c *Client) error {
 		if s == nil {
@@ -133,11 +133,11 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		db:        db,
 		table:     "`" + DefaultTable + "`",
 		holder:    defaultHolder(),
-		retry:     ExponentialBackoff(DefaultRetryMin, DefaultRetryMax),
+		retry:     ExponentialBackoff(defaultRetryMin, defaultRetryMax),
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
 		log:       discardLogger,
-		wakeups:   DefaultWakeups,
+		wakeups:   defaultWakeups,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
@@ -168,8 +168,8 @@ func defaultHolder() string {
 		host = "unknown"
 	}
 	h := host + ":" + strconv.Itoa(os.Getpid())
-	if len(h) > MaxHolderLen {
-		h = h[len(h)-MaxHolderLen:]
+	if len(h) > maxHolderLen {
+		h = h[len(h)-maxHolderLen:]
 	}
 	return h
 }

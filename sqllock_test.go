@@ -571,7 +571,7 @@ func TestNew_badOptions(t *testing.T) {
 		{"table of 65 chars", WithTable(strings.Repeat("t", 65)), []string{"bad table name", "1 to 64"}},
 		{"quoted table", WithTable("`t`"), []string{"bad table name", "\"`t`\""}},
 		{"empty holder", WithHolder(""), []string{"empty holder description"}},
-		{"holder of 256 bytes", WithHolder(strings.Repeat("h", MaxHolderLen+1)), []string{"holder description is 256 bytes", "longer than"}},
+		{"holder of 256 bytes", WithHolder(strings.Repeat("h", maxHolderLen+1)), []string{"holder description is 256 bytes", "longer than"}},
 		{"nil RetryStrategy", WithRetry(nil), []string{"nil RetryStrategy"}},
 	}
 	for _, tt := range tests {
@@ -585,7 +585,7 @@ func TestNew_badOptions(t *testing.T) {
 	}
 
 	t.Run("limits accepted", func(t *testing.T) {
-		_, err := New(db, WithTable(strings.Repeat("t", 64)), WithHolder(strings.Repeat("h", MaxHolderLen)))
+		_, err := New(db, WithTable(strings.Repeat("t", 64)), WithHolder(strings.Repeat("h", maxHolderLen)))
 		if err != nil {
 			t.Errorf("got %v, want nil", err)
 		}
@@ -1519,7 +1519,7 @@ func TestExponentialBackoff(t *testing.T) {
 		{"limit below first raised to first", 10 * ms, 5 * ms, []time.Duration{10 * ms}},
 		{"zero first raised to 1ms", 0, 4 * ms, []time.Duration{ms, 2 * ms, 4 * ms}},
 		{"negatives raised to 1ms", -time.Second, -time.Second, []time.Duration{ms}},
-		{"defaults", DefaultRetryMin, DefaultRetryMax, []time.Duration{8 * ms, 16 * ms, 32 * ms, 64 * ms, 128 * ms, 256 * ms}},
+		{"defaults", defaultRetryMin, defaultRetryMax, []time.Duration{8 * ms, 16 * ms, 32 * ms, 64 * ms, 128 * ms, 256 * ms}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,7 +44,7 @@ var schemaColumns = []schemaColumn{
 	{name: "name", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: MaxNameLen},
 	{name: "kind", def: "BINARY(1) NOT NULL", typ: regexp.MustCompile(`^binary\(1\)$`)},
 	{name: "owner", def: "VARBINARY(32) NOT NULL", typ: varbinaryType, min: 32},
-	{name: "holder", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: MaxHolderLen},
+	{name: "holder", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: maxHolderLen},
 	// MariaDB and MySQL 5.7 show a display width, MySQL 8.0 none.
 	{name: "fence", def: "BIGINT UNSIGNED NOT NULL", typ: regexp.MustCompile(`^bigint(\(\d+\))? unsigned$`)},
 	{name: "acquired_at", def: "DATETIME(6) NOT NULL", typ: regexp.MustCompile(`^datetime\(6\)$`)},

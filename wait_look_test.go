@@ -70,7 +70,7 @@ func (e *testEnv) countedDB(t *testing.T) (*sql.DB, *countingConnector) {
 
 // Issue 22, point 1. A Client with default options, on a pool left
 // unlimited, whose goroutines wait for 100 names another process holds,
-// holds at most 16 connections at once (DefaultWakeups channels, the
+// holds at most 16 connections at once (defaultWakeups channels, the
 // waiting calls' acquire slots and one look: 13), and once the names are
 // released, hands every one of them over. Without the bound, every name's
 // queue polled on its own, and such a Client opened 75 connections.
@@ -141,8 +141,8 @@ func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
 		if most := cc.most.Load(); most > 16 {
 			t.Errorf("connections open at once: got %d, want at most 16", most)
 		}
-		if n := mostChannels.Load(); n > DefaultWakeups {
-			t.Errorf("wake-up channels at once: got %d, want at most %d", n, DefaultWakeups)
+		if n := mostChannels.Load(); n > defaultWakeups {
+			t.Errorf("wake-up channels at once: got %d, want at most %d", n, defaultWakeups)
 		}
 	})
 }

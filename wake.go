@@ -8,13 +8,13 @@ import "fmt"
 // internal/wait's (channel.go); what a Lock does with its channel is in
 // wake_lock.go.
 
-// DefaultWakeups is how many wake-up channels a Client holds at once unless
+// defaultWakeups is how many wake-up channels a Client holds at once unless
 // [WithWakeups] says otherwise: the names it waits for beyond these poll.
-const DefaultWakeups = 4
+const defaultWakeups = 4
 
 // WithWakeups sets how many wake-up channels the Client holds at once, each
 // on a connection of the *sql.DB's pool; 0 turns them off, and waiting
-// processes poll. The default is [DefaultWakeups].
+// processes poll. The default is 4.
 //
 // With them, a process waiting in [Client.Acquire] for a name another
 // process holds (or in [Client.AcquireSet] for a set, or in

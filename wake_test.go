@@ -450,7 +450,7 @@ func TestWakeups_closeRacesHandoffs(t *testing.T) {
 // refuses GET_LOCK (MariaDB Galera): the Client says so once and polls,
 // without asking for the channel again.
 func TestWakeups_serverRefusesGetLock(t *testing.T) {
-	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(DefaultWakeups))
+	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(defaultWakeups))
 	e.wakeupConns()
 	held, free := okReply(0, 1), okReply(7, 1)
 	tok := &tokenArg{}
@@ -588,7 +588,7 @@ func TestWithWakeups(t *testing.T) {
 		on   bool
 		max  int
 	}{
-		{nil, true, DefaultWakeups},
+		{nil, true, defaultWakeups},
 		{[]Option{WithWakeups(0)}, false, 0},
 		{[]Option{WithWakeups(16)}, true, 16},
 	} {
@@ -600,8 +600,8 @@ func TestWithWakeups(t *testing.T) {
 			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wait.Channels.On(), c.wait.Channels.Max(), tc.on, tc.max)
 		}
 	}
-	if DefaultWakeups != 4 {
-		t.Errorf("DefaultWakeups: got %d, want the 4 the docs state", DefaultWakeups)
+	if defaultWakeups != 4 {
+		t.Errorf("defaultWakeups: got %d, want the 4 the docs state", defaultWakeups)
 	}
 	if _, err := New(db, WithWakeups(-1)); err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Errorf("WithWakeups(-1): got %v, want an error that says the count is negative", err)

@@ -167,7 +167,7 @@ func TestServer_raceUnderFaults(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for round := 0; ctx.Err() == nil; round++ {
-				c := newClient(t, srv, sqllock.WithWakeups(sqllock.DefaultWakeups*(i%2)))
+				c := newClient(t, srv, sqllock.WithWakeups(4*(i%2)))
 				for j := 0; j < 4 && ctx.Err() == nil; j++ {
 					name := names[(i+j)%len(names)]
 					l, err := c.Acquire(ctx, name, time.Second)
@@ -250,7 +250,7 @@ func TestServer_deadlock(t *testing.T) {
 // A server that refuses GET_LOCK (1235) leaves waiting Acquires to poll.
 func TestServer_withoutGetLock(t *testing.T) {
 	srv := sqllocktest.New(t, sqllocktest.WithoutGetLock())
-	a, b := newClient(t, srv, sqllock.WithWakeups(sqllock.DefaultWakeups)), newClient(t, srv, sqllock.WithWakeups(sqllock.DefaultWakeups))
+	a, b := newClient(t, srv, sqllock.WithWakeups(4)), newClient(t, srv, sqllock.WithWakeups(4))
 	ctx := ctxFor(t)
 	l, err := a.TryAcquire(ctx, "job", time.Minute)
 	if err != nil {

@@ -217,7 +217,7 @@ func TestServer_race(t *testing.T) {
 	var last uint64
 	var wg sync.WaitGroup
 	for i := 0; i < 6; i++ {
-		c := newClient(t, srv, sqllock.WithWakeups(sqllock.DefaultWakeups*(i%2)))
+		c := newClient(t, srv, sqllock.WithWakeups(4*(i%2)))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -184,7 +184,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 		}
 		return exitNoExec
 	}
-	retry := &deadlineRetry{backoff: sqllock.ExponentialBackoff(sqllock.DefaultRetryMin, sqllock.DefaultRetryMax)}
+	retry := &deadlineRetry{backoff: sqllock.ExponentialBackoff(8*time.Millisecond, 256*time.Millisecond)} // the Client's default
 	// Renewal failures and loss are worth a line in cron's mail; -v adds
 	// the retries.
 	level := slog.LevelWarn

@@ -33,7 +33,7 @@ import (
 //     the channel, which it does only while it waits for the name. An
 //     Acquire on a name this Client has not waited for sends the acquire
 //     statement alone; TryAcquire never touches the channel.
-//   - A Client holds at most max channels at once (DefaultWakeups), each on
+//   - A Client holds at most max channels at once (defaultWakeups), each on
 //     a connection of its own, and never the pool's last connection. A name
 //     that finds them all taken polls (look.go), as it would without
 //     channels; the names that hold one keep it until their Lock is

@@ -37,7 +37,7 @@ import (
 // deletes.
 //
 // Sets and semaphores do not look: the look answers for single names. So a
-// Client's waiting calls take at most DefaultWakeups (the channels,
+// Client's waiting calls take at most defaultWakeups (the channels,
 // WithWakeups) + maxWaitingAttempts + 1 (the look) connections at once,
 // however many names, sets and semaphores they wait for: 13 by default. The calls a caller makes
 // itself (TryAcquire, Refresh, Release, Check's transaction, Inspect, List,
