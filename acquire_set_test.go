@@ -210,9 +210,9 @@ func TestLock_set_RefreshCheckRelease(t *testing.T) {
 	})
 }
 
-// DoAll's function runs under a keep-alive of the whole set; its context
+// Lock.Do on a set runs fn under a keep-alive of the whole set; its context
 // ends when one lease of the set is lost, and the set is released after.
-func TestClient_DoAll(t *testing.T) {
+func TestLock_Do_set(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
@@ -225,7 +225,7 @@ func TestClient_DoAll(t *testing.T) {
 			ran = true
 			time.Sleep(ttl + 300*time.Millisecond) // renewed past its first ttl
 			if _, err := b.TryAcquire(ctx, "d2", time.Second); !errors.Is(err, ErrNotAcquired) {
-				return fmt.Errorf("TryAcquire(d2) within DoAll: got %v, want ErrNotAcquired", err)
+				return fmt.Errorf("TryAcquire(d2) within Do: got %v, want ErrNotAcquired", err)
 			}
 			if _, err := b.ForceRelease(ctx, "d1"); err != nil {
 				return err
@@ -238,7 +238,7 @@ func TestClient_DoAll(t *testing.T) {
 			}
 		})
 		if !ran {
-			t.Fatalf("DoAll did not run fn: %v", err)
+			t.Fatalf("Do did not run fn: %v", err)
 		}
 		wantErrIs(t, err, ErrLockLost)
 		// The set's other lease was released: both names are free.
@@ -421,7 +421,7 @@ func isSetAcquire(query string) bool {
 
 // AcquireSet waits until every name is free, and takes them together; when
 // its context ends first, its error says so and that nothing was taken.
-func TestClient_AcquireAll_waits(t *testing.T) {
+func TestClient_AcquireSet_waits(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		a, b := e.twoClients(t)
@@ -494,10 +494,10 @@ func TestLock_set_acquireWaitsForCheck(t *testing.T) {
 	})
 }
 
-// A waiting AcquireSet or AcquireSlot whose context ends within an attempt
+// A waiting AcquireSet or Semaphore.Acquire whose context ends within an attempt
 // (within the first use's proof, here: the context ends before it) says
 // that nothing was taken, as when it ends while the names are held.
-func TestClient_AcquireAll_ctxEndsWithinAttempt(t *testing.T) {
+func TestClient_AcquireSet_ctxEndsWithinAttempt(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		c := e.client(t, e.db, e.newTable(t))

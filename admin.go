@@ -11,7 +11,7 @@ import (
 // Info describes the lease on one name as the server sees it.
 type Info struct {
 	Name string
-	// Slot is, for a slot of a counting semaphore ([Client.TryAcquireSlot]),
+	// Slot is, for a slot of a counting semaphore ([Semaphore.TryAcquire]),
 	// the slot's number, 1 to n, and Name the semaphore's; 0 for a lock.
 	Slot int
 	// Holder is the description of the Client whose lease is on the name

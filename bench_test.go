@@ -506,7 +506,7 @@ func BenchmarkNames(b *testing.B) {
 // BenchmarkContention is 4 Clients (processes, each on a *sql.DB of its
 // own, one goroutine each) that loop on one name: Acquire, hold 50ms,
 // Release, for contentionRun; the set and slot variants loop so on a set
-// of two names (AcquireSet) and on a semaphore of one slot (AcquireSlot),
+// of two names (AcquireSet) and on a semaphore of one slot (Semaphore.Acquire),
 // with default options. Nothing makes them take turns: what they get
 // is what the lock gives them. It reports:
 //
@@ -839,7 +839,7 @@ func BenchmarkSets(b *testing.B) {
 	}
 }
 
-// BenchmarkSlots is one uncontended TryAcquireSlot and Release beside
+// BenchmarkSlots is one uncontended Semaphore.TryAcquire and Release beside
 // BenchmarkPair's TryAcquire and Release, in one run: a slot costs one
 // statement whose rows grow with n (the fence row twice and every slot row),
 // with n-1 slots held by others or none.

@@ -189,7 +189,7 @@ func TestDo_releasesAfterCallerCancel(t *testing.T) {
 	})
 }
 
-// TryDo does not wait and does not run fn when the name is held; Do waits.
+// TryAcquire then Lock.Do does not wait and does not run fn when the name is held; Do waits.
 func TestTryDo_notAcquired(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
@@ -199,7 +199,7 @@ func TestTryDo_notAcquired(t *testing.T) {
 		err := lockDo(b.TryAcquire(ctx, "job", time.Second))(ctx, func(_ context.Context, _ *Lock) error { ran = true; return nil })
 		wantErrIs(t, err, ErrNotAcquired)
 		if ran {
-			t.Fatal("TryDo ran fn without the lease")
+			t.Fatal("Lock.Do ran fn without the lease")
 		}
 		time.AfterFunc(100*time.Millisecond, func() { l.Release(context.Background()) })
 		if err := b.Do(ctx, "job", time.Second, func(_ context.Context, _ *Lock) error { ran = true; return nil }); err != nil || !ran {

@@ -33,7 +33,7 @@ func TestDo_WithMinHold_args(t *testing.T) {
 		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
 		e.expectExec("release_at_least", []driver.Value{int64(90_000_250), "job", tok}, okReply(1, 1))
 		if err := lockDo(e.c.TryAcquire(t.Context(), "job", time.Minute))(t.Context(), noop, WithMinHold(90*time.Second+250*time.Microsecond)); err != nil {
-			t.Errorf("TryDo: got %v, want nil", err)
+			t.Errorf("TryAcquire and Do: got %v, want nil", err)
 		}
 	})
 }

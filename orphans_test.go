@@ -227,14 +227,14 @@ func TestLate_minHoldSentTwice_notRunAgain(t *testing.T) {
 					return lockDo(le.c.TryAcquire(ctx, "mh", time.Minute))(ctx, job, WithMinHold(time.Hour))
 				}
 				if err := do(); err != nil {
-					t.Fatalf("first TryDo: %v", err)
+					t.Fatalf("first TryAcquire and Do: %v", err)
 				}
 				if sends < 2 {
 					t.Fatalf("acquire sends: got %d, want 2: the test did not send it twice", sends)
 				}
 				err := do()
 				if !errors.Is(err, ErrNotAcquired) || runs != 1 {
-					t.Fatalf("second TryDo within the minimum hold: got %v, %d runs, want ErrNotAcquired and 1 run", err, runs)
+					t.Fatalf("second TryAcquire within the minimum hold: got %v, %d runs, want ErrNotAcquired and 1 run", err, runs)
 				}
 			})
 		})

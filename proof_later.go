@@ -13,7 +13,7 @@ import (
 
 // The proofs made at a kind of lease's first use, not at the Client's: the
 // statements of sets (TryAcquireSet and the like), of counting semaphores
-// (TryAcquireSlot and the like) and of Once. Each runs once per Client, as
+// (Semaphore.TryAcquire and the like) and of Once. Each runs once per Client, as
 // the first proof does (proof.go), on one connection, under proof names of
 // its own, after the first proof has passed and the forms are chosen, and
 // before the kind's first statement that writes. A Client that never takes

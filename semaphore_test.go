@@ -110,7 +110,7 @@ func TestSlotSQL_args(t *testing.T) {
 
 // Bad arguments are refused before anything is sent: the mock expects
 // nothing, and would fail on any statement.
-func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
+func TestSemaphore_TryAcquire_badInput_sendsNothing(t *testing.T) {
 	e := newMockEnv(t)
 	for _, tc := range []struct {
 		name string
@@ -122,10 +122,10 @@ func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
 		{"jobs\x00slot", 2, time.Second},
 	} {
 		if _, err := e.c.Semaphore(tc.name, tc.n).TryAcquire(t.Context(), tc.ttl); err == nil {
-			t.Errorf("TryAcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
+			t.Errorf("Semaphore.TryAcquire(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
 		}
 		if _, err := e.c.Semaphore(tc.name, tc.n).Acquire(t.Context(), tc.ttl); err == nil {
-			t.Errorf("AcquireSlot(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
+			t.Errorf("Semaphore.Acquire(%d bytes, %d, %v): got nil, want an error", len(tc.name), tc.n, tc.ttl)
 		}
 	}
 	if _, err := e.c.Semaphore("", 1).Inspect(t.Context()); err == nil {
@@ -138,7 +138,7 @@ func TestTryAcquireSlot_badInput_sendsNothing(t *testing.T) {
 // On TiDB, and through Vitess, whose LAST_INSERT_ID() does not carry a value
 // between rows, a slot is refused with an error naming the server, after
 // the first-use check and before any slot statement.
-func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
+func TestSemaphore_TryAcquire_oneRowServers_refused(t *testing.T) {
 	for _, tc := range []struct {
 		version string
 		read    int
@@ -166,7 +166,7 @@ func TestTryAcquireSlot_oneRowServers_refused(t *testing.T) {
 // Counting semaphores on a real server
 
 // slotServer skips t where there are no semaphores: TiDB and Vitess
-// (TestTryAcquireSlot_oneRowServers), and the fake, which does not run
+// (TestSemaphore_TryAcquire_oneRowServers), and the fake, which does not run
 // their statements.
 func slotServer(t *testing.T, e *testEnv) {
 	t.Helper()
@@ -181,7 +181,7 @@ func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *L
 	t.Helper()
 	l, err := c.Semaphore(name, n).TryAcquire(testCtx(t), ttl)
 	if err != nil {
-		t.Fatalf("TryAcquireSlot(%q, %d): got %v, want nil", name, n, err)
+		t.Fatalf("Semaphore.TryAcquire(%q, %d): got %v, want nil", name, n, err)
 	}
 	return l
 }
@@ -190,7 +190,7 @@ func mustSlot(t *testing.T, c *Client, name string, n int, ttl time.Duration) *L
 // last; the n+1st is refused; a released slot and an expired one are taken
 // again; the slot Locks renew, check and release as any Lock; List and
 // Inspect show them.
-func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
+func TestSemaphore_TryAcquire_fillsAndFrees(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		table := e.newTable(t)
@@ -271,7 +271,7 @@ func TestTryAcquireSlot_fillsAndFrees(t *testing.T) {
 
 // A call with another n is refused while a slot is held, and resizes the
 // semaphore when none is, up or down.
-func TestTryAcquireSlot_otherN(t *testing.T) {
+func TestSemaphore_TryAcquire_otherN(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		c := e.newClient(t)
@@ -284,7 +284,7 @@ func TestTryAcquireSlot_otherN(t *testing.T) {
 			}
 		}
 		if _, err := c.Semaphore("pool", 2).Acquire(ctx, time.Minute); !errors.Is(err, ErrSlotCount) {
-			t.Fatalf("AcquireSlot with n=2: got %v, want ErrSlotCount at once", err)
+			t.Fatalf("Semaphore.Acquire with n=2: got %v, want ErrSlotCount at once", err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -355,7 +355,7 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 
 // Many processes race for 3 slots: never more than 3 hold one at once, no
 // two hold one slot, and the fences they get are all different.
-func TestTryAcquireSlot_race(t *testing.T) {
+func TestSemaphore_TryAcquire_race(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		table := e.newTable(t)
@@ -367,7 +367,7 @@ func TestTryAcquireSlot_race(t *testing.T) {
 	})
 }
 
-// raceSlots races TryAcquireSlot of one semaphore of n slots, one goroutine
+// raceSlots races Semaphore.TryAcquire of one semaphore of n slots, one goroutine
 // per Client making rounds attempts, each holding its slot a millisecond,
 // and fails t on more than n holders at once, a slot or a fence given
 // twice, or any error but a refusal.
@@ -449,7 +449,7 @@ func isSlotRelease(q string) bool {
 
 // A slot acquire whose every reply is lost may have taken a slot under a
 // token nobody holds: the call deletes it at once, and the slot is free.
-func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
+func TestSemaphore_TryAcquire_lostReply_leavesNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		le := newLateEnv(t, e)
@@ -461,7 +461,7 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 		})
 		_, err := le.c.Semaphore("lost", 1).TryAcquire(testCtx(t), time.Minute)
 		if err == nil {
-			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
+			t.Fatal("Semaphore.TryAcquire with every reply lost: got nil, want an error")
 		}
 		if _, err := le.witness.Semaphore("lost", 1).TryAcquire(testCtx(t), time.Minute); err != nil {
 			t.Fatalf("the witness: got %v, want the slot: the lost acquire's slot was deleted", err)
@@ -477,7 +477,7 @@ func TestTryAcquireSlot_lostReply_leavesNothing(t *testing.T) {
 // When the DELETE after the lost reply is lost too, the Client remembers the
 // token and deletes its slot before its next acquire of the semaphore, or at
 // Close: nothing stays held by a token nobody has.
-func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
+func TestSemaphore_TryAcquire_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 	for _, byClose := range []bool{false, true} {
 		eachServerEnv(t, func(t *testing.T, e *testEnv) {
 			slotServer(t, e)
@@ -532,7 +532,7 @@ func TestTryAcquireSlot_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 // A slot acquire cut by its context while it waits for a row lock is
 // settled as a lost reply is: when it runs late, the slot it takes goes
 // before the Client's next acquire of the semaphore.
-func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
+func TestSemaphore_Acquire_ctxEnds_waits(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		c := e.newClient(t, WithRetry(LinearBackoff(5*time.Millisecond)))
@@ -547,7 +547,7 @@ func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 		defer cancel()
 		_, err := c.Semaphore("wait", 1).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("AcquireSlot until ctx ends: got %v, want ErrNotAcquired and DeadlineExceeded", err)
+			t.Fatalf("Semaphore.Acquire until ctx ends: got %v, want ErrNotAcquired and DeadlineExceeded", err)
 		}
 		go func() {
 			time.Sleep(50 * time.Millisecond)
@@ -555,14 +555,14 @@ func TestAcquireSlot_ctxEnds_waits(t *testing.T) {
 		}()
 		got, err := c.Semaphore("wait", 1).Acquire(testCtx(t), time.Minute)
 		if err != nil || got.Slot() != 1 {
-			t.Fatalf("AcquireSlot after the release: got %v, %v", got, err)
+			t.Fatalf("Semaphore.Acquire after the release: got %v, %v", got, err)
 		}
 	})
 }
 
 // On TiDB and through Vitess the call is refused by name, and writes
 // nothing; elsewhere the test has nothing to show.
-func TestTryAcquireSlot_oneRowServers(t *testing.T) {
+func TestSemaphore_TryAcquire_oneRowServers(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		if !e.oneRow() {
 			t.Skipf("%s carries LAST_INSERT_ID() between rows: semaphores serve there", e.server.Label)
@@ -621,7 +621,7 @@ func TestLock_Do_semaphoreSlot(t *testing.T) {
 // release hands the token to the orphan list, under the semaphore, so the
 // Client's next acquire of any of its slots deletes what it took
 // (acquire.go, rule 3).
-func TestTryAcquireSlot_sentTwice_releaseRemembersToken(t *testing.T) {
+func TestSemaphore_TryAcquire_sentTwice_releaseRemembersToken(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		le := newLateEnv(t, e)
@@ -755,7 +755,7 @@ func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
 		})
 		l, err := le.c.Semaphore("mv", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 2 {
-			t.Fatalf("TryAcquireSlot, first send held: got %v, %v, want slot 2", l, err)
+			t.Fatalf("Semaphore.TryAcquire, first send held: got %v, %v, want slot 2", l, err)
 		}
 		le.lc.setDecide(nil)
 		if err := first.Release(ctx); err != nil {
@@ -805,7 +805,7 @@ func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
 		})
 		l, err := le.c.Semaphore("one", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 1 || sends != 2 {
-			t.Fatalf("TryAcquireSlot: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
+			t.Fatalf("Semaphore.TryAcquire: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
 		}
 		var n int
 		if err := le.straight.QueryRow("SELECT COUNT(*) FROM `"+le.table+"` WHERE kind = 'L' AND owner = ?", l.Token()).Scan(&n); err != nil || n != 1 {
@@ -821,7 +821,7 @@ func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
 // call's AcquireDone under the semaphore's name, and each send of the slot
 // statement that may be sent again to Retried, as the single acquire's
 // sends are.
-func TestTryAcquireSlot_observed(t *testing.T) {
+func TestSemaphore_TryAcquire_observed(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		r := newEventRecorder()
@@ -834,7 +834,7 @@ func TestTryAcquireSlot_observed(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		if _, err := le.c.Semaphore("jobs", 1).Acquire(short, time.Minute); !errors.Is(err, ErrNotAcquired) {
-			t.Fatalf("AcquireSlot while held: got %v, want ErrNotAcquired", err)
+			t.Fatalf("Semaphore.Acquire while held: got %v, want ErrNotAcquired", err)
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -846,7 +846,7 @@ func TestTryAcquireSlot_observed(t *testing.T) {
 			return pass
 		})
 		if _, err := le.c.Semaphore("lost", 1).TryAcquire(ctx, time.Minute); err == nil {
-			t.Fatal("TryAcquireSlot with every reply lost: got nil, want an error")
+			t.Fatal("Semaphore.TryAcquire with every reply lost: got nil, want an error")
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -872,7 +872,7 @@ func TestTryAcquireSlot_observed(t *testing.T) {
 // On MariaDB a slot acquire waits at most a second for a slot row that a
 // holder's Lock.Check keeps locked, and reports the semaphore held, as a
 // single acquire reports its name (queries.sql, lock_wait_mariadb).
-func TestTryAcquireSlot_rowLockedByCheck_held(t *testing.T) {
+func TestSemaphore_TryAcquire_rowLockedByCheck_held(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		if !e.server.MariaDB {
@@ -886,7 +886,7 @@ func TestTryAcquireSlot_rowLockedByCheck_held(t *testing.T) {
 		defer cancel()
 		_, err := b.Semaphore("sem", 1).TryAcquire(short, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || !strings.Contains(err.Error(), "stayed locked") {
-			t.Fatalf("TryAcquireSlot while the holder's Check locks the slot: got %v, want ErrNotAcquired saying the slot stayed locked", err)
+			t.Fatalf("Semaphore.TryAcquire while the holder's Check locks the slot: got %v, want ErrNotAcquired saying the slot stayed locked", err)
 		}
 	})
 }

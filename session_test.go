@@ -87,7 +87,7 @@ func TestSession_timestamp(t *testing.T) {
 				wantGuard(t, "TryAcquireSet, timestamp "+shift, err, "session timestamp")
 				wantFree(t, other, "set1")
 				_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
-				wantGuard(t, "TryAcquireSlot, timestamp "+shift, err, "session timestamp")
+				wantGuard(t, "Semaphore.TryAcquire, timestamp "+shift, err, "session timestamp")
 			}
 		}
 		if _, err := db.ExecContext(ctx, "SET timestamp = DEFAULT"); err != nil {
@@ -153,7 +153,7 @@ func TestSession_autocommit(t *testing.T) {
 				_, err = c.TryAcquireSet(ctx, []string{"set1", "set2"}, time.Minute)
 				wantGuard(t, "TryAcquireSet after "+set, err, "autocommit")
 				_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
-				wantGuard(t, "TryAcquireSlot after "+set, err, "autocommit")
+				wantGuard(t, "Semaphore.TryAcquire after "+set, err, "autocommit")
 			}
 			if _, err := db.ExecContext(ctx, "ROLLBACK"); err != nil {
 				t.Fatal(err)

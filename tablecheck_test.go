@@ -328,7 +328,7 @@ func TestClient_tableAlteredWhileRunning(t *testing.T) {
 			_, err = c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
 			wantBad("TryAcquireSet", err)
 			_, err = c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
-			wantBad("TryAcquireSlot", err)
+			wantBad("Semaphore.TryAcquire", err)
 		}
 		for _, name := range []string{"x", "a"} {
 			if info, err := other.Inspect(ctx, name); err != nil || info.Held {

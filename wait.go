@@ -8,7 +8,7 @@ import (
 )
 
 // Every kind of waiting acquire (Acquire of one name, AcquireSet of a set,
-// AcquireSlot of a semaphore) waits here, in one loop, on the machinery of
+// Semaphore.Acquire of a semaphore) waits here, in one loop, on the machinery of
 // internal/wait: the Client's fair queue of callers per key, whose head
 // alone sends statements; the key's wake-up channel, which hands the key
 // from one process to the next; the look, which asks about many names in

@@ -8,7 +8,7 @@ import (
 )
 
 // Every kind of waiting acquire (Acquire of one name, AcquireSet of a set,
-// AcquireSlot of a semaphore) waits in one path, acquireQueued (wait.go),
+// Semaphore.Acquire of a semaphore) waits in one path, acquireQueued (wait.go),
 // on internal/wait's machinery: the Client's fair queue, the wake-up
 // channel and the look. A waitCall is what that path needs of each kind.
 // Its key names the queue and the channel: a lock's name, a set's label

@@ -88,7 +88,7 @@ func takeTurns(t *testing.T, e *testEnv, acquire func(ctx context.Context, c *Cl
 // Four processes looping AcquireSet on one set take turns: before sets
 // waited in Acquire's queue and on its channel, a process that released
 // took the set back before the others polled (99 and 936 sets in 20 s).
-func TestClient_AcquireAll_fairAcrossProcesses(t *testing.T) {
+func TestClient_AcquireSet_fairAcrossProcesses(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
 		skipChannelsOnTiDB(t, e)
@@ -98,8 +98,8 @@ func TestClient_AcquireAll_fairAcrossProcesses(t *testing.T) {
 	})
 }
 
-// Four processes looping AcquireSlot on a semaphore of one slot take turns.
-func TestClient_AcquireSlot_fairAcrossProcesses(t *testing.T) {
+// Four processes looping Semaphore.Acquire on a semaphore of one slot take turns.
+func TestSemaphore_Acquire_fairAcrossProcesses(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		takeTurns(t, e, func(ctx context.Context, c *Client) (*Lock, error) {
@@ -109,7 +109,7 @@ func TestClient_AcquireSlot_fairAcrossProcesses(t *testing.T) {
 }
 
 // A Client whose goroutines wait in a mix of Acquire, AcquireSet and
-// AcquireSlot, each for a name, set or semaphore of its own that another
+// Semaphore.Acquire, each for a name, set or semaphore of its own that another
 // process holds, holds no more connections than the bound of internal/wait/look.go
 // (13, and the pool's two idle ones: 16, as for single names in
 // TestWakeups_manyNamesBoundedConnections); and when the holder lets go,
@@ -185,7 +185,7 @@ func TestClient_waitingKindsBoundedConnections(t *testing.T) {
 // The release of any slot of a semaphore in the Client makes the
 // semaphore's first waiter try at once, not at its next poll: with a
 // strategy that polls every 10 s, the waiter has the slot well before.
-func TestClient_AcquireSlot_localReleaseWakesWaiter(t *testing.T) {
+func TestSemaphore_Acquire_localReleaseWakesWaiter(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		c, p := e.proxiedClient(t, e.newTable(t), WithRetry(LinearBackoff(10*time.Second)), WithWakeups(0))
@@ -205,7 +205,7 @@ func TestClient_AcquireSlot_localReleaseWakesWaiter(t *testing.T) {
 		}
 		r := <-got
 		if r.err != nil || r.l.Slot() != second.Slot() {
-			t.Fatalf("AcquireSlot after slot %d's release: got %v, %v, want that slot before the next poll", second.Slot(), r.l, r.err)
+			t.Fatalf("Semaphore.Acquire after slot %d's release: got %v, %v, want that slot before the next poll", second.Slot(), r.l, r.err)
 		}
 		_ = r.l.Release(ctx)
 		_ = first.Release(ctx)
@@ -213,8 +213,8 @@ func TestClient_AcquireSlot_localReleaseWakesWaiter(t *testing.T) {
 }
 
 // A strategy that gives up ends a waiting AcquireSet with the set's
-// refusal, a *HeldError naming the held names, and AcquireSlot with its
-// own, as their Try calls answer; ErrSlotCount ends AcquireSlot at once.
+// refusal, a *HeldError naming the held names, and Semaphore.Acquire with its
+// own, as their Try calls answer; ErrSlotCount ends Semaphore.Acquire at once.
 func TestClient_waitingKinds_strategyGivesUp(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
@@ -228,11 +228,11 @@ func TestClient_waitingKinds_strategyGivesUp(t *testing.T) {
 		wantHeld(t, err, "b")
 		_, err = c.Semaphore("sem", 1).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
-			t.Errorf("AcquireSlot: got %v, want ErrNotAcquired alone", err)
+			t.Errorf("Semaphore.Acquire: got %v, want ErrNotAcquired alone", err)
 		}
 		_, err = c.Semaphore("sem", 2).Acquire(ctx, time.Minute)
 		if !errors.Is(err, ErrSlotCount) {
-			t.Errorf("AcquireSlot with another n: got %v, want ErrSlotCount", err)
+			t.Errorf("Semaphore.Acquire with another n: got %v, want ErrSlotCount", err)
 		}
 	})
 }

@@ -240,7 +240,7 @@ func wantRefusal(t *testing.T, what string, err error) {
 // Every caller of a waiting call that only ever met a refusal ends with it
 // wrapped, not with a bare deadline: followers in a queue, whose head met
 // it, too (before, 12 of 16 waiting Acquire calls in 4 Clients said only
-// "not acquired: context deadline exceeded"); and AcquireSet, AcquireSlot and
+// "not acquired: context deadline exceeded"); and AcquireSet, Semaphore.Acquire and
 // Elect.
 func TestClient_Acquire_onlyRefused(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
@@ -280,7 +280,7 @@ func TestClient_Acquire_onlyRefused(t *testing.T) {
 				_, err := c.AcquireSet(ctx, []string{"a", "b"}, time.Minute)
 				return err
 			})
-			run(fmt.Sprintf("AcquireSlot %d", i), func(ctx context.Context) error {
+			run(fmt.Sprintf("Semaphore.Acquire %d", i), func(ctx context.Context) error {
 				_, err := c.Semaphore("sem", 2).Acquire(ctx, time.Minute)
 				return err
 			})

@@ -18,7 +18,7 @@ const defaultWakeups = 4
 //
 // With them, a process waiting in [Client.Acquire] for a name another
 // process holds (or in [Client.AcquireSet] for a set, or in
-// [Client.AcquireSlot] for a semaphore, each with a channel of its own) blocks on a server named lock (GET_LOCK) instead of
+// [Semaphore.Acquire] for a semaphore, each with a channel of its own) blocks on a server named lock (GET_LOCK) instead of
 // polling: the holder lets go of it right after its [Lock.Release], which
 // wakes the process that has waited longest within a round trip, and sends
 // nothing while it waits (but one poll every few seconds, in case the

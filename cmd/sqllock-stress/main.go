@@ -189,7 +189,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.wakeups, "wakeups", false, "goroutines wait in Acquire, with its default wake-up channels, instead of polling with TryAcquire")
 	fs.IntVar(&cfg.set, "set", 0, "take this many of the names at once, all or nothing, with TryAcquireSet (0: one name at a time)")
 	fs.DurationVar(&cfg.cutChannels, "cut-channels", 0, "with -wakeups, kill the server connections of the wake-up channels this often (0: never)")
-	fs.IntVar(&cfg.slots, "slots", 0, "semaphore mode: -names counting semaphores of `N` slots, taken with TryAcquireSlot by -procs Clients in this process (slots.go)")
+	fs.IntVar(&cfg.slots, "slots", 0, "semaphore mode: -names counting semaphores of `N` slots, taken with Semaphore.TryAcquire by -procs Clients in this process (slots.go)")
 	fs.StringVar(&cfg.fault, "fault", "", "inject a fault: "+strings.Join(faultNames, ", ")+" (see -fault-after, -fault-for, -faulty, -restart-cmd)")
 	fs.DurationVar(&cfg.faultAfter, "fault-after", 0, "when the fault begins (default a third of -duration)")
 	fs.DurationVar(&cfg.faultFor, "fault-for", 0, "how long a partition or a pause lasts (default 3 x -ttl)")

@@ -21,7 +21,7 @@ import (
 
 // The semaphore mode (-slots N): -procs Clients, each on a pool of its own
 // (as separate processes would be), run -goroutines goroutines that take a
-// slot of one of -names semaphores of N slots with TryAcquireSlot, hold it
+// slot of one of -names semaphores of N slots with Semaphore.TryAcquire, hold it
 // for a while (a -stall-fraction of them past the lease, without renewing),
 // and release it. A holder counts its section from the acquire's return to
 // the release, cut at the Lock's ValidUntil, before which the lease cannot

@@ -10,7 +10,7 @@ import (
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
-// How the waiting calls of one Client (Acquire, AcquireAll and AcquireSlot,
+// How the waiting calls of one Client (Acquire, AcquireAll and Semaphore.Acquire,
 // which wait in one path: wait_kinds.go) poll, and what they cost the
 // server in connections. Calls waiting for the same name, set or semaphore
 // share a queue whose head alone sends statements (queue.go). The heads of every name share
