@@ -52,21 +52,13 @@ const cleanupTimeout = time.Second
 // at the clock in microseconds (about 2^51) and grow by one per acquire.
 const maxTiDBFence = math.MaxInt64 - 1
 
-// TryAcquire makes one attempt to take the lease on name for ttl, measured by
-// the server's clock. It succeeds when the name is free, when its lease has
-// expired (whoever held it), and returns an error wrapping [ErrNotAcquired]
-// when another owner's lease is live. Each call draws a fresh random owner
-// token. The attempt is one statement. When the server rolls it back (a
-// deadlock, a cluster certification conflict) it is sent again with the same
-// token, with jittered pauses, until ctx's deadline (at most 5s on); a broken
-// connection is retried a few times. A server that refuses it (read-only, no
-// server listening) applied nothing, and its error comes back at once.
-//
-// When the outcome stays unknown (the connection broke after the statement
-// was sent, or ctx ended while it ran), the acquire deletes the lease it may
-// have taken; if that fails too, the Client remembers the token, and its next
-// acquire of name, or Close, deletes that lease first, so that the name is
-// not blocked for ttl by a lease nobody holds.
+// TryAcquire makes one attempt to take the lease on name for ttl, by the
+// server's clock. It succeeds when the name is free or its lease has expired,
+// and returns an error wrapping [ErrNotAcquired] when another owner's lease
+// is live. A statement the server rolls back (a deadlock) or whose connection
+// breaks is sent again with the same token, within ctx and at most 5s; when
+// the outcome stays unknown, the lease it may have taken is deleted, at once
+// or before the Client's next acquire of name (see docs/guarantees.md).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
@@ -78,27 +70,15 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 	return l, err
 }
 
-// Acquire takes the lease on name for ttl like [Client.TryAcquire], waiting
-// between attempts as the Client's [RetryStrategy] says, until it succeeds,
-// the strategy gives up, or ctx ends. When ctx ends first, the error
-// satisfies both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()).
-// One token serves the attempts of one call until one's outcome is unknown;
-// the next then draws another (see acquireCall).
-//
-// Calls of one Client waiting for the same name queue up and share one
-// poller: only the first in line sends statements, so a thousand waiting
-// goroutines load the server like one. Each statement it sends counts as an
-// attempt of every call in the queue when the answer comes, for the
-// strategy's count. An error that may pass (a failover's read-only server,
-// a restart, too many connections) counts as a refused attempt too; when the
-// strategy gives up, or ctx ends, the error wraps the last such error. Other
-// errors (a missing table, a refused login) end the call at once. A
-// [Lock.Release] of the name in the same Client, or a
-// [Lock.Refresh] that finds its lease lost, makes the first in line try at
-// once, without waiting for its next poll. Callers in other Clients (other
-// processes) learn of a release only when they poll: within the strategy's
-// longest wait; with [WithWakeups], the release wakes the process that has
-// waited longest at once, and a waiting process does not poll.
+// Acquire takes the lease on name like [Client.TryAcquire], waiting between
+// attempts as the Client's [RetryStrategy] says, until it succeeds, the
+// strategy gives up, or ctx ends; when ctx ends first, the error satisfies
+// both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()). An error
+// that may pass (a failover's read-only server, too many connections) counts
+// as a refused attempt, and the final error wraps the last one; other errors
+// end the call at once. The calls of one Client waiting for a name share one
+// poller, and with [WithWakeups] a release in another process wakes the one
+// that waited longest: see docs/usage.md#acquiring-and-waiting.
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {

@@ -22,11 +22,8 @@ import (
 // TryAcquireSet down; the Lock's set statements are in lock_set.go.
 
 // MaxNames is the most names one [Client.TryAcquireSet] or
-// [Client.AcquireSet] takes. Its statement writes three rows per name, and
-// every lease row of the set stays locked until it commits: a set of 64
-// names costs about as much as one acquire of one name on the server (see
-// docs/performance.md), and a longer list is refused before anything is
-// sent.
+// [Client.AcquireSet] takes; a set of 64 costs the server about as much as
+// one acquire of one name (docs/performance.md#several-names-at-once).
 const MaxNames = 64
 
 // errSetsThroughVitess refuses sets through Vitess. A set's names may live
@@ -39,10 +36,9 @@ const MaxNames = 64
 var errSetsThroughVitess = errorf("%w: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md)", ErrUnsupportedServer)
 
 // A HeldError is the error of [Client.TryAcquireSet] when a name of the set
-// was held by another owner: nothing was taken. Names are those found held
-// by a read made right after the refusal, sorted; empty when every holder
-// had let go by then, or when that read failed or was cut short by the
-// call's context (the error then wraps its error too). It wraps
+// was held by another owner: nothing was taken. Names are those a read right
+// after the refusal found held, sorted; empty when they had let go by then,
+// or when that read failed (the error then wraps its error too). It wraps
 // [ErrNotAcquired].
 type HeldError struct {
 	Names []string
@@ -87,29 +83,15 @@ func checkNames(names []string) ([]string, error) {
 }
 
 // TryAcquireSet makes one attempt to take the leases on every name of names
-// for ttl, all or none, in one statement. It succeeds when every name is
-// free, expired or already this call's; when any is held by another owner's
-// live lease, it takes none, writes nothing, and returns a [*HeldError]
-// (wrapping [ErrNotAcquired]) that says which. Bad input (no names, more
-// than [MaxNames], an empty, long or repeated name, a bad ttl) is refused
-// before anything is sent.
+// for ttl, all or none, in one statement. When any is held by another owner's
+// live lease it takes none and returns a [*HeldError], which wraps
+// [ErrNotAcquired] and says which. Bad input (no names, more than [MaxNames],
+// a bad or repeated name, a bad ttl) is refused before anything is sent.
+// Overlapping sets never deadlock and never take half each.
 //
-// The Lock it returns holds the whole set: [Lock.Refresh], [Lock.Check] and
-// [Lock.Release] each act on every name in one statement, and succeed only
-// when every lease of the set is still ours; [Lock.KeepAlive] ends its
-// context when any lease could lapse. Every name of the set gets a new
-// fence, greater than any it had; on MySQL and MariaDB they are all one
-// value, [Lock.Fence] ([Lock.Fences] gives each). There the set's fence
-// travels doubled through the statement, so it must stay below 2^63: a name
-// whose fence was set past that by hand (fences start at the clock in
-// microseconds, about 2^51, and grow by one per acquire) makes every set
-// that includes it fail as held, with no names; take it alone.
-//
-// Two calls whose sets overlap never deadlock and never take half each: the
-// statement takes the lease rows in the names' byte order, each under its
-// row lock until it commits, so one waits for the other at the first name
-// they share. An outcome left unknown (a lost reply) is settled as
-// [Client.TryAcquire] settles it: every lease the call may hold is deleted.
+// The Lock holds the whole set: each of its methods acts on every name in one
+// statement and succeeds only while every lease of the set is ours. Every name
+// gets a new fence ([Lock.Fences]). See docs/usage.md#several-names-at-once.
 func (c *Client) TryAcquireSet(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {
@@ -121,18 +103,11 @@ func (c *Client) TryAcquireSet(ctx context.Context, names []string, ttl time.Dur
 	return l, err
 }
 
-// AcquireSet takes every name of names like [Client.TryAcquireSet],
-// waiting between attempts as the Client's [RetryStrategy] says, until it
-// succeeds, the strategy gives up, or ctx ends (then the error satisfies
-// both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err())). It
-// waits as [Client.Acquire] does, with the set in place of a name: calls of
-// one Client for the same set queue up behind one poller, and with
-// [WithWakeups] a release of the set wakes the process that has waited
-// longest for it. An error that may pass counts as a refused attempt, and
-// the error that ends the call wraps the last such error. The set's queue
-// and channel are its own: a [Client.Acquire] of one of its names does not
-// wait in them, so a set whose names are taken one by one, again and again,
-// by Acquire callers may wait long; give ctx a deadline.
+// AcquireSet takes every name of names like [Client.TryAcquireSet], waiting
+// as [Client.Acquire] does, with the set in place of a name. A
+// [Client.Acquire] of one of its names does not wait in the set's queue, so a
+// set whose names are taken one by one, again and again, may wait long: give
+// ctx a deadline.
 func (c *Client) AcquireSet(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {

@@ -76,11 +76,9 @@ func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts 
 }
 
 // Do acquires the lease on name for ttl, waiting as [Client.Acquire] does,
-// and runs fn under it as [Lock.Do] does: fn gets the Lock, for its
-// [Lock.Fence], and a context that ends before the lease could lapse; the
-// lease is released when fn returns. Do returns the acquire's error if it did
-// not acquire, and otherwise [Lock.Do]'s. For one attempt instead of a wait,
-// or for a set or a semaphore, acquire the Lock and call [Lock.Do].
+// and runs fn under it as [Lock.Do] does. It returns the acquire's error if it
+// did not acquire, and otherwise Lock.Do's. For one attempt, a set or a
+// semaphore, acquire the Lock and call [Lock.Do].
 func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
 	if err := checkName(name); err != nil {
 		return err

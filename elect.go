@@ -14,45 +14,34 @@ import (
 const maxCampaignPoll = 2 * time.Second
 
 // Callbacks are what [Client.Elect] calls as the lead changes, in the style
-// of client-go's leader election. They run on Elect's goroutine, one at a
-// time, so a slow callback delays the campaign.
+// of client-go's leader election, one at a time on Elect's goroutine.
 type Callbacks struct {
-	// OnStartedLeading runs when this Client takes the lead, with the
-	// lead's Lock, for its [Lock.Fence]. Its context ends when the lead
-	// ends: when the lease is lost (the cause wraps [ErrLockLost]) or
-	// Elect's context ends. It may block until then or return nil at once;
-	// either way the lead lasts until its context ends. An error returned
-	// before then ends the lead, and Elect returns it once the lease is
-	// released. Required.
+	// OnStartedLeading runs with the lead's Lock when this Client takes the
+	// lead. Its context ends when the lead does: the lease is lost (the cause
+	// wraps [ErrLockLost]) or Elect's ctx ends. Returning nil does not end the
+	// lead; an error does, and Elect returns it once the lease is released.
+	// Required.
 	OnStartedLeading func(ctx context.Context, l *Lock) error
-	// OnStoppedLeading runs after a lead has ended and its lease was
-	// released, and only after a lead. Optional.
-	OnStoppedLeading func()
-	// OnNewLeader runs when the leader this Client observes changes, with
-	// the leader's holder description (see [WithHolder]); this Client's own
-	// when it takes the lead. Candidates sharing a description look like one.
+	// OnStoppedLeading runs after a lead ended and its lease was released.
 	// Optional.
+	OnStoppedLeading func()
+	// OnNewLeader runs with the holder description ([WithHolder]) of each new
+	// leader this Client sees, its own included. Optional.
 	OnNewLeader func(holder string)
 }
 
-// Elect campaigns for the lead on name until ctx ends. A candidate tries to
-// take the lease on name for ttl; while another holds it, the candidate
-// reads who (for OnNewLeader) and tries again when that lease could expire,
-// or after ttl/4 (at most 2s) to notice a release. On taking the lease it
-// runs OnStartedLeading under a keep-alive (see [Lock.KeepAlive], with the
-// default safety margin). When the lead ends, it releases the lease, calls
-// OnStoppedLeading and, unless ctx has ended, campaigns again: a leader whose
-// renewals keep failing is told to stop before its lease can expire, and the
-// other candidates take over within about one ttl.
+// Elect campaigns for the lead on name, with leases of ttl, until ctx ends.
+// It runs cb.OnStartedLeading under a keep-alive ([Lock.KeepAlive]) while it
+// leads; when the lead ends it releases the lease, calls OnStoppedLeading and
+// campaigns again. A leader whose renewals keep failing is told to stop
+// before its lease can expire, and another candidate takes over within about
+// one ttl (see docs/usage.md#leader-election-elect).
 //
-// Elect returns an error wrapping ctx's once ctx has ended and a lead, if
-// any, has been released; when an error kept this candidate from leading
-// since its last lead (the server was away, read-only during a failover),
-// the error wraps the last one too. It returns earlier only for an error
-// that campaigning cannot get past: bad input, a missing table or column, a
-// refused login, a closed Client. Network and server errors that may pass
-// (a broken connection, no server, a read-only server, too many
-// connections) are retried.
+// When ctx ends, Elect releases any lead and returns an error wrapping ctx's
+// and the last error that kept it from leading, if any. It returns earlier
+// only with OnStartedLeading's error or one campaigning cannot get past (bad
+// input, a missing table, a refused login, a closed Client); errors that may
+// pass (a broken connection, a read-only server) are retried.
 func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb Callbacks) error {
 	if cb.OnStartedLeading == nil {
 		return errors.New("sqllock: Callbacks.OnStartedLeading is nil")

@@ -20,26 +20,16 @@ var errOnceDone = errors.New("sqllock: already done")
 
 // Once runs fn so that it succeeds at most once for name across every
 // replica and restart that share the table, and returns whether this call
-// ran fn. The first caller takes the lease on name (15s, renewed) and runs
-// fn under it, as [Client.Do] does, with the Lock; concurrent callers wait for the lease.
-// When fn returns nil, Once writes a completion record for name (a row of
-// kind 'D') before releasing the lease; from then on every call returns
-// false and nil without running fn. When fn fails, or its runner dies, the
-// next caller holding the lease runs fn again.
+// ran fn. The caller that takes the lease on name (15s, kept alive) runs fn
+// under it as [Client.Do] does, and the others wait. When fn returns nil, Once
+// records that before releasing the lease, and later calls return false and
+// nil; when fn fails or its runner dies, the next caller runs fn again, as it
+// does after a crash before the record was written: fn must be safe to
+// repeat. [Client.ResetOnce] lets it run again.
 //
-// Once returns fn's error (with ran true), or an error from acquiring,
-// waiting (ctx's error joined with [ErrNotAcquired]) or reading the record.
-// Errors that may pass (a failover, a restart) are waited out, as
-// [Client.Acquire] does, until ctx ends.
-// If the lease was taken over while fn ran, the error wraps [ErrLockLost] and
-// no record is written, since the new holder may be running fn too.
-//
-// Between fn's success and the record's commit there is a window: a crash
-// there, or a record that cannot be written (the error then says so), leaves
-// fn to run again by the next caller. fn should therefore be safe to repeat
-// after a success it could not report. Once the record is written, a crash
-// before the release costs only the wait for onceTTL. To run fn again,
-// call [Client.ResetOnce].
+// Once returns fn's error (with ran true), or an error from waiting for the
+// lease, as [Client.Acquire]'s, or from the record. When the lease was taken
+// over while fn ran, the error wraps [ErrLockLost] and nothing is recorded.
 func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) (ran bool, err error) {
 	if fn == nil {
 		return false, errors.New("sqllock: nil func")

@@ -125,10 +125,9 @@ type Semaphore struct {
 	n    int
 }
 
-// Semaphore returns the counting semaphore of n slots on name. Bad
-// arguments (an empty name or one too long for the slots' row names, n
-// outside 1 to [MaxSlots]) are reported by its methods, before anything is
-// sent.
+// Semaphore returns the counting semaphore of n slots on name. Bad arguments
+// (a bad name, n outside 1 to [MaxSlots]) are reported by its methods, before
+// anything is sent.
 func (c *Client) Semaphore(name string, n int) *Semaphore {
 	return &Semaphore{c: c, name: name, n: n}
 }

@@ -174,10 +174,9 @@ func defaultHolder() string {
 	return h
 }
 
-// CreateTable creates the Client's table if it does not exist, running the
-// statement of schema.sql, and then makes the Client's first-use check: a
-// table that was there already and differs from schema.sql gives an error
-// wrapping [ErrBadTable], which says how to mend it.
+// CreateTable creates the Client's table from schema.sql if it does not
+// exist, then checks it as a Client's first use does: a table that differs
+// gives an error wrapping [ErrBadTable] that says how to mend it.
 func (c *Client) CreateTable(ctx context.Context) error {
 	if c.isClosed() {
 		return ErrClosed
@@ -207,17 +206,11 @@ func (c *Client) CreateTable(ctx context.Context) error {
 }
 
 // Close ends every keep-alive the Client runs and releases every lease it
-// holds (see [Client.Held]), so that other replicas need not wait for them to
-// expire; then it closes the statements the Client prepared. It does not
-// close the *sql.DB. It returns the errors of releases that failed other than
-// with [ErrNotHeld]; such a lease expires on its own. A lease acquired while
-// Close runs is released at once, and its acquire returns [ErrClosed]. Calls
-// after Close starts return [ErrClosed].
-//
-// Close makes one pass, however many goroutines call it: a call made while
-// the pass runs, or after it, waits for it and returns its result. The pass
-// gives the releases a few seconds in all; a release stuck on a dead
-// connection is then abandoned, and its lease expires on its own.
+// holds (see [Client.Held]), giving the releases a few seconds in all, then
+// closes its statements; the *sql.DB stays open. It returns the errors of
+// releases that failed other than with [ErrNotHeld]; such a lease expires on
+// its own. Calls after Close starts, and acquires that end after, return
+// [ErrClosed]. Concurrent calls of Close share one pass and its result.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closeStarted {
