@@ -99,22 +99,18 @@ func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func
 	return l.run(ctx, cfg, fn)
 }
 
-// Do runs fn while a keep-alive renews the lease (see [Lock.KeepAlive]), and
-// releases the lease when fn returns or panics; a panic goes on after the
-// release. fn gets l, for its [Lock.Fence] and [Lock.ValidUntil], and a
-// context derived from ctx that is also cancelled as soon as the lease can
-// no longer be known to be held: a safety margin (see [WithSafetyMargin])
-// before it could expire, or when a renewal finds it taken over. fn must not
+// Do runs fn while a keep-alive renews the lease ([Lock.KeepAlive]), and
+// releases the lease when fn returns or panics, even when ctx has ended; a
+// panic goes on after the release. fn gets l, for its [Lock.Fence], and a
+// context that is cancelled, with cause [ErrLockLost], as soon as the lease
+// can no longer be known to be held (see [WithSafetyMargin]). fn must not
 // release l.
 //
-// Do returns fn's error. When the lease was lost while fn ran, or found lost
-// at release, the error also wraps [ErrLockLost]; when [Client.Close]
-// released it, [ErrClosed]. When l is no longer held (released, lost or
-// closed), Do returns that, without running fn. The release runs on a fresh
-// context bounded by [ReleaseTimeout], so it happens even when ctx has ended;
-// if it fails (a network error) its error is joined too, and the lease
-// expires by itself. Bad input (a nil fn, a bad option) releases l and
-// returns the error without running fn.
+// Do returns fn's error; the error also wraps [ErrLockLost] when the lease
+// was lost while fn ran or found lost at release, [ErrClosed] when
+// [Client.Close] released it, and the release's error if it failed. When l is no longer
+// held, or on bad input (a nil fn, a bad option: l is then released), it
+// returns an error without running fn.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
 	cfg, err := newDoConfig(l.ttl, fn, opts)
 	if err != nil {

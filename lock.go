@@ -11,10 +11,9 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
-// A Lock is a lease on one name, taken by [Client.TryAcquire] or
-// [Client.Acquire], or on several names at once, taken by
-// [Client.TryAcquireSet] or [Client.AcquireSet]. Its methods are safe for
-// concurrent use.
+// A Lock is a lease on one name ([Client.TryAcquire]), on a set of names
+// ([Client.TryAcquireSet]) or on a semaphore's slot ([Semaphore.TryAcquire]).
+// Its methods are safe for concurrent use.
 type Lock struct {
 	c     *Client
 	name  string
@@ -86,10 +85,8 @@ func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, val
 		nameArg: name, tokenArg: token}
 }
 
-// Name returns the name the lease is on; for a Lock on several names
-// ([Client.TryAcquireSet]), the first of [Lock.Names]; for a slot of a
-// counting semaphore, the semaphore's name (and [Lock.Slot] the slot's
-// number).
+// Name returns the name the lease is on: for a set, the first of
+// [Lock.Names]; for a semaphore's slot, the semaphore's name.
 func (l *Lock) Name() string {
 	name, _ := splitSlotName(l.name)
 	return name
@@ -98,11 +95,9 @@ func (l *Lock) Name() string {
 // Token returns the random owner token that identifies this lease.
 func (l *Lock) Token() string { return l.token }
 
-// Fence returns the lease's fencing token. Fences of one name grow strictly
-// with every new holder, across takeovers of expired leases and across
-// release and re-acquire, so a store that remembers the highest fence it
-// has seen can refuse a write from a holder that lost its lease. A Refresh
-// keeps the fence.
+// Fence returns the lease's fencing token. Fences of a name grow strictly with
+// every new holder, so a store that keeps the highest it has seen can refuse
+// a write from a holder that lost its lease. A Refresh keeps the fence.
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // ValidUntil returns the instant, on this process's monotonic clock, before
@@ -116,16 +111,11 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // Refresh extends the lease to ttl from the server's now, in one statement,
-// if it is still ours and has not expired. It never shortens the lease: a
-// ttl shorter than the lease has left leaves the lease, and [Lock.ValidUntil],
-// as they were, so that a send of an earlier, shorter Refresh that the
-// network or a proxy delivers late cannot end the lease before ValidUntil
-// says. It returns an error wrapping
-// [ErrNotHeld] when the lease is gone; any other error (network, server,
-// context) means the outcome is unknown, not that the lease is lost, and
-// Refresh may be called again. Refreshes of one Lock run one at a time; one
-// waiting for another gives up when ctx ends. A keep-alive follows the lease
-// a Refresh leaves: see [Lock.KeepAlive].
+// if it is still ours and live. It never shortens the lease: a ttl shorter
+// than the lease has left changes neither it nor [Lock.ValidUntil]. It returns
+// an error wrapping [ErrNotHeld] when the lease is gone; any other error means
+// the outcome is unknown, not that the lease is lost, and Refresh may be
+// called again.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -193,28 +183,18 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 	return id != 0, nil
 }
 
-// Release deletes the lease, in one statement guarded by the token, so it
-// never removes another owner's lease. It returns an error wrapping
-// [ErrNotHeld] when the row is no longer ours: the lease expired and someone
-// took the name over (so the work done under it may have overlapped theirs),
-// or the Lock was already released. A lease that expired but that nobody
-// took is released without error: nobody else held the name in between.
-// After any other error the outcome is unknown and Release may be called
-// again. First it stops the Lock's keep-alive, if one runs, ending its
-// contexts (see [Lock.KeepAlive]) and waiting for its goroutine to exit. A
-// Release called while another release of the Lock runs (another Release,
-// or [Client.Close]) sends nothing: it waits for that one and returns its
-// result.
+// Release stops the Lock's keep-alive, if one runs, and deletes the lease in
+// one statement guarded by the token, so it never removes another owner's
+// lease; an expired lease nobody took is released without error. It returns
+// an error wrapping [ErrNotHeld] when someone took the name over (the work
+// done under the lease may have overlapped theirs) or the Lock was already
+// released; after any other error the outcome is unknown, and Release may be
+// called again. A release already under way (another Release, [Client.Close])
+// is waited for and its result returned.
 //
-// Release frees the name even when ctx has ended: the usual
-// `defer lock.Release(ctx)` runs after the work's context was canceled or
-// timed out, and a name left to expire would block every other replica for
-// the whole lease. So the statement runs on a context of its own, with ctx's
-// values, that ends [ReleaseTimeout] after the call, whatever ctx does: a
-// Release waits that long at the most, also for a server that does not
-// answer. Its result is the release's: nil when the name was freed, even if
-// ctx had ended; an error that also wraps ctx's error when ctx had ended and
-// the release failed.
+// Release frees the name even when ctx has ended, so that a deferred Release
+// still gives the name back: the statement runs on a context of its own, with
+// ctx's values, that ends [ReleaseTimeout] after the call.
 func (l *Lock) Release(ctx context.Context) error {
 	parent := ctx
 	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
@@ -389,28 +369,17 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// Check verifies, inside the caller's transaction tx, that the lease is
-// still this Lock's and live by the server's clock, in one statement that
-// writes the lease row and so keeps it locked until tx ends. Every acquire,
-// renewal and release writes that row, so no other owner can take the name
-// over, and commit, before tx commits or rolls back: writes made in tx after
-// a successful Check are fenced by the lease without a fencing column. On a
-// multi-writer cluster (Galera, Group Replication multi-primary), where
-// another node does not see the lock, the written row makes tx's commit fail
-// certification if a takeover committed first. Keep such transactions short
-// next to the ttl: this Lock's own renewals wait for tx as well.
+// Check verifies, inside the caller's transaction tx, that the lease is still
+// this Lock's and live by the server's clock, in one statement that writes the
+// lease row and so keeps it locked until tx ends: no other owner can take the
+// name over, and commit, before tx does, so writes made in tx after a
+// successful Check are fenced by the lease. It returns an error wrapping
+// [ErrNotHeld] when the lease is not ours or has expired; tx stays the
+// caller's, to roll back.
 //
-// While tx is open, other processes' acquires of the name wait for the row:
-// on MariaDB a second at most (queries.sql, lock_wait_mariadb); on MySQL,
-// which has no per-statement setting for it, until the acquirer's context
-// ends or innodb_lock_wait_timeout (50 s by default) passes, so give a
-// TryAcquire there a deadline. Then they report the name held
-// ([ErrNotAcquired]); Acquire and Elect go on polling. On TiDB they do not
-// wait: the acquire's commit conflicts, and is sent again.
-//
-// It returns an error wrapping [ErrNotHeld] when the lease is not ours or
-// has expired (and the Lock released or not); tx stays the caller's, to roll
-// back. tx may come from any *sql.DB on the database that holds the table.
+// Keep tx short: this Lock's renewals and other processes' acquires of the
+// name wait for it, on MySQL until their context ends, so give a TryAcquire
+// there a deadline. See docs/usage.md#fencing-writes-in-the-same-database-lockcheck.
 func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Lock()
 	released := l.released

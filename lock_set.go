@@ -39,9 +39,8 @@ func newLockSet(names []string, token string) *lockSet {
 	return s
 }
 
-// Names returns the names the lease is on, sorted: one, [Lock.Name], for a
-// Lock taken by [Client.TryAcquire] and the like; every name of the set for
-// one taken by [Client.TryAcquireSet] or [Client.AcquireSet].
+// Names returns the names the lease is on, sorted: every name of a set, or
+// the one [Lock.Name].
 func (l *Lock) Names() []string {
 	if l.set == nil {
 		return []string{l.name}
@@ -49,10 +48,9 @@ func (l *Lock) Names() []string {
 	return slices.Clone(l.set.names)
 }
 
-// Fences returns the fencing token of each name of [Lock.Names], in the
-// same order. On MySQL and MariaDB every name of a set has the same fence,
-// [Lock.Fence]; on TiDB and through Vitess each name's own fence grows by
-// one, and Fence is the greatest.
+// Fences returns the fence of each name of [Lock.Names], in the same order:
+// each [Lock.Fence] on MySQL and MariaDB; on TiDB and through Vitess each
+// name's own, and Fence the greatest.
 func (l *Lock) Fences() []uint64 {
 	if l.set == nil {
 		return []uint64{l.fence}

@@ -17,11 +17,9 @@ import (
 // semaphore's (queries.sql, slot_acquire). Read from Semaphore down.
 
 const (
-	// MaxSlots is the most slots a semaphore may have. The statement that
-	// takes a slot writes every slot row up to the one it takes, and the
-	// fence row twice, under row locks, so its cost grows with n; a slot's
-	// number is also kept in two digits of its row's name and in the low
-	// bits of the statement's answer (queries.sql).
+	// MaxSlots is the most slots a semaphore may have: the statement that
+	// takes a slot writes every slot row up to the one it takes, so its cost
+	// grows with n (docs/performance.md#counting-semaphores).
 	MaxSlots = 64
 	// maxSemaphoreNameLen is the longest semaphore name, in bytes: a slot's
 	// row is named by the semaphore's name and 7 bytes more, within the
@@ -103,22 +101,15 @@ func checkSlotArgs(name string, n int, ttl time.Duration) error {
 	return checkTTL(ttl)
 }
 
-// A Semaphore is a counting semaphore of n slots on a name: at most n
-// holders hold one of its slots at once. Each slot is an ordinary lease row
-// under a name derived from the semaphore's, so the Lock a slot's acquire
-// returns renews, releases, checks and runs work ([Lock.Do]) as any Lock
-// does; [Lock.Slot] says which slot it holds. Fences grow across all the
-// slots of a name, in the order acquisitions commit. A Semaphore is a value
-// of the Client's, made by [Client.Semaphore]; it holds nothing itself.
-//
-// A semaphore records its n on the server. An acquire with another n is a
-// resize when no slot is held, and is otherwise refused with an error
-// wrapping [ErrSlotCount] (and [ErrNotAcquired]) that names both numbers.
-// Semaphore names share no rows with lock names. Semaphores need
-// LAST_INSERT_ID() to carry a value from one row of a statement to the next,
-// as MySQL and MariaDB do; on TiDB and through Vitess an acquire fails,
-// before any slot is written, with an error naming the server.
-// docs/usage.md has the details.
+// A Semaphore is a counting semaphore of n slots on a name, made by
+// [Client.Semaphore]: at most n holders hold one of its slots at once. A slot
+// is a lease like a lock's, and its Lock renews, releases, checks and runs
+// work as any Lock does ([Lock.Slot] says which slot); fences grow across the
+// slots of a name. The semaphore records its n on the server: an acquire with
+// another n resizes it while no slot is held, and otherwise fails with an
+// error wrapping [ErrSlotCount]. MySQL and MariaDB only: on TiDB and through
+// Vitess an acquire fails with [ErrUnsupportedServer], writing nothing. See
+// docs/usage.md#counting-semaphores.
 type Semaphore struct {
 	c    *Client
 	name string
@@ -132,11 +123,10 @@ func (c *Client) Semaphore(name string, n int) *Semaphore {
 	return &Semaphore{c: c, name: name, n: n}
 }
 
-// TryAcquire makes one attempt to take a slot for ttl, measured by the
-// server's clock, as [Client.TryAcquire] does for a name: it takes the first
-// slot that is free (never taken, released, or expired) and returns an error
-// wrapping [ErrNotAcquired] when all n are held. The attempt is one
-// statement (two or three when the number of slots changes).
+// TryAcquire makes one attempt to take a free slot for ttl, as
+// [Client.TryAcquire] does for a name, and returns an error wrapping
+// [ErrNotAcquired] when all n are held. It sends one statement, or two or
+// three when n changes.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	call, err := s.c.newSlotCall(s.name, s.n, ttl)
 	if err != nil {
