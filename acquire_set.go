@@ -21,9 +21,7 @@ import (
 // Inspect and ForceRelease treat it as a lease of its own. Read from
 // TryAcquireSet down; the Lock's set statements are in lock_set.go.
 
-// MaxNames is the most names one [Client.TryAcquireSet] or
-// [Client.AcquireSet] takes; a set of 64 costs the server about as much as
-// one acquire of one name (docs/performance.md#several-names-at-once).
+// MaxNames is the most names a set ([Client.TryAcquireSet]) may have.
 const MaxNames = 64
 
 // errSetsThroughVitess refuses sets through Vitess. A set's names may live
@@ -36,10 +34,8 @@ const MaxNames = 64
 var errSetsThroughVitess = errorf("%w: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md)", ErrUnsupportedServer)
 
 // A HeldError is the error of [Client.TryAcquireSet] when a name of the set
-// was held by another owner: nothing was taken. Names are those a read right
-// after the refusal found held, sorted; empty when they had let go by then,
-// or when that read failed (the error then wraps its error too). It wraps
-// [ErrNotAcquired].
+// was held by another owner: nothing was taken. Names lists, sorted, those a
+// read right after the refusal found held. It wraps [ErrNotAcquired].
 type HeldError struct {
 	Names []string
 }

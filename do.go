@@ -7,12 +7,9 @@ import (
 	"time"
 )
 
-// ReleaseTimeout bounds a release: [Lock.Release], and the release that ends
-// a [Client.Do], a [Client.Once] or a lead in [Client.Elect]. Each runs on a
-// context of its own, which ends this long after the release starts: the
-// caller's context may have ended, and the name must still be given back.
-// Letting go of the Lock's wake-up channel is within the bound: one cut
-// short discards the channel's connection, with which its named lock dies.
+// ReleaseTimeout bounds a release ([Lock.Release], and the one that ends
+// [Lock.Do], [Client.Once] or a lead in [Client.Elect]), which runs on a
+// context of its own so that it happens even when the caller's has ended.
 const ReleaseTimeout = 5 * time.Second
 
 // A DoOption changes how [Client.Do] and [Lock.Do] hold the lease.
@@ -24,13 +21,10 @@ type doConfig struct {
 	marginSet bool
 }
 
-// WithMinHold keeps the lease, after fn returns, until d after it was
-// acquired, if that is later (ShedLock's lockAtLeastFor): a job that takes
-// a second is not run again by a host whose trigger fires a few seconds
-// late. The release is then one token-guarded UPDATE that sets the expiry to
-// acquired-at + d, by the server's clock, instead of a DELETE; when that time
-// has passed it leaves an expired lease, which blocks nobody. d may exceed
-// the ttl. d must be between 0 and [MaxTTL]; 0 releases at once.
+// WithMinHold keeps the lease after fn returns until d after it was acquired
+// (ShedLock's lockAtLeastFor), so that a host whose trigger fires late does
+// not run the job again: the release then sets the expiry instead of deleting
+// the lease. d may exceed the ttl; it must be between 0 and [MaxTTL].
 func WithMinHold(d time.Duration) DoOption {
 	return func(c *doConfig) error {
 		if d < 0 || d > MaxTTL {
@@ -41,11 +35,11 @@ func WithMinHold(d time.Duration) DoOption {
 	}
 }
 
-// WithSafetyMargin sets how long before the lease could expire fn's context
-// is cancelled when renewals keep failing (see [Lock.KeepAlive]): the time fn
-// needs to notice and stop, plus how far the client's clock may run slow of
-// the server's over one ttl. The default is min(ttl/10,
-// 5s). d must be at least 0 and below the ttl.
+// WithSafetyMargin sets how long before the lease could expire fn's context is
+// cancelled when renewals keep failing ([Lock.KeepAlive]): the time fn needs
+// to stop, plus how far the client's clock may run slow of the server's over
+// one ttl. The default is min(ttl/10, 5s); d must be at least 0 and below the
+// ttl.
 func WithSafetyMargin(d time.Duration) DoOption {
 	return func(c *doConfig) error {
 		if d < 0 {

@@ -6,14 +6,10 @@ import (
 	"log/slog"
 )
 
-// WithLogger makes the Client report to l what a service would want to know
-// and could not see otherwise: statements retried after a deadlock or a
-// broken connection (Debug), keep-alive renewals that failed (Warn), leases
-// lost while work ran under them (Error), [Client.Elect]'s failed attempts
-// (Warn) and changes of lead (Info), and the leases [Client.Close] released
-// (Info, Warn when a release failed). Nothing is logged at Info or above for
-// an operation that succeeds. Every record carries the lock's name under
-// "name". The default, and a nil l, logs nothing.
+// WithLogger makes the Client report to l what a service could not see
+// otherwise: retries, failed renewals, lost leases, changes of lead and
+// Close's releases (docs/operations.md#logging), each with the lock's name
+// under "name". The default, and a nil l, log nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *Client) error {
 		if l == nil {

@@ -11,14 +11,10 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// ErrUnsupportedServer means the server, or something between it and the
-// Client (a proxy, a sharding layer), does not run sqllock's statements as
-// MySQL does, so a lease taken through it could be handed to two owners, or
-// cannot serve a kind of lease at all (a set through Vitess, a semaphore on
-// TiDB). It comes from a Client's first use, or the first use of that kind
-// of lease, before any lease of it is taken, and names what was found.
-// Every refusal of a server wraps it, and it matches errors.ErrUnsupported
-// too: errors.Is(err, errors.ErrUnsupported) holds for each of them.
+// ErrUnsupportedServer means the server, or a layer in front of it, does not
+// run sqllock's statements as MySQL does, or cannot serve a kind of lease (a
+// set through Vitess, a semaphore on TiDB), found before any such lease is
+// taken (docs/servers.md). It matches errors.ErrUnsupported too.
 var ErrUnsupportedServer error = unsupportedServer{}
 
 type unsupportedServer struct{}

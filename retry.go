@@ -6,8 +6,7 @@ import (
 )
 
 // A RetryStrategy tells [Client.Acquire] how long to wait between attempts.
-// One strategy serves every Acquire of a Client at once, so it keeps no
-// state between calls: the attempt number is all it is given.
+// It serves every Acquire of a Client at once, so it keeps no state.
 type RetryStrategy interface {
 	// Backoff returns how long to wait after the attempt-th failed attempt
 	// (the first is 1) and false when Acquire should give up instead.
@@ -35,8 +34,7 @@ type retryFunc func(attempt int) (time.Duration, bool)
 
 func (f retryFunc) Backoff(attempt int) (time.Duration, bool) { return f(attempt) }
 
-// NoRetry gives up after the first failed attempt, so that Acquire behaves
-// like [Client.TryAcquire].
+// NoRetry gives up after the first failed attempt, like [Client.TryAcquire].
 func NoRetry() RetryStrategy {
 	return retryFunc(func(int) (time.Duration, bool) { return 0, false })
 }
@@ -47,10 +45,8 @@ func LinearBackoff(d time.Duration) RetryStrategy {
 	return retryFunc(func(int) (time.Duration, bool) { return d, true })
 }
 
-// ExponentialBackoff waits about first after the first failed attempt and
-// doubles the wait after each further one, up to limit. Each wait is drawn
-// at random from the upper half of its step ("equal jitter"), so waiters
-// that failed together do not poll together, and no wait exceeds limit.
+// ExponentialBackoff waits about first, doubling the wait after each further
+// failed attempt up to limit; each wait is drawn from its upper half.
 func ExponentialBackoff(first, limit time.Duration) RetryStrategy {
 	first = max(first, minBackoff)
 	limit = max(limit, first)

@@ -17,9 +17,8 @@ import (
 // semaphore's (queries.sql, slot_acquire). Read from Semaphore down.
 
 const (
-	// MaxSlots is the most slots a semaphore may have: the statement that
-	// takes a slot writes every slot row up to the one it takes, so its cost
-	// grows with n (docs/performance.md#counting-semaphores).
+	// MaxSlots is the most slots a semaphore may have: taking a slot writes
+	// every slot row up to it, so its cost grows with n.
 	MaxSlots = 64
 	// maxSemaphoreNameLen is the longest semaphore name, in bytes: a slot's
 	// row is named by the semaphore's name and 7 bytes more, within the
@@ -27,9 +26,9 @@ const (
 	maxSemaphoreNameLen = MaxNameLen - len(slotMark) - 2
 )
 
-// ErrSlotCount means a semaphore was asked for with another number of slots
-// than the one it has while one of its slots is held. The error that wraps
-// it names both numbers; it wraps [ErrNotAcquired] too.
+// ErrSlotCount means a semaphore was asked for with another n than it has
+// while a slot is held; the error that wraps it names both, and also wraps
+// [ErrNotAcquired].
 var ErrSlotCount = errors.New("sqllock: the semaphore has another number of slots")
 
 // slotMark follows a semaphore's name in the names of its rows; no lock

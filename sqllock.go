@@ -22,16 +22,13 @@ import (
 const (
 	// DefaultTable is the table a Client uses unless [WithTable] says otherwise.
 	DefaultTable = "sqllock"
-	// MaxNameLen is the longest lock name, in bytes: the width of the name
-	// column. Longer names are refused, never truncated into one another.
+	// MaxNameLen is the longest lock name, in bytes; longer ones are refused.
 	MaxNameLen = 255
 	// maxHolderLen is the longest holder description, in bytes.
 	maxHolderLen = 255
-	// MinTTL is the shortest lease: the server keeps microseconds, but a
-	// lease shorter than a round trip cannot be used.
+	// MinTTL is the shortest lease.
 	MinTTL = time.Millisecond
-	// MaxTTL is the longest lease: a century, which keeps every expiry far
-	// inside DATETIME's range (it ends in 9999) whatever the server's clock.
+	// MaxTTL is the longest lease: a century, well inside DATETIME's range.
 	MaxTTL = 100 * 365 * 24 * time.Hour
 )
 
@@ -93,10 +90,8 @@ func WithTable(name string) Option {
 	}
 }
 
-// WithHolder sets the description of this Client stored with each lease it
-// takes and shown by [Client.Inspect]; the default is "hostname:pid". It is
-// for people reading the table: ownership is decided by a random token,
-// never by this text.
+// WithHolder sets the description stored with each lease this Client takes,
+// for people reading the table; the default is "hostname:pid".
 func WithHolder(desc string) Option {
 	return func(c *Client) error {
 		if desc == "" {
@@ -111,7 +106,7 @@ func WithHolder(desc string) Option {
 }
 
 // WithRetry sets how [Client.Acquire] waits between attempts. The default is
-// ExponentialBackoff(defaultRetryMin, defaultRetryMax).
+// ExponentialBackoff(8*time.Millisecond, 256*time.Millisecond).
 func WithRetry(s RetryStrategy) Option {
 	return func(c *Client) error {
 		if s == nil {
@@ -122,9 +117,8 @@ func WithRetry(s RetryStrategy) Option {
 	}
 }
 
-// New returns a Client that keeps its leases in db. It sends nothing to the
-// server: the table is created by [Client.CreateTable] (or schema.sql run by
-// hand), and statements are prepared on first use.
+// New returns a Client that keeps its leases in db's table (see
+// [Client.CreateTable]). It sends nothing to the server.
 func New(db *sql.DB, opts ...Option) (*Client, error) {
 	if db == nil {
 		return nil, errors.New("sqllock: nil *sql.DB")

@@ -17,13 +17,9 @@ import (
 )
 
 var (
-	// ErrBadTable means the Client's table is not the one schema.sql
-	// describes: a column of another type, nullable, comparing names without
-	// regard to case, or another primary key. The error that wraps it names
-	// each difference and the ALTER TABLE statement that mends them. It
-	// comes from a Client's first use, before any lease is taken, and from
-	// a running Client's acquires and refreshes when the table was altered
-	// under it (tableRecheck), which then send nothing.
+	// ErrBadTable means the Client's table differs from schema.sql, at first
+	// use or after an ALTER TABLE; the error that wraps it names each
+	// difference and the ALTER TABLE that mends them.
 	ErrBadTable = errors.New("sqllock: table does not match schema.sql")
 )
 
