@@ -53,12 +53,10 @@ const cleanupTimeout = time.Second
 const maxTiDBFence = math.MaxInt64 - 1
 
 // TryAcquire makes one attempt to take the lease on name for ttl, by the
-// server's clock. It succeeds when the name is free or its lease has expired,
-// and returns an error wrapping [ErrNotAcquired] when another owner's lease
-// is live. A statement the server rolls back (a deadlock) or whose connection
-// breaks is sent again with the same token, within ctx and at most 5s; when
-// the outcome stays unknown, the lease it may have taken is deleted, at once
-// or before the Client's next acquire of name (see docs/guarantees.md).
+// server's clock: it succeeds when the name is free or its lease has expired,
+// and returns an error wrapping [ErrNotAcquired] when another owner's lease is
+// live. A deadlock or a broken connection is retried with the same token, for
+// up to 5s; a lease whose acquire's outcome stays unknown is deleted.
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
@@ -73,12 +71,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 // Acquire takes the lease on name like [Client.TryAcquire], waiting between
 // attempts as the Client's [RetryStrategy] says, until it succeeds, the
 // strategy gives up, or ctx ends; when ctx ends first, the error satisfies
-// both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()). An error
-// that may pass (a failover's read-only server, too many connections) counts
-// as a refused attempt, and the final error wraps the last one; other errors
-// end the call at once. The calls of one Client waiting for a name share one
-// poller, and with [WithWakeups] a release in another process wakes the one
-// that waited longest: see docs/usage.md#acquiring-and-waiting.
+// both errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()). Errors
+// that may pass (a failover, too many connections) count as refused attempts,
+// and the final error wraps the last; others end the call at once (see
+// docs/usage.md#acquiring-and-waiting).
 func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {

@@ -81,13 +81,10 @@ func checkNames(names []string) ([]string, error) {
 // TryAcquireSet makes one attempt to take the leases on every name of names
 // for ttl, all or none, in one statement. When any is held by another owner's
 // live lease it takes none and returns a [*HeldError], which wraps
-// [ErrNotAcquired] and says which. Bad input (no names, more than [MaxNames],
-// a bad or repeated name, a bad ttl) is refused before anything is sent.
-// Overlapping sets never deadlock and never take half each.
-//
-// The Lock holds the whole set: each of its methods acts on every name in one
-// statement and succeeds only while every lease of the set is ours. Every name
-// gets a new fence ([Lock.Fences]). See docs/usage.md#several-names-at-once.
+// [ErrNotAcquired]; bad input (no names, more than [MaxNames], a bad or
+// repeated name) is refused before anything is sent. Each method of the Lock
+// acts on the whole set in one statement that succeeds only while every lease
+// is ours. Overlapping sets never deadlock or take half each.
 func (c *Client) TryAcquireSet(ctx context.Context, names []string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireAllCall(names, ttl)
 	if err != nil {

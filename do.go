@@ -69,10 +69,9 @@ func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts 
 	return c, nil
 }
 
-// Do acquires the lease on name for ttl, waiting as [Client.Acquire] does,
-// and runs fn under it as [Lock.Do] does. It returns the acquire's error if it
-// did not acquire, and otherwise Lock.Do's. For one attempt, a set or a
-// semaphore, acquire the Lock and call [Lock.Do].
+// Do acquires the lease on name for ttl as [Client.Acquire] does, returning
+// its error if that fails, and runs fn under the lease as [Lock.Do] does. For
+// one attempt, a set or a semaphore, acquire the Lock and call [Lock.Do].
 func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -93,18 +92,14 @@ func (c *Client) Do(ctx context.Context, name string, ttl time.Duration, fn func
 	return l.run(ctx, cfg, fn)
 }
 
-// Do runs fn while a keep-alive renews the lease ([Lock.KeepAlive]), and
-// releases the lease when fn returns or panics, even when ctx has ended; a
-// panic goes on after the release. fn gets l, for its [Lock.Fence], and a
-// context that is cancelled, with cause [ErrLockLost], as soon as the lease
-// can no longer be known to be held (see [WithSafetyMargin]). fn must not
-// release l.
-//
-// Do returns fn's error; the error also wraps [ErrLockLost] when the lease
-// was lost while fn ran or found lost at release, [ErrClosed] when
-// [Client.Close] released it, and the release's error if it failed. When l is no longer
-// held, or on bad input (a nil fn, a bad option: l is then released), it
-// returns an error without running fn.
+// Do runs fn while a keep-alive renews the lease, and releases it when fn
+// returns or panics (the panic then goes on), even after ctx has ended. fn
+// gets l, for its [Lock.Fence], and a context cancelled, with cause
+// [ErrLockLost], as soon as the lease can no longer be known to be held
+// ([WithSafetyMargin]); fn must not release l. Do returns fn's error, joined
+// with [ErrLockLost] when the lease was lost, [ErrClosed] when [Client.Close]
+// released it, and a failed release's error. When l is no longer held, or on
+// bad input (which releases l), it returns an error without running fn.
 func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...DoOption) error {
 	cfg, err := newDoConfig(l.ttl, fn, opts)
 	if err != nil {

@@ -13,35 +13,30 @@ import (
 // attempts, so that a leader's release is noticed soon even with long leases.
 const maxCampaignPoll = 2 * time.Second
 
-// Callbacks are what [Client.Elect] calls as the lead changes, in the style
-// of client-go's leader election, one at a time on Elect's goroutine.
+// Callbacks are what [Client.Elect] calls as the lead changes, one at a
+// time on Elect's goroutine (docs/usage.md#leader-election-elect).
 type Callbacks struct {
-	// OnStartedLeading runs with the lead's Lock when this Client takes the
-	// lead. Its context ends when the lead does: the lease is lost (the cause
-	// wraps [ErrLockLost]) or Elect's ctx ends. Returning nil does not end the
-	// lead; an error does, and Elect returns it once the lease is released.
-	// Required.
+	// OnStartedLeading, required, runs with the lead's Lock when this Client
+	// takes the lead; its context ends when the lead does (with cause
+	// [ErrLockLost] when the lease is lost). An error ends the lead, and
+	// Elect returns it; returning nil does not.
 	OnStartedLeading func(ctx context.Context, l *Lock) error
 	// OnStoppedLeading runs after a lead ended and its lease was released.
-	// Optional.
 	OnStoppedLeading func()
-	// OnNewLeader runs with the holder description ([WithHolder]) of each new
-	// leader this Client sees, its own included. Optional.
+	// OnNewLeader runs with the holder description ([WithHolder]) of each
+	// new leader this Client sees, its own included.
 	OnNewLeader func(holder string)
 }
 
 // Elect campaigns for the lead on name, with leases of ttl, until ctx ends.
-// It runs cb.OnStartedLeading under a keep-alive ([Lock.KeepAlive]) while it
-// leads; when the lead ends it releases the lease, calls OnStoppedLeading and
-// campaigns again. A leader whose renewals keep failing is told to stop
-// before its lease can expire, and another candidate takes over within about
-// one ttl (see docs/usage.md#leader-election-elect).
-//
-// When ctx ends, Elect releases any lead and returns an error wrapping ctx's
-// and the last error that kept it from leading, if any. It returns earlier
-// only with OnStartedLeading's error or one campaigning cannot get past (bad
-// input, a missing table, a refused login, a closed Client); errors that may
-// pass (a broken connection, a read-only server) are retried.
+// While it leads it runs cb.OnStartedLeading under a keep-alive; a leader
+// whose renewals keep failing is told to stop before its lease can expire,
+// and another takes over within about one ttl. When the lead ends, Elect
+// releases the lease, calls OnStoppedLeading and campaigns again. It returns
+// after releasing any lead: when ctx ends, an error wrapping ctx's and the
+// last error that kept it from leading; before, only OnStartedLeading's error
+// or one that campaigning cannot get past (bad input, a missing table, a
+// refused login, a closed Client).
 func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb Callbacks) error {
 	if cb.OnStartedLeading == nil {
 		return errors.New("sqllock: Callbacks.OnStartedLeading is nil")

@@ -101,9 +101,9 @@ func (l *Lock) Token() string { return l.token }
 func (l *Lock) Fence() uint64 { return l.fence }
 
 // ValidUntil returns the instant, on this process's monotonic clock, before
-// which the lease cannot have expired: the latest of the send time of the
-// acquire or of a successful Refresh, plus its ttl. It assumes the client's and the
-// server's clocks run at the same rate, not that they agree.
+// which the lease cannot have expired: the latest send time of the acquire or
+// of a successful Refresh plus its ttl, if the client's and the server's
+// clocks run at the same rate (they need not agree).
 func (l *Lock) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -111,11 +111,10 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // Refresh extends the lease to ttl from the server's now, in one statement,
-// if it is still ours and live. It never shortens the lease: a ttl shorter
-// than the lease has left changes neither it nor [Lock.ValidUntil]. It returns
-// an error wrapping [ErrNotHeld] when the lease is gone; any other error means
-// the outcome is unknown, not that the lease is lost, and Refresh may be
-// called again.
+// if it is still ours and live; a ttl shorter than the lease has left changes
+// neither it nor [Lock.ValidUntil]. It returns an error wrapping [ErrNotHeld]
+// when the lease is gone; any other error means the outcome is unknown, not
+// that the lease is lost, and Refresh may be called again.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
@@ -183,18 +182,14 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 	return id != 0, nil
 }
 
-// Release stops the Lock's keep-alive, if one runs, and deletes the lease in
-// one statement guarded by the token, so it never removes another owner's
-// lease; an expired lease nobody took is released without error. It returns
+// Release stops the Lock's keep-alive and deletes the lease, in one statement
+// guarded by the token, so it never removes another owner's lease. It returns
 // an error wrapping [ErrNotHeld] when someone took the name over (the work
 // done under the lease may have overlapped theirs) or the Lock was already
 // released; after any other error the outcome is unknown, and Release may be
-// called again. A release already under way (another Release, [Client.Close])
-// is waited for and its result returned.
-//
-// Release frees the name even when ctx has ended, so that a deferred Release
-// still gives the name back: the statement runs on a context of its own, with
-// ctx's values, that ends [ReleaseTimeout] after the call.
+// called again. It frees the name even when ctx has ended, so that a deferred
+// Release works: the statement runs on a context of its own, with ctx's
+// values, that ends [ReleaseTimeout] after the call.
 func (l *Lock) Release(ctx context.Context) error {
 	parent := ctx
 	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
@@ -371,15 +366,12 @@ func minTime(a, b time.Time) time.Time {
 
 // Check verifies, inside the caller's transaction tx, that the lease is still
 // this Lock's and live by the server's clock, in one statement that writes the
-// lease row and so keeps it locked until tx ends: no other owner can take the
-// name over, and commit, before tx does, so writes made in tx after a
-// successful Check are fenced by the lease. It returns an error wrapping
-// [ErrNotHeld] when the lease is not ours or has expired; tx stays the
-// caller's, to roll back.
-//
-// Keep tx short: this Lock's renewals and other processes' acquires of the
-// name wait for it, on MySQL until their context ends, so give a TryAcquire
-// there a deadline. See docs/usage.md#fencing-writes-in-the-same-database-lockcheck.
+// lease row, keeping it locked until tx ends: no takeover of the name can
+// commit before tx does, so writes made in tx after a successful Check are
+// fenced by the lease. It returns an error wrapping [ErrNotHeld] when the
+// lease is not ours or has expired; tx stays the caller's. Keep tx short: the
+// Lock's renewals and other acquires of the name wait for it (see
+// docs/usage.md#fencing-writes-in-the-same-database-lockcheck).
 func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Lock()
 	released := l.released

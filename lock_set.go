@@ -39,8 +39,7 @@ func newLockSet(names []string, token string) *lockSet {
 	return s
 }
 
-// Names returns the names the lease is on, sorted: every name of a set, or
-// the one [Lock.Name].
+// Names returns the names the lease is on, sorted: a set's, or [Lock.Name].
 func (l *Lock) Names() []string {
 	if l.set == nil {
 		return []string{l.name}
@@ -48,9 +47,9 @@ func (l *Lock) Names() []string {
 	return slices.Clone(l.set.names)
 }
 
-// Fences returns the fence of each name of [Lock.Names], in the same order:
-// each [Lock.Fence] on MySQL and MariaDB; on TiDB and through Vitess each
-// name's own, and Fence the greatest.
+// Fences returns the fence of each name of [Lock.Names], in order: each is
+// [Lock.Fence] on MySQL and MariaDB; on TiDB and Vitess each name has its
+// own, the greatest being Fence.
 func (l *Lock) Fences() []uint64 {
 	if l.set == nil {
 		return []uint64{l.fence}

@@ -19,17 +19,14 @@ const onceTTL = 15 * time.Second
 var errOnceDone = errors.New("sqllock: already done")
 
 // Once runs fn so that it succeeds at most once for name across every
-// replica and restart that share the table, and returns whether this call
-// ran fn. The caller that takes the lease on name (15s, kept alive) runs fn
-// under it as [Client.Do] does, and the others wait. When fn returns nil, Once
-// records that before releasing the lease, and later calls return false and
-// nil; when fn fails or its runner dies, the next caller runs fn again, as it
-// does after a crash before the record was written: fn must be safe to
-// repeat. [Client.ResetOnce] lets it run again.
-//
-// Once returns fn's error (with ran true), or an error from waiting for the
-// lease, as [Client.Acquire]'s, or from the record. When the lease was taken
-// over while fn ran, the error wraps [ErrLockLost] and nothing is recorded.
+// replica and restart that share the table, and reports whether this call ran
+// it. The caller that takes the lease on name (15s, kept alive) runs fn as
+// [Client.Do] does and records a success before releasing; the others wait,
+// and after a success return false and nil. A failure, or a crash before the
+// record is written, lets the next caller run fn again, so fn must be safe to
+// repeat. Once returns fn's error (with ran true), or an error from waiting,
+// as [Client.Acquire]'s, or from the record; when the lease was lost while fn
+// ran, the error wraps [ErrLockLost] and nothing is recorded.
 func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) (ran bool, err error) {
 	if fn == nil {
 		return false, errors.New("sqllock: nil func")

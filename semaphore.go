@@ -101,31 +101,27 @@ func checkSlotArgs(name string, n int, ttl time.Duration) error {
 }
 
 // A Semaphore is a counting semaphore of n slots on a name, made by
-// [Client.Semaphore]: at most n holders hold one of its slots at once. A slot
-// is a lease like a lock's, and its Lock renews, releases, checks and runs
-// work as any Lock does ([Lock.Slot] says which slot); fences grow across the
-// slots of a name. The semaphore records its n on the server: an acquire with
-// another n resizes it while no slot is held, and otherwise fails with an
-// error wrapping [ErrSlotCount]. MySQL and MariaDB only: on TiDB and through
-// Vitess an acquire fails with [ErrUnsupportedServer], writing nothing. See
-// docs/usage.md#counting-semaphores.
+// [Client.Semaphore]: at most n holders hold one of its slots at once, each
+// with a Lock like any other ([Lock.Slot] says which slot). An acquire with
+// another n than the server records resizes the semaphore while no slot is
+// held, and otherwise fails with an error wrapping [ErrSlotCount]. On TiDB
+// and through Vitess an acquire fails with [ErrUnsupportedServer]
+// (docs/usage.md#counting-semaphores).
 type Semaphore struct {
 	c    *Client
 	name string
 	n    int
 }
 
-// Semaphore returns the counting semaphore of n slots on name. Bad arguments
-// (a bad name, n outside 1 to [MaxSlots]) are reported by its methods, before
-// anything is sent.
+// Semaphore returns the semaphore of n slots on name. Its methods refuse a
+// bad name, or n outside 1 to [MaxSlots], before anything is sent.
 func (c *Client) Semaphore(name string, n int) *Semaphore {
 	return &Semaphore{c: c, name: name, n: n}
 }
 
 // TryAcquire makes one attempt to take a free slot for ttl, as
 // [Client.TryAcquire] does for a name, and returns an error wrapping
-// [ErrNotAcquired] when all n are held. It sends one statement, or two or
-// three when n changes.
+// [ErrNotAcquired] when all n are held.
 func (s *Semaphore) TryAcquire(ctx context.Context, ttl time.Duration) (*Lock, error) {
 	call, err := s.c.newSlotCall(s.name, s.n, ttl)
 	if err != nil {

@@ -169,8 +169,7 @@ func defaultHolder() string {
 }
 
 // CreateTable creates the Client's table from schema.sql if it does not
-// exist, then checks it as a Client's first use does: a table that differs
-// gives an error wrapping [ErrBadTable] that says how to mend it.
+// exist, then checks it as a Client's first use does ([ErrBadTable]).
 func (c *Client) CreateTable(ctx context.Context) error {
 	if c.isClosed() {
 		return ErrClosed
@@ -200,11 +199,10 @@ func (c *Client) CreateTable(ctx context.Context) error {
 }
 
 // Close ends every keep-alive the Client runs and releases every lease it
-// holds (see [Client.Held]), giving the releases a few seconds in all, then
-// closes its statements; the *sql.DB stays open. It returns the errors of
-// releases that failed other than with [ErrNotHeld]; such a lease expires on
-// its own. Calls after Close starts, and acquires that end after, return
-// [ErrClosed]. Concurrent calls of Close share one pass and its result.
+// holds, giving the releases a few seconds in all, then closes its statements
+// (not the *sql.DB). It returns the errors of releases that failed other than
+// with [ErrNotHeld]; such a lease expires on its own. Later calls, and
+// acquires that end after it started, return [ErrClosed].
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closeStarted {
