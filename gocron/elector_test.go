@@ -15,24 +15,9 @@ import (
 // the other takes over.
 func TestElector_handover(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
-		c, table := newClient(t, s.DSN)
-		other, err := sqllock.New(openDB(t, s.DSN), sqllock.WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer other.Close()
+		c, other := newClients(t, s.DSN)
 		ctx := context.Background()
-		a, err := NewElector(ctx, c, "lead", WithTTL(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close()
-		waitUntil(t, "a to lead", func() bool { return a.IsLeader(ctx) == nil })
-		b, err := NewElector(ctx, other, "lead", WithTTL(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
+		a, b := leaderAndFollower(t, c, other)
 		time.Sleep(300 * time.Millisecond)
 		if err := b.IsLeader(ctx); !errors.Is(err, ErrNotLeader) {
 			t.Fatalf("b while a leads: got %v, want ErrNotLeader", err)
@@ -45,6 +30,25 @@ func TestElector_handover(t *testing.T) {
 		}
 		waitUntil(t, "b to take over", func() bool { return b.IsLeader(ctx) == nil })
 	})
+}
+
+// leaderAndFollower returns an Elector on c that leads "lead", with a ttl
+// of a second, and then one on other; both are closed when the test ends.
+func leaderAndFollower(t *testing.T, c, other *sqllock.Client) (a, b *Elector) {
+	t.Helper()
+	ctx := context.Background()
+	a, err := NewElector(ctx, c, "lead", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	waitUntil(t, "a to lead", func() bool { return a.IsLeader(ctx) == nil })
+	b, err = NewElector(ctx, other, "lead", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return a, b
 }
 
 // Issue 21: with a missing table, NewElector returned no error and never

@@ -75,6 +75,19 @@ func newClient(t *testing.T, dsn string) (*sqllock.Client, string) {
 	return c, table
 }
 
+// newClients returns two Clients on one fresh table, as two schedulers'
+// would have, closed and dropped when the test ends.
+func newClients(t *testing.T, dsn string) (c, other *sqllock.Client) {
+	t.Helper()
+	c, table := newClient(t, dsn)
+	other, err := sqllock.New(openDB(t, dsn), sqllock.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return c, other
+}
+
 func openDB(t *testing.T, dsn string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("mysql", dsn)

@@ -226,23 +226,7 @@ func TestLocker_Lock_logsErrors(t *testing.T) {
 // hold, on a connection that was working or a new one.
 func TestLocker_Lock_silentServer(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
-		_, table := newClient(t, s.DSN)
-		cfg, err := mysql.ParseDSN(s.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.Net != "tcp" {
-			t.Skipf("the server is reached over %s, not TCP", cfg.Net)
-		}
-		p := newSilentProxy(t, cfg.Addr)
-		cfg.Addr = p.addr()
-		c, err := sqllock.New(openDB(t, cfg.FormatDSN()), sqllock.WithTable(table))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		t.Cleanup(p.close) // first: Close's releases then fail at once
-
+		c, p, dsn, table := newProxiedClient(t, s)
 		ctx := context.Background()
 		fresh, err := NewLocker(ctx, c, WithMinHold(0))
 		if err != nil {
@@ -311,7 +295,7 @@ func TestLocker_Lock_silentServer(t *testing.T) {
 		}
 
 		// A Client's first use, in NewLocker, ends with ctx too.
-		fresh2, err := sqllock.New(openDB(t, cfg.FormatDSN()), sqllock.WithTable(table))
+		fresh2, err := sqllock.New(openDB(t, dsn), sqllock.WithTable(table))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,6 +320,31 @@ func TestLocker_Lock_silentServer(t *testing.T) {
 			t.Fatal("NewLocker still blocked 10s after it was called")
 		}
 	})
+}
+
+// newProxiedClient returns a Client on a fresh table of s, reached through
+// a silentProxy, p, whose DSN is dsn; p closes, then the Client, when the
+// test ends. It skips when s is not reached over TCP.
+func newProxiedClient(t *testing.T, s testdsn.Server) (c *sqllock.Client, p *silentProxy, dsn, table string) {
+	t.Helper()
+	_, table = newClient(t, s.DSN)
+	cfg, err := mysql.ParseDSN(s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Net != "tcp" {
+		t.Skipf("the server is reached over %s, not TCP", cfg.Net)
+	}
+	p = newSilentProxy(t, cfg.Addr)
+	cfg.Addr = p.addr()
+	dsn = cfg.FormatDSN()
+	c, err = sqllock.New(openDB(t, dsn), sqllock.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(p.close) // first: Close's releases then fail at once
+	return c, p, dsn, table
 }
 
 // A silentProxy forwards connections to a server until it is frozen; from
