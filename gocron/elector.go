@@ -14,11 +14,18 @@ import (
 // An Elector is a gocron.Elector over [sqllock.Client.Elect]: the scheduler
 // whose Client leads runs the jobs.
 type Elector struct {
-	mu      sync.Mutex
-	leading bool
-	ended   error // why the campaign ended for good, if it has
-	cancel  context.CancelFunc
-	done    chan error
+	mu     sync.Mutex
+	lead   *lead // while this scheduler leads
+	ended  error // why the campaign ended for good, if it has
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// A lead is this scheduler's lead: its Lock, and the context that ends
+// with it (see [sqllock.Callbacks]).
+type lead struct {
+	ctx  context.Context
+	lock *sqllock.Lock
 }
 
 var _ gocron.Elector = (*Elector)(nil)
@@ -45,10 +52,10 @@ func NewElector(ctx context.Context, c *sqllock.Client, name string, opts ...Opt
 	ctx, cancel := context.WithCancel(ctx)
 	e := &Elector{cancel: cancel, done: make(chan error, 1)}
 	cb := sqllock.Callbacks{
-		OnStartedLeading: func(ctx context.Context, _ *sqllock.Lock) error {
-			e.set(true)
+		OnStartedLeading: func(ctx context.Context, l *sqllock.Lock) error {
+			e.set(&lead{ctx: ctx, lock: l})
 			<-ctx.Done()
-			e.set(false) // before the lease is released
+			e.set(nil) // before the lease is released
 			return nil
 		},
 	}
@@ -62,10 +69,10 @@ func NewElector(ctx context.Context, c *sqllock.Client, name string, opts ...Opt
 	return e, nil
 }
 
-func (e *Elector) set(leading bool) {
+func (e *Elector) set(ld *lead) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.leading = leading
+	e.lead = ld
 }
 
 // end records and logs a campaign that ended before its context.
@@ -80,15 +87,23 @@ func (e *Elector) end(log *slog.Logger, name string, err error) {
 // [ErrNotLeader] otherwise; after a campaign that ended for good, it wraps
 // that campaign's error too.
 func (e *Elector) IsLeader(context.Context) error {
+	_, err := e.current()
+	return err
+}
+
+// current returns the lead this scheduler holds, or IsLeader's error. A
+// lead whose context has ended is over, though Elect may not yet have
+// released its lease.
+func (e *Elector) current() (*lead, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
-	case e.leading:
-		return nil
+	case e.lead != nil && e.lead.ctx.Err() == nil:
+		return e.lead, nil
 	case e.ended != nil:
-		return fmt.Errorf("%w: the campaign ended: %w", ErrNotLeader, e.ended)
+		return nil, fmt.Errorf("%w: the campaign ended: %w", ErrNotLeader, e.ended)
 	}
-	return ErrNotLeader
+	return nil, ErrNotLeader
 }
 
 // Close stops campaigning, gives up the lead if this scheduler has it, and

@@ -56,6 +56,7 @@ var _ gocron.Locker = (*Locker)(nil)
 type jobLease struct {
 	lock    *sqllock.Lock // nil while a Lock call takes a new lease
 	busy    bool          // a Lock call or a run has it
+	run     *run          // the run under way, from Lock to Unlock; for Task
 	tailEnd time.Time     // once idle: from then on the lease has expired for sure
 }
 
@@ -98,10 +99,11 @@ func NewLocker(ctx context.Context, c *sqllock.Client, opts ...Option) (*Locker,
 // Errors other than [sqllock.ErrNotAcquired] and those of a scheduler shutting
 // down are logged, since gocron does not report them.
 //
-// gocron gives a Locker no way to stop a running job, so a lease lost while
-// the job runs (a renewal found it taken over, or none succeeded before it
-// could expire) is reported only by Unlock: a job that must stop when it
-// loses its lease should run under [sqllock.Client.Do] itself.
+// A lease lost while the job runs (a renewal found it taken over, or none
+// succeeded a safety margin before it could expire) ends the context of a
+// job made with [Locker.Task], and Unlock reports it. gocron gives a Locker
+// no other way to reach a running job: a task of another form runs on
+// unaware of the loss.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the scheduler is shutting down
@@ -124,6 +126,10 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 }
 
 func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, error) {
+	if key == taskName {
+		return nil, fmt.Errorf("gocronlock: the job has the name gocron gives every job made with Locker.Task: name it with gocron.WithName, or all such jobs share one lease")
+	}
+	jobCtx := ctx
 	l.mu.Lock()
 	jl := l.jobs[key]
 	switch {
@@ -173,11 +179,12 @@ func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, e
 	if lock == prev {
 		end = later(end, prevEnd) // the previous run's lease may end later
 	}
-	l.mu.Lock()
-	jl.lock = lock
-	l.mu.Unlock()
-	r := &run{l: l, key: key, jl: jl, lock: lock, start: start, minHold: minHold, lease: lease,
+	r := &run{l: l, key: key, jl: jl, lock: lock, jobCtx: jobCtx, start: start, minHold: minHold, lease: lease,
 		end: end, stop: make(chan struct{}), done: make(chan struct{})}
+	r.live, r.lose = context.WithCancelCause(context.Background())
+	l.mu.Lock()
+	jl.lock, jl.run = lock, r
+	l.mu.Unlock()
 	go r.renew(context.WithoutCancel(ctx))
 	return r, nil
 }
@@ -187,13 +194,14 @@ func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, e
 func (l *Locker) idle(jl *jobLease, tailEnd time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	jl.busy, jl.tailEnd = false, tailEnd
+	jl.busy, jl.run, jl.tailEnd = false, nil, tailEnd
 }
 
 // forget drops jl, whose lease is gone or was never taken.
 func (l *Locker) forget(key string, jl *jobLease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	jl.run = nil
 	if l.jobs[key] == jl {
 		delete(l.jobs, key)
 	}
@@ -206,6 +214,7 @@ type run struct {
 	key     string
 	jl      *jobLease
 	lock    *sqllock.Lock
+	jobCtx  context.Context // Lock's: gocron's context of the job, which the task gets too
 	start   time.Time
 	minHold time.Duration
 	lease   time.Duration // the lease's length now: the first lease, then the ttl
@@ -218,6 +227,11 @@ type run struct {
 	done chan struct{} // closed when renew has returned
 	lost error         // why the lease was lost, if it was; set before done closes
 
+	// live ends when the lease is lost, with lost as its cause, or at
+	// Unlock: the end of the context a Task's fn runs under.
+	live context.Context
+	lose context.CancelCauseFunc
+
 	once sync.Once
 	err  error
 }
@@ -225,41 +239,62 @@ type run struct {
 // renew refreshes the lease to the ttl every third of its length until
 // Unlock. It is not the library's keep-alive, which only a release stops:
 // the lease must outlive the run, for its hold and for the job's next run
-// here.
+// here. It gives the lease up for lost, and ends r.live, when a renewal
+// finds it taken over, or when none has succeeded a safety margin before it
+// could expire (see safetyMargin), as [sqllock.Lock.KeepAlive] does.
 func (r *run) renew(ctx context.Context) {
 	defer close(r.done)
 	ttl := r.l.cfg.ttl
-	wait := r.lease / 3
-	t := time.NewTimer(wait)
+	granted := r.lease // of the statement ValidUntil counts from: the first lease, then the ttl
+	t := time.NewTimer(r.lease / 3)
 	defer t.Stop()
 	for {
+		deadline := r.lock.ValidUntil().Add(-safetyMargin(granted))
 		select {
 		case <-r.stop:
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, r.lease/4)
+		if !time.Now().Before(deadline) {
+			r.fail(fmt.Errorf("%w: no renewal of %q succeeded in time; the lease may expire within %v", sqllock.ErrLockLost, r.lock.Name(), safetyMargin(granted)))
+			return
+		}
+		rctx, cancel := context.WithDeadline(ctx, earlier(time.Now().Add(r.lease/4), deadline))
 		err := r.lock.Refresh(rctx, ttl)
 		cancel()
 		if err == nil || !errors.Is(err, sqllock.ErrNotHeld) {
 			// Applied, or it may be, now or later.
 			r.lease, r.end = ttl, time.Now().Add(ttl)
 		}
+		wait := ttl / 3
 		switch {
 		case err == nil:
-			wait = ttl / 3
+			granted = ttl
 		case errors.Is(err, sqllock.ErrNotHeld):
-			r.lost = fmt.Errorf("%w: %w", sqllock.ErrLockLost, err)
+			r.fail(fmt.Errorf("%w: %w", sqllock.ErrLockLost, err))
 			return
-		case !time.Now().Before(r.lock.ValidUntil()):
-			r.lost = fmt.Errorf("%w: no renewal of %q succeeded before the lease could expire: %w", sqllock.ErrLockLost, r.lock.Name(), err)
+		case !time.Now().Before(deadline):
+			r.fail(fmt.Errorf("%w: no renewal of %q succeeded in time; the lease may expire within %v: %w", sqllock.ErrLockLost, r.lock.Name(), safetyMargin(granted), err))
 			return
 		default:
 			r.l.cfg.log.WarnContext(ctx, "gocronlock: lease renewal failed; retrying", "job", r.key, "name", r.lock.Name(), "err", err)
-			wait = min(r.lease/10, time.Second)
+			wait = min(r.lease/10, time.Second, time.Until(deadline))
 		}
 		t.Reset(wait)
 	}
+}
+
+// fail records why the lease was lost and ends the job's context with it.
+func (r *run) fail(lost error) {
+	r.lost = lost
+	r.lose(lost)
+}
+
+// safetyMargin is how long before a lease of length lease could expire the
+// job is told it is lost, unless a renewal has succeeded: min(lease/10, 5s),
+// sqllock's default for work under a keep-alive.
+func safetyMargin(lease time.Duration) time.Duration {
+	return min(lease/10, 5*time.Second)
 }
 
 // Unlock ends the run (see [Locker.Lock]): it stops the renewals and, until
@@ -277,6 +312,7 @@ func (r *run) Unlock(ctx context.Context) error {
 func (r *run) unlock(ctx context.Context) error {
 	close(r.stop)
 	<-r.done
+	r.lose(nil) // the job has returned
 	l, name := r.l, r.lock.Name()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sqllock.ReleaseTimeout)
 	defer cancel()
@@ -321,6 +357,13 @@ func (r *run) unlock(ctx context.Context) error {
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

@@ -1,0 +1,104 @@
+package gocronlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+
+	"github.com/sqllock/sqllock"
+)
+
+// Task returns the function to give gocron.NewTask, with no parameters, for
+// a job run under l: each run calls fn with the run's Lock, whose fence the
+// job passes to what it writes (docs/guarantees.md), and with the job's
+// context, which gocron ends at shutdown and which also ends, with a cause
+// wrapping [sqllock.ErrLockLost], when the run's lease is lost: a renewal
+// found it taken over, or none succeeded a safety margin before it could
+// expire. The function returns fn's error, joined with that cause when the
+// lease was lost while fn ran.
+//
+// The function finds the run by gocron's context of the job, which gocron
+// passes both to [Locker.Lock] and, as its first argument, to a task that
+// takes a context. A run not locked by l (the job runs under another Locker
+// or an Elector, has no locker, or was given a context of its own in
+// gocron.NewTask) is not run: the function returns an error wrapping
+// [sqllock.ErrNotHeld].
+//
+// Name the job with gocron.WithName. Otherwise gocron names it after the
+// function, which is the same for every job made with Task: they would
+// share one lease, so [Locker.Lock] refuses that name.
+//
+//go:noinline
+func (l *Locker) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		r := l.running(ctx)
+		if r == nil {
+			return fmt.Errorf("%w: gocronlock: the job's run was not locked by this Locker", sqllock.ErrNotHeld)
+		}
+		return runTask(ctx, r.live, r.lock, fn)
+	}
+}
+
+// taskName is the name gocron gives a job whose task is a Locker's Task and
+// whose name is not set: the function's. Task is not inlined, so that its
+// function has this name wherever Task is called (an inlined copy is named
+// after its caller, and would change with the compiler's choices).
+var taskName = runtime.FuncForPC(reflect.ValueOf((*Locker)(nil).Task(nil)).Pointer()).Name()
+
+// running returns the run under way whose job's context is ctx, or nil if
+// there is none, or more than one (Lock called with one context for several
+// jobs, which gocron never does).
+func (l *Locker) running(ctx context.Context) *run {
+	if ctx == nil || !reflect.TypeOf(ctx).Comparable() {
+		return nil // == on such a context would panic; gocron's are pointers
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var found *run
+	for _, jl := range l.jobs {
+		if jl.run != nil && jl.run.jobCtx == ctx {
+			if found != nil {
+				return nil
+			}
+			found = jl.run
+		}
+	}
+	return found
+}
+
+// Task returns the function to give gocron.NewTask, with no parameters, for
+// a job run under e: each run calls fn with the Lock of the lead this
+// scheduler holds, whose fence the job passes to what it writes
+// (docs/guarantees.md), and with the job's context, which gocron ends at
+// shutdown and which also ends when the lead does, with the lead's cause
+// (wrapping [sqllock.ErrLockLost] when its lease was lost). The function
+// returns fn's error, joined with that cause when the lease was lost while
+// fn ran.
+//
+// gocron runs a job only after [Elector.IsLeader] said this scheduler
+// leads; should the lead have ended since, the function does not run fn and
+// returns an error wrapping [ErrNotLeader].
+func (e *Elector) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ld, err := e.current()
+		if err != nil {
+			return err
+		}
+		return runTask(ctx, ld.ctx, ld.lock, fn)
+	}
+}
+
+// runTask runs fn with lock on a context derived from the job's ctx that
+// also ends when lease does, with its cause.
+func runTask(ctx, lease context.Context, lock *sqllock.Lock, fn func(ctx context.Context, l *sqllock.Lock) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })()
+	err := fn(ctx, lock)
+	if lost := context.Cause(lease); errors.Is(lost, sqllock.ErrLockLost) && !errors.Is(err, lost) {
+		err = errors.Join(err, lost)
+	}
+	return err
+}

@@ -1,0 +1,320 @@
+package gocronlock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
+)
+
+// A register is a resource that refuses a write whose fence is below the
+// highest it has taken, in the same statement as the write, as
+// docs/guarantees.md asks of what a holder that may stall writes to.
+type register struct {
+	db    *sql.DB
+	table string
+}
+
+func newRegister(t *testing.T, db *sql.DB) register {
+	t.Helper()
+	r := register{db: db, table: newTable(t, db, "gocron_register_")}
+	if _, err := db.Exec("CREATE TABLE `" + r.table + "` (id INT PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL, v VARCHAR(64) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("INSERT INTO `" + r.table + "` VALUES (1, 0, '')"); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// write writes v with fence, and reports whether the register took it.
+func (r register) write(ctx context.Context, fence uint64, v string) (bool, error) {
+	res, err := r.db.ExecContext(ctx, "UPDATE `"+r.table+"` SET fence = ?, v = ? WHERE id = 1 AND fence <= ?", fence, v, fence)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// runOnce runs task once, at once, as job on a scheduler with opt, and
+// returns what the task returned.
+func runOnce(t *testing.T, opt gocron.SchedulerOption, job string, task func(context.Context) error) error {
+	t.Helper()
+	s, err := gocron.NewScheduler(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	done := make(chan error, 1)
+	_, err = s.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(func(ctx context.Context) error {
+		err := task(ctx)
+		done <- err
+		return err
+	}), gocron.WithName(job))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job did not run within 30s")
+		return nil
+	}
+}
+
+// evict takes name from whoever holds it, as an operator would, and gives
+// it to other, whose Lock it returns.
+func evict(t *testing.T, c, other *sqllock.Client, name string) *sqllock.Lock {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.ForceRelease(ctx, name); err != nil {
+		t.Errorf("ForceRelease: %v", err)
+		return nil
+	}
+	l, err := other.Acquire(ctx, name, time.Minute)
+	if err != nil {
+		t.Errorf("Acquire after the forced release: %v", err)
+		return nil
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
+}
+
+// checkFencing is the job of the fencing tests: it checks that l is the
+// lease the server shows on name, writes with its fence, has another
+// holder take name (take, which returns the new holder's Lock) and write,
+// and checks that l's fence is then refused and that ctx ends, with a
+// cause wrapping ErrLockLost.
+func checkFencing(t *testing.T, ctx context.Context, l *sqllock.Lock, c *sqllock.Client, name string, reg register, take func() *sqllock.Lock) {
+	t.Helper()
+	if l == nil {
+		t.Error("the job got no Lock")
+		return
+	}
+	bg := context.Background()
+	info, err := c.Inspect(bg, name)
+	if err != nil || !info.Held || info.Fence != l.Fence() {
+		t.Errorf("Inspect(%q): got %+v, %v, want held with the job's fence %d", name, info, err, l.Fence())
+	}
+	if ok, err := reg.write(bg, l.Fence(), "job"); !ok || err != nil {
+		t.Errorf("the job's write with its fence: got %v, %v, want taken", ok, err)
+	}
+	newer := take()
+	if newer == nil {
+		return
+	}
+	if newer.Fence() <= l.Fence() {
+		t.Errorf("the new holder's fence: got %d, want above the job's %d", newer.Fence(), l.Fence())
+	}
+	if ok, err := reg.write(bg, newer.Fence(), "newer"); !ok || err != nil {
+		t.Errorf("the new holder's write: got %v, %v, want taken", ok, err)
+	}
+	if ok, err := reg.write(bg, l.Fence(), "stale"); ok || err != nil {
+		t.Errorf("the job's write after the takeover: got %v, %v, want refused", ok, err)
+	}
+	select {
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); !errors.Is(cause, sqllock.ErrLockLost) {
+			t.Errorf("the job's context ended with %v, want a cause wrapping ErrLockLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the job's context had not ended 10s after its lease was taken over")
+	}
+}
+
+// A job made with Locker.Task gets the run's Lock: the lease the server
+// shows on the job's name, whose fence a register takes until another
+// holder has the name and refuses after; the job's context ends when the
+// lease is lost, and the task's error says so.
+func TestLocker_Task_fencesTheRun(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, other := newClients(t, s.DSN)
+		reg := newRegister(t, openDB(t, s.DSN))
+		var log logBuffer
+		locker, err := NewLocker(context.Background(), c, WithTTL(time.Second), WithMinHold(0), WithLogger(log.logger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := DefaultPrefix + "fenced"
+		var ran atomic.Bool
+		err = runOnce(t, gocron.WithDistributedLocker(locker), "fenced", locker.Task(func(ctx context.Context, l *sqllock.Lock) error {
+			ran.Store(true)
+			checkFencing(t, ctx, l, c, name, reg, func() *sqllock.Lock { return evict(t, c, other, name) })
+			return nil
+		}))
+		if !ran.Load() {
+			t.Fatalf("the job did not run: %v\nlogged: %s", err, log.String())
+		}
+		if !errors.Is(err, sqllock.ErrLockLost) {
+			t.Errorf("the task returned %v, want an error wrapping ErrLockLost", err)
+		}
+	})
+}
+
+// A Locker's Task runs fn only in a run it locked; a job left unnamed, whose
+// gocron name every Task shares, is refused, and said so.
+func TestLocker_Task_onlyUnderItsLock(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, _ := newClient(t, s.DSN)
+		ctx := context.Background()
+		var log logBuffer
+		locker, err := NewLocker(ctx, c, WithLogger(log.logger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ran atomic.Int32
+		task := locker.Task(func(context.Context, *sqllock.Lock) error {
+			ran.Add(1)
+			return nil
+		})
+		if err := task(ctx); !errors.Is(err, sqllock.ErrNotHeld) {
+			t.Errorf("the task called outside a run: got %v, want ErrNotHeld", err)
+		}
+		// Another Locker's run of the same context is not this one's.
+		b, err := NewLocker(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		lk, err := b.Lock(jobCtx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := task(jobCtx); !errors.Is(err, sqllock.ErrNotHeld) {
+			t.Errorf("the task called in another Locker's run: got %v, want ErrNotHeld", err)
+		}
+		_ = lk.Unlock(ctx)
+
+		sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sched.Shutdown()
+		j, err := sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(task))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Name() != taskName {
+			t.Fatalf("gocron named the job %q, want %q, the name Lock refuses", j.Name(), taskName)
+		}
+		sched.Start()
+		waitUntil(t, "the unnamed job's Lock to be refused and logged", func() bool { return log.Contains("WithName") })
+		if !log.Contains("level=ERROR") {
+			t.Errorf("logged %q, want an error", log.String())
+		}
+		if n := ran.Load(); n != 0 {
+			t.Errorf("fn ran %d times, want 0", n)
+		}
+	})
+}
+
+// A run's context ends a safety margin before its lease could expire when
+// no renewal gets through (here the server stops answering), before any
+// other holder can take the name.
+func TestLocker_Task_contextEndsBeforeExpiry(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, p, _, _ := newProxiedClient(t, s)
+		ctx := context.Background()
+		locker, err := NewLocker(ctx, c, WithTTL(2*time.Second), WithMinHold(0), WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		lk, err := locker.Lock(jobCtx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.freeze()
+		var ended, validUntil time.Time
+		err = locker.Task(func(ctx context.Context, l *sqllock.Lock) error {
+			select {
+			case <-ctx.Done():
+				ended, validUntil = time.Now(), l.ValidUntil()
+			case <-time.After(10 * time.Second):
+				t.Error("the job's context had not ended 10s after the server stopped answering")
+			}
+			return context.Cause(ctx)
+		})(jobCtx)
+		if !errors.Is(err, sqllock.ErrLockLost) || strings.Count(err.Error(), "lock lost") != 1 {
+			t.Errorf("the task returned %v, want ErrLockLost, said once", err)
+		}
+		if !ended.IsZero() && !ended.Before(validUntil) {
+			t.Errorf("the job's context ended %v after the lease could expire, want before", ended.Sub(validUntil))
+		}
+		p.close()
+		if err := lk.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) {
+			t.Errorf("Unlock: got %v, want ErrLockLost", err)
+		}
+	})
+}
+
+// A job made with Elector.Task gets the lead's Lock: the lease the server
+// shows on the lead's name, whose fence a register takes until another
+// scheduler leads and refuses after; the job's context ends with the lead.
+// A scheduler that does not lead gets no Lock: fn does not run.
+func TestElector_Task_fencesTheLead(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, other := newClients(t, s.DSN)
+		reg := newRegister(t, openDB(t, s.DSN))
+		ctx := context.Background()
+		a, b := leaderAndFollower(t, c, other)
+
+		var ran atomic.Int32
+		follower := b.Task(func(context.Context, *sqllock.Lock) error {
+			ran.Add(1)
+			return nil
+		})
+		if err := follower(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("b's task while a leads: got %v, want ErrNotLeader", err)
+		}
+		if n := ran.Load(); n != 0 {
+			t.Errorf("b's fn ran %d times while a leads, want 0", n)
+		}
+
+		name := DefaultPrefix + "lead"
+		takeOver := func() *sqllock.Lock {
+			if _, err := c.ForceRelease(ctx, name); err != nil {
+				t.Errorf("ForceRelease: %v", err)
+				return nil
+			}
+			waitUntil(t, "b to take the lead", func() bool { return b.IsLeader(ctx) == nil })
+			ld, err := b.current()
+			if err != nil {
+				t.Errorf("b's lead: %v", err)
+				return nil
+			}
+			return ld.lock
+		}
+		var ranA atomic.Bool
+		err := runOnce(t, gocron.WithDistributedElector(a), "job", a.Task(func(ctx context.Context, l *sqllock.Lock) error {
+			ranA.Store(true)
+			checkFencing(t, ctx, l, c, name, reg, takeOver)
+			return nil
+		}))
+		if !ranA.Load() {
+			t.Fatalf("the job did not run on the leader: %v", err)
+		}
+		if !errors.Is(err, sqllock.ErrLockLost) {
+			t.Errorf("the task returned %v, want an error wrapping ErrLockLost", err)
+		}
+		if err := a.Task(func(context.Context, *sqllock.Lock) error {
+			t.Error("a's fn ran after a lost the lead")
+			return nil
+		})(ctx); !errors.Is(err, ErrNotLeader) {
+			t.Errorf("a's task after b took the lead: got %v, want ErrNotLeader", err)
+		}
+	})
+}
