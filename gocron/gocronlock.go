@@ -7,6 +7,21 @@
 //	locker, err := gocronlock.NewLocker(ctx, locks) // fails if the table is missing
 //	s, _ := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
 //
+// A job made with [Locker.Task] or [Elector.Task] gets the Lock it runs
+// under, to pass its fence to what it writes, so that a scheduler that
+// stalls past its lease is refused (docs/guarantees.md), and a context
+// that ends when that lease is lost:
+//
+//	task := locker.Task(func(ctx context.Context, l *sqllock.Lock) error {
+//		return store.Write(ctx, l.Fence(), report) // refused once a later holder wrote
+//	})
+//	s.NewJob(gocron.DurationJob(time.Minute), gocron.NewTask(task), gocron.WithName("report"))
+//
+// gocron has no way to hand a job a value from its Locker: it passes the
+// Locker the job's context, which the task gets too, and a Locker's Task
+// finds the run by it. An Elector's Task takes the lead this scheduler holds
+// when the run starts.
+//
 // gocron does not report what a Locker's Lock and Unlock return, so the
 // Locker and the Elector log what goes wrong (see [WithLogger]).
 //
