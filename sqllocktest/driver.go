@@ -217,7 +217,7 @@ type stmt struct {
 }
 
 func (st *stmt) Close() error  { return nil }
-func (st *stmt) NumInput() int { return st.p.t.params }
+func (st *stmt) NumInput() int { return st.p.params }
 
 func (st *stmt) Exec(args []driver.Value) (driver.Result, error) {
 	return st.ExecContext(context.Background(), named(args))
@@ -244,8 +244,8 @@ func (st *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (dri
 }
 
 func (st *stmt) run(ctx context.Context, args []driver.NamedValue) (*outcome, error) {
-	if len(args) != st.p.t.params {
-		return nil, fmt.Errorf("sqllocktest: %s takes %d arguments, got %d", st.p.t.name, st.p.t.params, len(args))
+	if len(args) != st.p.params {
+		return nil, fmt.Errorf("sqllocktest: %s takes %d arguments, got %d", st.p.t.name, st.p.params, len(args))
 	}
 	vals := make([]driver.Value, len(args))
 	for i, a := range args {

@@ -2,6 +2,7 @@ package sqllocktest_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
@@ -28,6 +29,41 @@ func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// checkedTx returns a transaction on a pool of srv's in which l.Check has
+// passed, rolled back when t ends unless committed first.
+func checkedTx(t *testing.T, ctx context.Context, srv *sqllocktest.Server, l *sqllock.Lock) *sql.Tx {
+	t.Helper()
+	db := srv.DB()
+	t.Cleanup(func() { db.Close() })
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback() })
+	if err := l.Check(ctx, tx); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	return tx
+}
+
+// waitsForCommit runs take, a takeover of a row tx holds, which must wait
+// for tx: it fails t if take returns within 50 ms, then commits tx and
+// returns take's error.
+func waitsForCommit(t *testing.T, tx *sql.Tx, take func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- take() }()
+	select {
+	case err := <-done:
+		t.Fatalf("a takeover committed before the Check's transaction ended: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return <-done
 }
 
 func TestServer_leaseLifecycle(t *testing.T) {
@@ -85,37 +121,21 @@ func TestServer_check(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := srv.DB()
-	defer db.Close()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Check(ctx, tx); err != nil {
-		t.Fatalf("Check: %v", err)
-	}
+	tx := checkedTx(t, ctx, srv, l)
 	// The Check's transaction holds the lease row: a takeover waits for it.
 	if err := srv.Expire("job"); err != nil {
 		t.Fatal(err)
 	}
 	other := newClient(t, srv)
-	done := make(chan error, 1)
-	go func() {
+	if err := waitsForCommit(t, tx, func() error {
 		_, err := other.TryAcquire(ctx, "job", time.Minute)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("a takeover committed before the Check's transaction ended: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
+		return err
+	}); err != nil {
 		t.Fatalf("takeover after commit: %v", err)
 	}
 	// A user's own SQL in the transaction is refused, by name.
+	db := srv.DB()
+	defer db.Close()
 	tx, err = db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

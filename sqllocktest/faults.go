@@ -134,6 +134,12 @@ func errOutOfRange(expr string) error {
 	return ServerError{1690, "22003", fmt.Sprintf("BIGINT UNSIGNED value is out of range in '%s'", expr)}
 }
 
+// errTruncated is strict sql_mode's error for a value that does not convert
+// to type whole.
+func errTruncated(typ, value string) error {
+	return ServerError{1292, "22007", fmt.Sprintf("Truncated incorrect %s value: '%s'", typ, value)}
+}
+
 func errNull(column string) error {
 	return ServerError{1048, "23000", fmt.Sprintf("Column '%s' cannot be null", column)}
 }

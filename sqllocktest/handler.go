@@ -144,9 +144,8 @@ func (st *userStmt) run(ctx context.Context, args []driver.NamedValue) (Answer, 
 }
 
 // mentionsTable reports whether query names one of the fake's tables, as
-// sqllock's statements do: such a statement the fake does not run (a
-// semaphore's) stays refused as not implemented, never the Handler's.
-// s.mu is held.
+// sqllock's statements do: such a statement the fake does not run stays
+// refused as not implemented, never the Handler's. s.mu is held.
 func (s *Server) mentionsTable(query string) bool {
 	for name := range s.tables {
 		if strings.Contains(query, "`"+name+"`") {

@@ -33,6 +33,9 @@ var handlers = map[string]*handler{
 	"all_release":          {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
 	"all_release_at_least": {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
 	"all_check":            {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
+	"slot_acquire":         {needsTable: true, writes: true, locks: slotAcquireRefs, run: slotAcquire}, // semaphores.go
+	"slot_release":         {needsTable: true, writes: true, locks: slotReleaseRefs, run: slotRelease},
+	"slot_list":            {needsTable: true, run: slotList},
 	"first_use":            {run: firstUse},
 	"wake_wait":            {run: wakeWait},
 	"wake_release":         {run: wakeRelease},

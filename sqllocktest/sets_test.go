@@ -50,37 +50,17 @@ func TestServer_sets(t *testing.T) {
 	if err := la.Refresh(ctx, time.Minute); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
-	db := srv.DB()
-	defer db.Close()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if err := la.Check(ctx, tx); err != nil {
-		t.Fatalf("Check: %v", err)
-	}
+	tx := checkedTx(t, ctx, srv, la)
 	// The Check's transaction holds the set's lease rows: a takeover of
 	// one of them waits for it.
 	if err := srv.Expire("x"); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
 	var lb *sqllock.Lock
-	go func() {
-		var err error
+	if err := waitsForCommit(t, tx, func() (err error) {
 		lb, err = b.TryAcquireSet(ctx, []string{"x", "w"}, time.Minute)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		t.Fatalf("a takeover committed before the Check's transaction ended: %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
+		return err
+	}); err != nil {
 		t.Fatalf("takeover after commit: %v", err)
 	}
 	if lb.Fence() <= la.Fence() {

@@ -25,13 +25,11 @@ var schemaSQL string
 
 // notImplemented are the statements of queries.sql that the fake does not
 // run, and why; every other statement of the file has a handler in handlers.go
-// (a set's in sets.go), or is a row of all_acquire (setRows).
+// (a set's in sets.go, a semaphore's in semaphores.go), or is a row of
+// all_acquire (setRows).
 var notImplemented = map[string]string{
 	"lock_wait_mariadb":   "it is only a prefix of the acquire, run as part of it on MariaDB",
 	"guard_applier_mysql": "it is only a part of the session guard of the statements that take or extend a lease, which a Client adds on MySQL (mysqlGuard)",
-	"slot_acquire":        "counting semaphores are not in the fake: test them against a real server",
-	"slot_release":        "counting semaphores are not in the fake",
-	"slot_list":           "counting semaphores are not in the fake",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
 	// says it is MySQL, so a Client takes the two-row form, whose insert
@@ -105,10 +103,11 @@ const (
 	holeLiteralUnion      // one literal or more, separated by " UNION ALL SELECT "
 	holeUint              // an unsigned whole number written in the text (#UINT# in a template)
 	holeRows              // one row or more, each one of setRows, separated by ", "
+	holeSlotRows          // slot_acquire's slot row, one or more times, each with its own bound arguments
 )
 
 type segment struct {
-	text string // when hole is holeNone
+	text string // when hole is holeNone; for holeSlotRows, the row
 	hole hole
 }
 
@@ -116,17 +115,20 @@ type segment struct {
 type template struct {
 	name     string // as in queries.sql, or one of the fake's own (schema, version, ...)
 	segments []segment
-	params   int  // bound placeholders
-	mariadb  bool // the acquire with MariaDB's lock-wait prefix
+	params   int  // bound placeholders, but those of a holeSlotRows
+	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL refuses
 	tidb     bool // TiDB's form of a statement, refused
 }
 
 // A parsed statement is a template matched against a statement's text.
 type parsed struct {
-	t     *template
-	table string      // the table's name, without quotes; "" if none
-	lits  []string    // the literals' values, decoded
-	rows  []parsedRow // the rows of a holeRows, in order
+	t      *template
+	table  string      // the table's name, without quotes; "" if none
+	lits   []string    // the literals' values, decoded
+	rows   []parsedRow // the rows of a holeRows, in order
+	params int         // bound placeholders, each slot row's included
+	// slotRows is how many times a holeSlotRows' row is written.
+	slotRows int
 }
 
 // A parsedRow is one row of all_acquire's VALUES list: which of setRows it
@@ -210,6 +212,11 @@ func mustTemplates() []*template {
 				}
 			}
 		}
+		for i, seg := range t.segments {
+			if seg.hole == holeSlotRows {
+				t.segments[i].text = normalize(slotRow(qs["slot_acquire"]))
+			}
+		}
 		out = append(out, t)
 	}
 	for name, text := range qs {
@@ -220,6 +227,9 @@ func mustTemplates() []*template {
 			out = append(out, t)
 			continue
 		case notImplemented[name] != "":
+			continue
+		case name == "slot_acquire":
+			addSlotAcquire(qs, text, add)
 			continue
 		case setRows[name]:
 			rowTemplates = append(rowTemplates, newTemplate(name, text, true, false))
@@ -304,6 +314,10 @@ func newTemplate(name, text string, literals, mariadb bool) *template {
 			flush()
 			t.segments = append(t.segments, segment{hole: holeUint})
 			rest = rest[len("#UINT#"):]
+		case strings.HasPrefix(rest, slotRowsMark):
+			flush()
+			t.segments = append(t.segments, segment{hole: holeSlotRows})
+			rest = rest[len(slotRowsMark):]
 		case rest[0] == '?' && literals:
 			flush()
 			t.segments = append(t.segments, segment{hole: holeLiteral})
@@ -340,7 +354,7 @@ func parse(query string) (*parsed, error) {
 }
 
 func (t *template) match(q string) (*parsed, bool) {
-	p := &parsed{t: t}
+	p := &parsed{t: t, params: t.params}
 	rest, ok := t.matchPrefix(q, p)
 	return p, ok && rest == ""
 }
@@ -391,6 +405,20 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 			}
 			p.lits = append(p.lits, q[:n])
 			q = q[n:]
+		case holeSlotRows:
+			// The rows follow one another, a space between them.
+			for {
+				if !strings.HasPrefix(q, s.text) {
+					return "", false
+				}
+				q = q[len(s.text):]
+				p.slotRows++
+				p.params += strings.Count(s.text, "?")
+				if !strings.HasPrefix(q, " "+s.text) {
+					break
+				}
+				q = q[1:]
+			}
 		case holeRows:
 			for {
 				rest, ok := matchRow(q, p)
