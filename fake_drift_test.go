@@ -20,7 +20,7 @@ import (
 // every answer (insert id, affected rows, rows, error number) against the
 // server's: the library's tests read only the answers they decide by, and
 // this reads them all; the set statements, sent as text, are compared
-// too (setScript). Fences and times differ between two clocks, so a
+// too (setScript), and the semaphore statements (semaphoreScript). Fences and times differ between two clocks, so a
 // fence is compared by which one it is (the first seen, the second), and a
 // time left by its sign.
 func TestFake_answersAsTheServer(t *testing.T) {
@@ -49,6 +49,11 @@ func TestFake_answersAsTheServer(t *testing.T) {
 		}
 		real = append(real, setScript(t, e.db, e.newTable(t))...)
 		fake = append(fake, setScript(t, fakeDB, "t_sets")...)
+		if err := srv.CreateTable("t_slots"); err != nil {
+			t.Fatal(err)
+		}
+		real = append(real, semaphoreScript(t, e.db, e.newTable(t))...)
+		fake = append(fake, semaphoreScript(t, fakeDB, "t_slots")...)
 		if !e.server.MariaDB {
 			// The table as information_schema shows it: the fake says it
 			// is MySQL, whose column types read differently from MariaDB's.
@@ -170,6 +175,38 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	exec(text[qRelease], "never", "A")              // a name never taken
 	exec(text[qRefresh], int64(-1), n+"x", "A")     // nothing to refresh
 	return out
+}
+
+// driftClient returns a Client on db's table whose first use has chosen the
+// forms of its statements, for a script to send them as it would.
+func driftClient(t *testing.T, db *sql.DB, table string) *Client {
+	t.Helper()
+	c, err := New(db, WithTable(table), WithHolder("drift"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.List(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// fenceNames names fences by which one they are, F1 on in the order first
+// seen, as two servers' clocks seed them differently; 0 to 2, and those
+// from 2^55 on (set ahead by the script, the same everywhere), as they are.
+type fenceNames []uint64
+
+func (f *fenceNames) name(v uint64) string {
+	if v <= 2 || v >= 1<<55 {
+		return fmt.Sprint(v)
+	}
+	i := slices.Index(*f, v)
+	if i < 0 {
+		*f = append(*f, v)
+		i = len(*f) - 1
+	}
+	return fmt.Sprintf("F%d", i+1)
 }
 
 // checkIn runs check in a transaction of its own, rolled back.

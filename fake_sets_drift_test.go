@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 )
@@ -17,25 +16,9 @@ import (
 func setScript(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
 	ctx := testCtx(t)
-	c, err := New(db, WithTable(table), WithHolder("drift"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.List(ctx); err != nil { // the first-use check chooses the forms
-		t.Fatal(err)
-	}
-	var fences []uint64
-	sym := func(v uint64) string { // a fence, by which one it is
-		if v <= 2 {
-			return fmt.Sprint(v)
-		}
-		if i := slices.Index(fences, v); i >= 0 {
-			return fmt.Sprintf("F%d", i+1)
-		}
-		fences = append(fences, v)
-		return fmt.Sprintf("F%d", len(fences))
-	}
+	c := driftClient(t, db, table)
+	var fences fenceNames
+	sym := fences.name
 	var out []string
 	answer := func(res sql.Result, err error) {
 		if err != nil {

@@ -445,13 +445,12 @@ func TestClient_firstUse_manyClientsAtOnce(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		// The kinds this server takes: sets are refused through Vitess,
-		// semaphores on the one-row servers, and the fake runs no
-		// semaphore statement.
+		// semaphores on the one-row servers.
 		kinds := []string{"name"}
 		if !e.server.Vitess {
 			kinds = append(kinds, "set")
 		}
-		if !e.oneRow() && !e.server.Fake {
+		if !e.oneRow() {
 			kinds = append(kinds, "slot")
 		}
 		const clients, rounds = 8, 4
@@ -514,14 +513,14 @@ func TestClient_firstUse_manyClientsAtOnce(t *testing.T) {
 
 // A deadlock at any step of a proof is sent again, or the proof made again
 // under a fresh name, and never returned: the fake injects one into each
-// statement the proofs send, in turn, and the first use of single names
-// and of sets succeeds and leaves no proof row. (A CI run saw a proof on a
-// Group Replication member return 1213 from a step that was not sent
-// again. The fake does not run the semaphore statement yet; the slot
-// proof's steps go through the same retryRolledBack.)
+// statement the proofs send, in turn, and the first use of single names,
+// of sets and of semaphores succeeds and leaves no proof row. (A CI run saw
+// a proof on a Group Replication member return 1213 from a step that was
+// not sent again.)
 func TestClient_firstUse_proofDeadlockSentAgain(t *testing.T) {
 	for _, stmt := range []string{"version", "server_mysql", "acquire", "refresh", "check", "release_at_least", "release",
-		"proof_clear", "proof_engine", "proof_overflow", "all_acquire", "all_refresh", "all_check", "all_release_at_least", "all_release"} {
+		"proof_clear", "proof_engine", "proof_overflow", "all_acquire", "all_refresh", "all_check", "all_release_at_least", "all_release",
+		"slot_acquire", "slot_release"} {
 		t.Run(stmt, func(t *testing.T) {
 			srv := sqllocktest.New(t)
 			if err := srv.Inject(sqllocktest.Fault{Statement: stmt, Err: sqllocktest.Deadlock}); err != nil {
@@ -535,6 +534,7 @@ func TestClient_firstUse_proofDeadlockSentAgain(t *testing.T) {
 			for _, take := range []func() (*Lock, error){
 				func() (*Lock, error) { return c.TryAcquire(ctx, "job", time.Minute) },
 				func() (*Lock, error) { return c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute) },
+				func() (*Lock, error) { return c.Semaphore("s", 2).TryAcquire(ctx, time.Minute) },
 			} {
 				l, err := take()
 				if err != nil {
