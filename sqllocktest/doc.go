@@ -17,7 +17,8 @@
 //
 // Any other SQL fails with an error that says the fake does not implement
 // it, naming the statement, unless [WithHandler] gives a [Handler] that
-// answers it: so a Lock.Check transaction that also writes your own tables
+// answers it (SQL that names one of the fake's tables stays refused, never
+// the Handler's): so a Lock.Check transaction that also writes your own tables
 // (the pattern docs/usage.md recommends) runs on the fake, your Handler
 // keeping those tables and applying a transaction's writes when it commits
 // ([Tx.OnCommit]); see [ExampleWithHandler]. sqllock's own tests run on the fake as one

@@ -96,11 +96,14 @@ func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, e
 	p, err := parse(query)
 	c.s.mu.Lock()
 	defer c.s.mu.Unlock()
-	if err != nil && c.s.handler != nil && !c.s.mentionsTable(query) {
-		if c.broken {
-			return nil, driver.ErrBadConn
+	var unknown *unknownStatement
+	if errors.As(err, &unknown) && c.s.handler != nil {
+		if unknown.table = c.s.tableIn(query); unknown.table == "" {
+			if c.broken {
+				return nil, driver.ErrBadConn
+			}
+			return &userStmt{c: c, query: query}, nil
 		}
-		return &userStmt{c: c, query: query}, nil
 	}
 	if err != nil {
 		return nil, err

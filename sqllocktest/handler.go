@@ -56,7 +56,9 @@ func (t *Tx) OnCommit(f func()) { t.commit = append(t.commit, f) }
 func (t *Tx) OnRollback(f func()) { t.rollback = append(t.rollback, f) }
 
 // WithHandler makes the fake answer the SQL it does not run itself with
-// h, instead of failing it as not implemented. A nil h changes nothing.
+// h, instead of failing it as not implemented; SQL that names one of the
+// fake's tables (the lock table is sqllock's) stays refused, never h's. A
+// nil h changes nothing.
 func WithHandler(h Handler) Option {
 	return func(s *Server) error {
 		s.handler = h
@@ -143,14 +145,15 @@ func (st *userStmt) run(ctx context.Context, args []driver.NamedValue) (Answer, 
 	return h(ctx, stmt)
 }
 
-// mentionsTable reports whether query names one of the fake's tables, as
-// sqllock's statements do: such a statement the fake does not run stays
-// refused as not implemented, never the Handler's. s.mu is held.
-func (s *Server) mentionsTable(query string) bool {
-	for name := range s.tables {
+// tableIn returns the name of one of the fake's tables that query names,
+// or "": SQL on the fake's tables that is not sqllock's stays refused as
+// not implemented, never the Handler's, so that a Handler cannot answer
+// for the lock table. s.mu is held.
+func (s *Server) tableIn(query string) string {
+	for _, name := range s.tableNames() {
 		if strings.Contains(query, "`"+name+"`") {
-			return true
+			return name
 		}
 	}
-	return false
+	return ""
 }

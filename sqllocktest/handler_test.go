@@ -140,13 +140,18 @@ func TestWithHandler_checkAndOwnWrites(t *testing.T) {
 	}
 
 	// sqllock's statements are the fake's, a semaphore's too, never the
-	// Handler's, which would fail them.
+	// Handler's; and SQL of the test's own that names the lock table is
+	// refused, not handed to the Handler, which would fail it otherwise.
 	slot, err := locks.Semaphore("exports", 2).TryAcquire(ctx, time.Minute)
 	if err != nil || slot.Slot() != 1 {
 		t.Fatalf("a semaphore with a Handler set: got %v, %v, want slot 1", slot, err)
 	}
 	if err := slot.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	_, err = db.ExecContext(ctx, "UPDATE `sqllock` SET expires_at = UTC_TIMESTAMP(6) WHERE name = ?", "account:A")
+	if err == nil || !strings.Contains(err.Error(), "not implemented") || !strings.Contains(err.Error(), "names the fake's table sqllock") {
+		t.Errorf("own SQL on the lock table with a Handler set: got %v, want it refused as naming the fake's table", err)
 	}
 	// A server down fails the test's own statements too.
 	srv.Down()

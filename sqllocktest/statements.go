@@ -23,7 +23,7 @@ var queriesSQL string
 //go:embed schema.sql
 var schemaSQL string
 
-// notImplemented are the statements of queries.sql that the fake does not
+// notImplemented are the sections of queries.sql that the fake does not
 // run, and why; every other statement of the file has a handler in handlers.go
 // (a set's in sets.go, a semaphore's in semaphores.go), or is a row of
 // all_acquire (setRows).
@@ -34,8 +34,12 @@ var notImplemented = map[string]string{
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
 	// says it is MySQL, so a Client takes the two-row form, whose insert
 	// id carries the set's fence, and never sends it.
-	"all_fences": "only a Client on the one-row forms (TiDB) sends it, and the fake says it is MySQL",
+	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL",
 }
+
+// notSent are the sections of notImplemented that are whole statements: the
+// fake knows them, to refuse them by name.
+var notSent = map[string]bool{"all_fences": true}
 
 // setRows are the rows of all_acquire's VALUES list: templates of their
 // own, matched in place of its rows hole (holeRows), not statements.
@@ -74,12 +78,13 @@ const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 var textStatements = map[string]bool{
 	"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true,
 	"all_acquire": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
+	"all_fences": true,
 }
 
 // listStatements take a list of literals, separated by commas, in place of
 // their last placeholder (a set's names, in IN (?)).
 var listStatements = map[string]bool{
-	"look": true, "all_release": true, "all_release_at_least": true, "all_check": true,
+	"look": true, "all_release": true, "all_release_at_least": true, "all_check": true, "all_fences": true,
 }
 
 // unionStatements take a list of literals, separated by " UNION ALL
@@ -117,7 +122,9 @@ type template struct {
 	segments []segment
 	params   int  // bound placeholders, but those of a holeSlotRows
 	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL refuses
-	tidb     bool // TiDB's form of a statement, refused
+	// refused says why a Client never sends the statement to MySQL, which
+	// the fake says it is: it is known only to be refused by name.
+	refused string
 }
 
 // A parsed statement is a template matched against a statement's text.
@@ -221,10 +228,14 @@ func mustTemplates() []*template {
 	}
 	for name, text := range qs {
 		switch {
-		case strings.HasPrefix(name, tidbPrefix):
-			t := newTemplate(name, text, false, false)
-			t.tidb = true // recognised, to be refused by name
-			out = append(out, t)
+		case strings.HasPrefix(name, tidbPrefix), notSent[name]:
+			// Known, as sent (TiDB's with its hint), to be refused by name.
+			why := notImplemented[name]
+			if why == "" {
+				why = "TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL)"
+			}
+			addOne(name, text, false)
+			out[len(out)-1].refused = why
 			continue
 		case notImplemented[name] != "":
 			continue
@@ -335,22 +346,37 @@ func newTemplate(name, text string, literals, mariadb bool) *template {
 }
 
 // parse finds the template query is, or returns an error naming the
-// statement the fake does not implement.
+// statement the fake does not implement: a statement of queries.sql that a
+// Client sends only to another server, by its name, and any other SQL as
+// an *unknownStatement.
 func parse(query string) (*parsed, error) {
 	q := normalize(query)
 	for _, t := range templates {
 		if p, ok := t.match(q); ok {
-			if t.tidb {
-				return nil, fmt.Errorf("sqllocktest: not implemented: %s, TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL)", t.name)
+			if t.refused != "" {
+				return nil, fmt.Errorf("sqllocktest: not implemented: %s (queries.sql): %s", t.name, t.refused)
 			}
 			return p, nil
 		}
 	}
+	return nil, &unknownStatement{q: q}
+}
+
+// An unknownStatement is SQL that is none of sqllock's statements as a
+// Client sends them to MySQL. table, when not "", is the fake's table it
+// names, which keeps it from a Handler.
+type unknownStatement struct{ q, table string }
+
+func (e *unknownStatement) Error() string {
 	const max = 200
+	q := e.q
 	if len(q) > max {
 		q = q[:max] + "..."
 	}
-	return nil, fmt.Errorf("sqllocktest: not implemented: the fake runs only the statements sqllock sends (queries.sql and schema.sql), not: %s", q)
+	if e.table != "" {
+		return fmt.Sprintf("sqllocktest: not implemented: the statement names the fake's table %s but is not one of sqllock's statements in the forms a Client sends to MySQL, and the fake hands no SQL that names its tables to the Handler: %s", e.table, q)
+	}
+	return fmt.Sprintf("sqllocktest: not implemented: the fake knows sqllock's statements (queries.sql, schema.sql) in the forms a Client sends to MySQL, and this is not one of them; other SQL needs a Handler (WithHandler): %s", q)
 }
 
 func (t *template) match(q string) (*parsed, bool) {
@@ -516,7 +542,7 @@ func statementNames() []string {
 	seen := map[string]bool{}
 	var names []string
 	for _, t := range templates {
-		if !seen[t.name] && !t.tidb {
+		if !seen[t.name] && t.refused == "" {
 			seen[t.name] = true
 			names = append(names, t.name)
 		}
