@@ -780,8 +780,10 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 --    of its old value plus one and the server's clock in µs (as acquire's),
 --    read under the row lock, so fences follow the order in which
 --    acquisitions commit across all slots; the insert id carries it times
---    128 plus the slot, which fits in 64 bits until the clock passes 2^57
---    µs (the year 6500). Check with no slot live: owner records n (the
+--    128 plus the slot, which the servers carry until it passes 2^63 (the
+--    fence past 2^56 µs, the year 4250: GREATEST of an unsigned and a
+--    signed value is a DECIMAL, which LAST_INSERT_ID takes as signed; the
+--    statement then fails, never answers wrongly). Check with no slot live: owner records n (the
 --    semaphore is resized), insert id 1. Otherwise the insert id says why
 --    nothing was taken, and nothing changes.
 -- Every row goes through the one ON DUPLICATE KEY UPDATE. Its first
