@@ -162,7 +162,7 @@ func TestClient_TryAcquireSet_badInput_noSQL(t *testing.T) {
 func TestLock_set_RefreshCheckRelease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
-		a, b := e.twoClients(t)
+		a, b := e.twoClients(t, WithLockDelay(0)) // b takes q at once after forcing it free
 		ctx := testCtx(t)
 		const first = 5 * time.Second
 		l := mustAcquireSet(t, a, first, "p", "q", "r")
@@ -215,7 +215,7 @@ func TestLock_set_RefreshCheckRelease(t *testing.T) {
 func TestLock_Do_set(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipSetsOnVitess(t, e)
-		a, b := e.twoClients(t)
+		a, b := e.twoClients(t, WithLockDelay(0)) // d1 is free once forced free
 		ctx := testCtx(t)
 		ran := false
 		// Renewals every 500 ms, each with 375 ms to answer, and 1.35 s

@@ -2,9 +2,12 @@ package sqllock
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -16,6 +19,8 @@ type Info struct {
 	Slot int
 	// Holder is the description of the Client whose lease is on the name
 	// (see [WithHolder]), live or expired; empty once it was released.
+	// Under a lock-delay ([Client.ForceRelease]) it is "lock-delay after a
+	// forced release of " and the evicted holder's.
 	Holder string
 	// Fence is the last fencing token issued for the name, kept across
 	// releases; 0 when the name was never taken.
@@ -29,6 +34,10 @@ type Info struct {
 	// since its acquire (renewals do not reset it); 0 when Held is false,
 	// or when it was acquired on a node whose clock is ahead.
 	Age time.Duration
+	// LockDelay is, from [Client.ForceRelease] only, how long the name stays
+	// taken by the lock-delay the forced release left (see [WithLockDelay]);
+	// 0 when the name was freed at once.
+	LockDelay time.Duration
 }
 
 // leaseAge is the Age of a lease acquired aheadUs microseconds ahead of
@@ -103,57 +112,210 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // forceReleaseAttempts bounds how often ForceRelease reads the lease again
-// when its holder changed between the read and the delete.
+// when its holder changed between the read and the write.
 const forceReleaseAttempts = 5
 
-// ForceRelease deletes the lease on name whoever holds it, live or expired,
-// and returns what it was: its holder, the name's fence, whether it was live
-// and how long it had left. It is for operators freeing a name whose holder
-// is stuck; that holder's next renewal reports [ErrNotHeld], and its
-// keep-alive ends its work with [ErrLockLost]. The fence row stays, so the
-// next holder's fence is still higher than the evicted one's.
+// ForceRelease frees the lease on name whoever holds it, live or expired,
+// and returns what it was: its holder, the name's fence, whether it was
+// live and how long it had left, and in LockDelay how long the name stays
+// taken. It is for operators freeing a name whose holder is stuck.
 //
-// It reads the lease's owner token, then deletes by that token, so a holder
-// that took the name in between is never deleted in its place (it reads
-// again, a few times). It returns an error wrapping [ErrNotHeld] when the
-// name has no lease row.
+// A live lease is not deleted but put under a lock-delay (consul's term):
+// until it ends no acquire takes the name, and then the next one takes it
+// over as it would an expired lease. By default it lasts until the evicted
+// holder's next renewal has found the lease gone (its keep-alive ends its
+// work with [ErrLockLost]) and its work has had its safety margin to stop;
+// [WithLockDelay] sets another, or none. [Client.Inspect] shows it as a
+// lease held by "lock-delay after a forced release of " and the evicted
+// holder. An expired lease, or any with WithLockDelay(0), is deleted: the
+// name is free at once, and an evicted holder learns of it only at its next
+// renewal. Either way the fence row stays, so the next holder's fence is
+// still higher than the evicted one's.
+//
+// A second ForceRelease of a name under a lock-delay leaves it as it is
+// (unless WithLockDelay is set), and a lease released with a minimum hold
+// ([WithMinHold]), under which no work runs any more, is deleted.
+//
+// It reads the lease's owner token, then writes by that token, so a holder
+// that took the name in between is never touched (it reads again, a few
+// times). It returns an error wrapping [ErrNotHeld] when the name has no
+// lease row.
 func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
 	}
-	op := fmt.Sprintf("force release %q", name)
+	return c.forceRelease(ctx, name, fmt.Sprintf("%q", name))
+}
+
+// forceRelease is ForceRelease of the lease row named row, which label
+// names in errors.
+func (c *Client) forceRelease(ctx context.Context, row, label string) (Info, error) {
+	op := "force release " + label
+	delayOwner, err := newDelayOwner()
+	if err != nil {
+		return Info{}, errorf("%s: %w", op, err)
+	}
 	var (
-		prev      Info   // the lease a delete whose reply was lost may have deleted
+		prev      Info   // the lease a write whose reply was lost may have freed
 		prevOwner string // its owner
 	)
 	for range forceReleaseAttempts {
-		info, owner, err := c.lease(ctx, name)
+		info, owner, err := c.lease(ctx, row)
 		if err != nil {
 			return Info{}, c.serverError(op, err)
 		}
-		if prevOwner != "" && owner != prevOwner {
+		switch {
+		case prevOwner != "" && owner == delayOwner:
+			prev.LockDelay = info.TTL // that lock-delay went in
+			return prev, nil
+		case prevOwner != "" && owner != prevOwner:
 			return prev, nil // that delete went through
+		case owner == "":
+			return Info{}, errorf("%w: %s has no lease to release", ErrNotHeld, label)
 		}
-		if owner == "" {
-			return Info{}, errorf("%w: %q has no lease to release", ErrNotHeld, name)
+		delay, keep := c.lockDelayFor(info, owner)
+		if keep {
+			info.LockDelay = info.TTL
+			return info, nil
 		}
-		res, maybeApplied, err := c.exec(ctx, qRelease, name, owner)
+		var (
+			res          sql.Result
+			maybeApplied bool
+		)
+		if delay == 0 {
+			res, maybeApplied, err = c.exec(ctx, qRelease, row, owner)
+		} else {
+			res, maybeApplied, err = c.exec(ctx, qLockDelay, delayArg(delay), delayOwner, delayHolder(info.Holder, owner), row, owner)
+		}
 		if maybeApplied {
 			prev, prevOwner = info, owner
 		}
 		if err != nil {
 			return Info{}, c.serverError(op, err)
 		}
-		if n, err := res.RowsAffected(); err != nil {
+		n, err := res.RowsAffected()
+		if err != nil {
 			return Info{}, errorf("%s: %w", op, err)
-		} else if n == 1 {
+		}
+		if n != 1 {
+			continue // released or taken over since the read: look again
+		}
+		if delay == 0 {
 			// A waiter in this Client may take the name now.
-			c.wait.Queues.Kick(name)
+			c.wait.Queues.Kick(row)
 			return info, nil
 		}
-		// Released or taken over since the read: look again.
+		us, err := res.LastInsertId()
+		if err != nil {
+			return Info{}, errorf("%s: %w", op, err)
+		}
+		info.LockDelay = time.Duration(us) * time.Microsecond
+		return info, nil
 	}
 	return Info{}, errorf("%s: the lease changed hands %d times while being released; try again", op, forceReleaseAttempts)
+}
+
+// WithLockDelay sets how long [Client.ForceRelease] keeps a name it took
+// from a live holder taken from everyone: 0 deletes the lease, and the name
+// is free at once; d > 0 keeps it exactly d. Unset, the delay is what the
+// evicted holder's keep-alive needs to see the loss and its work to stop:
+// r/3 + min(r/5, 6 s), r being what the lease had left (docs/operations.md
+// says why). d must be between 0 and [MaxTTL].
+func WithLockDelay(d time.Duration) Option {
+	return func(c *Client) error {
+		if d < 0 || d > MaxTTL {
+			return fmt.Errorf("sqllock: lock-delay %v: must be between 0 and %v", d, MaxTTL)
+		}
+		c.lockDelay = d
+		return nil
+	}
+}
+
+// lockDelayCap bounds the second term of the default lock-delay: the
+// default safety margin's cap, and a second for the round trips.
+const lockDelayCap = maxDefaultSafetyMargin + time.Second
+
+// defaultLockDelay is the lock-delay that lock_delay computes on the server
+// when none is set, for a lease with r left: r/3 + min(r/5, lockDelayCap).
+//
+// Why: a keep-alive (KeepAlive, Do, Elect, Once) renews for its ttl every
+// ttl/3, counted from the previous renewal's reply (keepalive.go), so its
+// renewals reach the server at most ttl/3 + ρ apart, ρ a round trip, and
+// the lease has 2ttl/3 - ρ <= r <= ttl left at any moment (more only after
+// a longer Refresh, which renewals never shorten, and which only makes the
+// next renewal come sooner than r/3). The next renewal reaches the server
+// within r - (2ttl/3 - ρ) <= r/3 + ρ, finds the lease not its own, and the
+// keep-alive ends the work's context with ErrLockLost at its reply. The
+// work then needs the time the safety margin grants it before a lease could
+// lapse, min(ttl/10, 5 s), which ttl <= 3(r + ρ)/2 bounds by 0.15(r + ρ)
+// and by 5 s. So r/3 + min(r/5, 6 s) covers both and leaves the round trips
+// 0.05r, or 1 s when r is 30 s or more. A holder whose renewals fail stops
+// at its own deadline, its margin before r; a holder with a larger margin
+// (WithSafetyMargin, sqllock run's --kill-grace), or none of these
+// keep-alives, needs WithLockDelay.
+func defaultLockDelay(r time.Duration) time.Duration {
+	r = max(r, 0)
+	return r/3 + min(r/5, lockDelayCap)
+}
+
+// lockDelayFor returns the lock-delay a forced release leaves on the lease
+// info, of owner: -1 for the default, which the statement computes, 0 for
+// none (the lease is deleted); keep when a lock-delay in place stays as it
+// is.
+func (c *Client) lockDelayFor(info Info, owner string) (delay time.Duration, keep bool) {
+	switch {
+	case !info.Held:
+		return 0, false // expired: nobody can be working under it
+	case c.lockDelay >= 0:
+		return c.lockDelay, false
+	case isDelayOwner(owner):
+		return 0, true // a second forced release: the first one's delay stands
+	case len(owner) != 2*tokenBytes:
+		return 0, false // released with a minimum hold (releasedToken): its work is done
+	}
+	return -1, false
+}
+
+// delayArg is lock_delay's first argument for delay: NULL for the default.
+func delayArg(delay time.Duration) any {
+	if delay < 0 {
+		return nil
+	}
+	return delay.Microseconds()
+}
+
+// delayOwnerPrefix begins the owner of a lock-delay: no token (32 hex
+// digits), nor a token's released form (base64, without '-'), equals it.
+const delayOwnerPrefix = "lock-delay/"
+
+// newDelayOwner returns the owner of a new lock-delay: its prefix and 80
+// random bits, 31 bytes, so that a forced release knows its own lock-delay
+// when its reply was lost, and a later one's never for it.
+func newDelayOwner() (string, error) {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return delayOwnerPrefix + hex.EncodeToString(b[:]), nil
+}
+
+func isDelayOwner(owner string) bool { return strings.HasPrefix(owner, delayOwnerPrefix) }
+
+// lockDelayHolder begins the holder of a lock-delay, which ends with the
+// evicted holder's.
+const lockDelayHolder = "lock-delay after a forced release of "
+
+// delayHolder returns the holder a lock-delay on the lease of holder and
+// owner shows: the one it has when it is a lock-delay already.
+func delayHolder(holder, owner string) string {
+	if isDelayOwner(owner) {
+		return holder
+	}
+	h := lockDelayHolder + holder
+	if len(h) > maxHolderLen {
+		h = strings.ToValidUTF8(h[:maxHolderLen], "")
+	}
+	return h
 }
 
 // lease reads the lease row of name with its owner token; owner is empty

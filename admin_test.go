@@ -11,12 +11,16 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// ForceRelease frees a name another Client holds and says whose it was; the
-// evicted holder learns of it at its next renewal, and the next holder's
-// fence is still higher.
+// ForceRelease takes a live lease from another Client and says whose it
+// was; by default the name stays taken by a lock-delay, which Inspect shows
+// and a second forced release leaves as it is; the evicted holder's next
+// renewal fails, and the next holder's fence is still higher.
 func TestClient_ForceRelease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
-		a, b := e.twoClients(t)
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		now := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(0))
 		ctx := testCtx(t)
 		la := mustAcquire(t, a, "stuck", time.Minute)
 
@@ -27,10 +31,27 @@ func TestClient_ForceRelease(t *testing.T) {
 		if got.Name != "stuck" || got.Holder != "a" || got.Fence != la.Fence() || !got.Held || got.TTL <= 30*time.Second {
 			t.Fatalf("got %+v, want a's live lease with fence %d", got, la.Fence())
 		}
-		if info := inspect(t, b, "stuck"); info.Held || info.Holder != "" || info.Fence != la.Fence() {
-			t.Fatalf("after: got %+v, want no lease and the fence kept", info)
+		// About a minute left: a third of it, and 6 s.
+		if want := defaultLockDelay(got.TTL); got.LockDelay > want || got.LockDelay < want-time.Second {
+			t.Fatalf("LockDelay: got %v, want the default %v for %v left", got.LockDelay, want, got.TTL)
+		}
+		info := inspect(t, b, "stuck")
+		if !info.Held || info.Holder != "lock-delay after a forced release of a" || info.Fence != la.Fence() ||
+			info.TTL > got.LockDelay || info.TTL < got.LockDelay-10*time.Second {
+			t.Fatalf("after: got %+v, want the lock-delay held, its %v left, and the fence kept", info, got.LockDelay)
 		}
 		wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+		_, err = b.TryAcquire(ctx, "stuck", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+
+		again, err := b.ForceRelease(ctx, "stuck")
+		if err != nil || again.Holder != info.Holder || !again.Held || again.LockDelay != again.TTL || again.TTL > info.TTL {
+			t.Fatalf("a second ForceRelease: got %+v, %v, want the lock-delay left as it is", again, err)
+		}
+		freed, err := now.ForceRelease(ctx, "stuck")
+		if err != nil || freed.Holder != info.Holder || !freed.Held || freed.LockDelay != 0 {
+			t.Fatalf("ForceRelease with WithLockDelay(0): got %+v, %v, want the lock-delay released", freed, err)
+		}
 		lb := mustAcquire(t, b, "stuck", time.Minute)
 		if lb.Fence() <= la.Fence() {
 			t.Fatalf("next fence: got %d, want above %d", lb.Fence(), la.Fence())
@@ -44,8 +65,8 @@ func TestClient_ForceRelease(t *testing.T) {
 	})
 }
 
-// An expired lease that nobody took over is released too, reported as not
-// live.
+// An expired lease that nobody took over is released at once, reported as
+// not live, with no lock-delay; the next holder's fence is higher.
 func TestClient_ForceRelease_expired(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t, WithHolder("gone"))
@@ -55,8 +76,14 @@ func TestClient_ForceRelease_expired(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ForceRelease: %v", err)
 		}
-		if got.Holder != "gone" || got.Held || got.TTL != 0 || got.Fence != l.Fence() {
-			t.Fatalf("got %+v, want gone's expired lease", got)
+		if got.Holder != "gone" || got.Held || got.TTL != 0 || got.Fence != l.Fence() || got.LockDelay != 0 {
+			t.Fatalf("got %+v, want gone's expired lease, no lock-delay", got)
+		}
+		if info := inspect(t, c, "lapsed"); info.Held || info.Holder != "" {
+			t.Fatalf("after: got %+v, want no lease", info)
+		}
+		if next := mustAcquire(t, c, "lapsed", time.Minute); next.Fence() <= l.Fence() {
+			t.Fatalf("next fence: got %d, want above %d", next.Fence(), l.Fence())
 		}
 	})
 }
@@ -94,7 +121,7 @@ func TestClient_ResetOnce(t *testing.T) {
 // A delete whose reply is lost, then retried with nothing left to delete,
 // still reports the lease it released.
 func TestClient_ForceRelease_lostReply(t *testing.T) {
-	e := newMockEnv(t)
+	e := newMockEnv(t, WithLockDelay(0))
 	ctx := context.Background()
 	cols := []string{"owner", "holder", "fence", "live", "us"}
 	e.expectPrepare("lease")

@@ -229,7 +229,10 @@ func ExampleClient_ForceRelease() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("released the lease of %s (fence %d, live: %v)\n", was.Holder, was.Fence, was.Held)
+	// A live lease stays taken by a lock-delay, until its holder has seen
+	// the loss and stopped (sqllock.WithLockDelay(0) frees it at once).
+	fmt.Printf("released the lease of %s (fence %d, live: %v); nobody can take it for %v\n",
+		was.Holder, was.Fence, was.Held, was.LockDelay)
 }
 
 // Wake-up channels are on by default: processes that wait for a name

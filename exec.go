@@ -185,8 +185,11 @@ func (c *Client) execSends(ctx context.Context, until time.Time, i int, args ...
 		args = args[:tidbAcquireArgs]
 	}
 	name, _ := args[0].(string) // most statements start with the name
-	if i == qRefresh || i == qReleaseAtLeast {
+	switch i {
+	case qRefresh, qReleaseAtLeast:
 		name, _ = args[1].(string)
+	case qLockDelay:
+		name, _ = args[3].(string)
 	}
 	return c.send(ctx, until, stmtNames[i], name, i == qAcquire, func() (sql.Result, error) {
 		return st.ExecContext(ctx, args...)

@@ -170,10 +170,22 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	inspect()                                       // released, fence kept
 	query(text[qLease], n)                          // nothing
 	acquire("C", "hc")                              // the fence goes on
-	exec(c.substitute(queries["proof_clear"]), n)   // every row of the name
-	inspect()                                       // nothing
-	exec(text[qRelease], "never", "A")              // a name never taken
-	exec(text[qRefresh], int64(-1), n+"x", "A")     // nothing to refresh
+	delay := func(us any, owner, tok string) { exec(text[qLockDelay], us, owner, "hd", n, tok) }
+	delay(nil, "lock-delay/1", "A")                 // not A's
+	delay(nil, "lock-delay/1", "C")                 // C's: the default delay
+	inspect()                                       // held by the lock-delay, fence kept
+	acquire("E", "he")                              // refused
+	delay(int64(2), "lock-delay/2", "C")            // not C's any more
+	delay(int64(2), "lock-delay/2", "lock-delay/1") // shortened to 2 µs
+	time.Sleep(time.Millisecond)
+	acquire("E", "he")                                     // takes it over, the fence goes on
+	exec(text[qReleaseAtLeast], int64(60_000_000), n, "E") // released with a minimum hold
+	delay(int64(0), "lock-delay/3", "E")                   // none: ends now
+	inspect()                                              // expired
+	exec(c.substitute(queries["proof_clear"]), n)          // every row of the name
+	inspect()                                              // nothing
+	exec(text[qRelease], "never", "A")                     // a name never taken
+	exec(text[qRefresh], int64(-1), n+"x", "A")            // nothing to refresh
 	return out
 }
 

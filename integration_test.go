@@ -146,11 +146,12 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 }
 
 // twoClients returns two Clients on one fresh table, each with a *sql.DB of
-// its own, as two processes would have, holding as "a" and "b".
-func (e *testEnv) twoClients(t testing.TB) (a, b *Client) {
+// its own, as two processes would have, holding as "a" and "b"; b has
+// bOpts too.
+func (e *testEnv) twoClients(t testing.TB, bOpts ...Option) (a, b *Client) {
 	t.Helper()
 	table := e.newTable(t)
-	return e.client(t, e.db, table, WithHolder("a")), e.client(t, e.openDB(t), table, WithHolder("b"))
+	return e.client(t, e.db, table, WithHolder("a")), e.client(t, e.openDB(t), table, append([]Option{WithHolder("b")}, bOpts...)...)
 }
 
 // openDBWith opens a *sql.DB on the environment's DSN changed by f.

@@ -180,7 +180,8 @@ func TestLock_set_RefreshAllOrNothing(t *testing.T) {
 		t.Run(map[bool]string{true: "taken", false: "gone"}[taken], func(t *testing.T) {
 			eachEnv(t, func(t *testing.T, e *testEnv) {
 				skipSetsOnVitess(t, e)
-				a, b := e.twoClients(t)
+				// b's forced release deletes the lease row: no lock-delay.
+				a, b := e.twoClients(t, WithLockDelay(0))
 				l := mustAcquireSet(t, a, 20*time.Second, "p1", "p2")
 				if _, err := b.ForceRelease(testCtx(t), "p1"); err != nil {
 					t.Fatalf("ForceRelease: %v", err)

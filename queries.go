@@ -46,6 +46,7 @@ const (
 	qOnceRecord     // once.go
 	qLease          // admin.go
 	qOnceReset      // admin.go
+	qLockDelay      // admin.go
 	numStmts
 )
 
@@ -62,6 +63,7 @@ var stmtNames = [numStmts]string{
 	qOnceRecord:     "once_record",
 	qLease:          "lease",
 	qOnceReset:      "once_reset",
+	qLockDelay:      "lock_delay",
 }
 
 // The forms' names and marks (sqltext).
@@ -73,7 +75,7 @@ const (
 
 // tidbStmts are the statements with a TiDB form; the rest serve TiDB as
 // they are.
-var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord}
+var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord, qLockDelay}
 
 // tidbAcquireArgs is how many of the acquire's arguments the one-row form
 // (TiDB's) takes: the first four, which both forms begin with (queries.sql).

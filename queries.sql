@@ -336,13 +336,43 @@ FOR UPDATE;
 
 -- name: lease
 -- Args: name. The lease row whoever holds it, live or expired, with its
--- owner token and its name's fence: what Client.ForceRelease deletes, by that
--- token through release, so a takeover between the two is never deleted.
+-- owner token and its name's fence: what Client.ForceRelease deletes (by
+-- that token, through release) or puts under a lock-delay (lock_delay), so
+-- a takeover between the two is never touched.
 SELECT l.owner, l.holder, COALESCE(f.fence, 0), l.expires_at > UTC_TIMESTAMP(6),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
 FROM `sqllock` AS l
 LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
 WHERE l.name = ? AND l.kind = 'L';
+
+-- name: lock_delay
+-- Args: the delay in µs, or NULL for the default; owner, holder, name,
+-- token. Client.ForceRelease's lock-delay (admin.go): the lease row of
+-- token, live, passes to an owner nobody holds (the Client makes it: no
+-- token, nor a token's released form, equals it) and a holder that says
+-- what it is, until the server's now plus the delay. Every acquire finds
+-- the name held until then and takes it over as an expired lease after; the
+-- fence row is untouched, so the next holder's fence is still higher than
+-- the evicted one's. The evicted holder's next renewal finds the lease not
+-- its own and stops its work. Affected rows: 1 when the lease was token's
+-- (the owner changes, so the row counts with and without clientFoundRows),
+-- 0 when someone took it over or it was released. Insert id: the delay in
+-- µs (0 when it is 0).
+--
+-- The default delay lasts until the evicted holder's next renewal has seen
+-- the loss and its work has had its safety margin to stop: R/3 + min(R/5,
+-- 6 s), R being what the lease had left, by the server's clock, at the
+-- moment of the update (admin.go, defaultLockDelay, says why). expires_at
+-- alone reads the old row (owner and holder are arguments), so both
+-- assignment orders agree. It takes the name from everyone, as an acquire
+-- does, so it carries the session guard.
+UPDATE `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
+      COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 3
+                  + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 5, 6000000))
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0) MICROSECOND,
+    owner = ?, holder = ?
+WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: once_reset
 -- Args: name. Affected rows: 1 when Once's completion record was deleted, so
@@ -644,6 +674,16 @@ SELECT owner, holder, fence, expires_at > UTC_TIMESTAMP(6),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
 FROM `sqllock`
 WHERE name = ? AND kind = 'L' AND owner <> '';
+
+-- name: tidb_lock_delay
+-- Args: as lock_delay. The same: a name's one row keeps its fence.
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
+      COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 3
+                  + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 5, 6000000))
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0) MICROSECOND,
+    owner = ?, holder = ?
+WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: tidb_once_record
 -- Args: name, token. Insert id: the lease row's fence plus one when the

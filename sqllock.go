@@ -43,6 +43,7 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
+	lockDelay time.Duration    // WithLockDelay; negative: the default (admin.go)
 	log       *slog.Logger     // logging.go
 	obs       observe.Observer // observe.go
 
@@ -132,6 +133,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		closeDone: make(chan struct{}),
 		log:       discardLogger,
 		wakeups:   defaultWakeups,
+		lockDelay: -1,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {

@@ -446,9 +446,9 @@ const manyConflicts = fault.MaxTransientAttempts + 6
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "guard_applier_mysql", "inspect", "lease", "list", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least",
+	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "guard_applier_mysql", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least",
 		"server_mariadb", "server_mysql", "server_mysql_plain", "slot_acquire", "slot_list", "slot_release",
-		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
+		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_lock_delay", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
@@ -469,7 +469,7 @@ func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
 	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
-		"lease": 1, "once_reset": 1, "proof_clear": 1, "proof_engine": 1, "proof_overflow": 1,
+		"lease": 1, "lock_delay": 5, "tidb_lock_delay": 5, "once_reset": 1, "proof_clear": 1, "proof_engine": 1, "proof_overflow": 1,
 		"server_mysql": 0, "server_mysql_plain": 0, "server_mariadb": 0, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"slot_acquire": 21, "slot_release": 3, "slot_list": 2,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,

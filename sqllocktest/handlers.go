@@ -24,6 +24,7 @@ var handlers = map[string]*handler{
 	"list":                 {needsTable: true, run: list},
 	"look":                 {needsTable: true, run: look},
 	"lease":                {needsTable: true, run: lease},
+	"lock_delay":           {needsTable: true, writes: true, locks: refsOf(3, "L"), run: lockDelay},
 	"once_done":            {needsTable: true, run: onceDone},
 	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
 	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
@@ -344,6 +345,40 @@ func lease(x *call) (*outcome, error) {
 		fence = f.fence
 	}
 	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(fence), boolValue(l.expires > x.now), l.expires - x.now})
+	return out, nil
+}
+
+// lock_delay: args the delay in µs or NULL (the default), owner, holder,
+// name, token. The insert id is the delay.
+func lockDelay(x *call) (*outcome, error) {
+	a, err := x.strs(1, 2, 3, 4)
+	if err != nil {
+		return nil, err
+	}
+	owner, holder, name, token := a[0], a[1], a[2], a[3]
+	old := x.leaseRow(name, token, false)
+	if old == nil {
+		return &outcome{}, nil
+	}
+	var us int64
+	if x.args[0] == nil {
+		left := max(old.expires-x.now, 0)
+		us = left/3 + min(left/5, 6_000_000)
+	} else if us, err = x.int(0); err != nil {
+		return nil, err
+	} else if us < 0 {
+		// COALESCE(..) + the guard's unsigned 0.
+		return nil, errOutOfRange("coalesce(?,...) + ...")
+	}
+	r := *old
+	if r.expires, err = plus(x.now, us, "expires_at"); err != nil {
+		return nil, err
+	}
+	r.owner, r.holder = owner, holder
+	out := &outcome{lastID: uint64(us)}
+	if x.s.write(x.c, x.ref(name, 'L'), &r) {
+		out.affected = 1
+	}
 	return out, nil
 }
 

@@ -626,16 +626,41 @@ func TestOperatorCommands(t *testing.T) {
 			t.Errorf("release without --force: got status %d, want %d", r.status, exitUsage)
 		}
 		var rel struct {
-			Released bool   `json:"released"`
-			Was      *lease `json:"was"`
+			Released  bool    `json:"released"`
+			Was       *lease  `json:"was"`
+			LockDelay float64 `json:"lock_delay_seconds"`
 		}
 		e.runJSON(&rel, "release", "--force", "--json", "report")
 		if !rel.Released || rel.Was == nil {
 			t.Fatalf("release --force --json: got %+v, want released", rel)
 		}
 		leaseOK("release --force --json", *rel.Was)
+		// About a minute left: the default lock-delay is a third and 6 s.
+		if rel.LockDelay < 20 || rel.LockDelay > 26 {
+			t.Errorf("release --force --json: got lock_delay_seconds %v, want about 26", rel.LockDelay)
+		}
 		if err := l.Refresh(ctx, time.Minute); !errors.Is(err, sqllock.ErrNotHeld) {
 			t.Errorf("the evicted holder's refresh: got %v, want ErrNotHeld", err)
+		}
+		e.runJSON(&got, "inspect", "--json", "report")
+		if want := (lease{Name: "report", Holder: "lock-delay after a forced release of ops-host:1", Fence: l.Fence(), Held: true, TTL: got.TTL}); got != want || got.TTL > rel.LockDelay {
+			t.Errorf("inspect --json under the lock-delay: got %+v, want %+v, under %v s left", got, want, rel.LockDelay)
+		}
+		inspected := e.run("inspect", "report")
+		if want := "report: under a lock-delay after a forced release of ops-host:1, fence " + strconv.FormatUint(l.Fence(), 10) + ": nobody can take it for "; !strings.HasPrefix(inspected.stdout, want) {
+			t.Errorf("inspect under the lock-delay: got %q, want %q...", inspected.stdout, want)
+		}
+		again := e.run("release", "--force", "report")
+		if want := "report: under a lock-delay after a forced release of ops-host:1 (fence " + strconv.FormatUint(l.Fence(), 10) + "): nobody can take it for "; again.status != 0 ||
+			!strings.HasPrefix(again.stdout, want) || !strings.HasSuffix(again.stdout, "s (lock-delay; --lock-delay=0 to free it at once)\n") {
+			t.Errorf("release --force under the lock-delay: got %d, %q, want 0 and %q...", again.status, again.stdout, want)
+		}
+		if r := e.run("release", "--force", "--lock-delay", "-1s", "report"); r.status != exitUsage || !strings.Contains(r.stderr, "must be 0 or more") {
+			t.Errorf("--lock-delay -1s: got %d, %q, want %d", r.status, r.stderr, exitUsage)
+		}
+		freed := e.run("release", "--force", "--lock-delay=0", "report")
+		if want := "report: released the lock-delay after a forced release of ops-host:1 (fence " + strconv.FormatUint(l.Fence(), 10) + "); free now\n"; freed.status != 0 || freed.stdout != want {
+			t.Errorf("release --force --lock-delay=0: got %d, %q, want 0 and %q", freed.status, freed.stdout, want)
 		}
 		e.runJSON(&got, "inspect", "--json", "report")
 		if got.Held || got.Fence != l.Fence() {
@@ -643,6 +668,33 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		if r := e.run("release", "--force", "report"); r.status != 0 || !strings.Contains(r.stdout, "no lease") {
 			t.Errorf("release of a free name: got %d, %q, want 0 and no lease", r.status, r.stdout)
+		}
+
+		// A live lease with --lock-delay: exactly that long.
+		l2, err := c.TryAcquire(ctx, "report", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timed := e.run("release", "--force", "--lock-delay", "90s", "report")
+		if want := "report: released the lease of ops-host:1 (fence " + strconv.FormatUint(l2.Fence(), 10) + ", "; timed.status != 0 || !strings.HasPrefix(timed.stdout, want) ||
+			!strings.HasSuffix(timed.stdout, " left); nobody can take it for 1m30s (lock-delay; --lock-delay=0 to free it at once)\n") {
+			t.Errorf("release --force --lock-delay 90s: got %d, %q, want 0 and %q... 1m30s", timed.status, timed.stdout, want)
+		}
+		if info := e.inspect("report"); !info.Held || info.TTL <= time.Minute {
+			t.Errorf("after --lock-delay 90s: got %+v, want held for more than the minute the lease had", info)
+		}
+		// And 0: free at once, the evicted holder told at its next renewal.
+		e.run("release", "--force", "--lock-delay", "0", "report")
+		l3, err := c.TryAcquire(ctx, "report", time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquire after --lock-delay 0: %v", err)
+		}
+		zero := e.run("release", "--force", "--lock-delay", "0", "report")
+		if !strings.HasSuffix(zero.stdout, " left); free now, and its holder learns of it at its next renewal\n") {
+			t.Errorf("release --force --lock-delay 0: got %q, want free now", zero.stdout)
+		}
+		if l3.Fence() <= l2.Fence() || l2.Fence() <= l.Fence() {
+			t.Errorf("fences: got %d, %d, %d, want them growing", l.Fence(), l2.Fence(), l3.Fence())
 		}
 
 		if _, err := c.Once(ctx, "seed", func(context.Context, *sqllock.Lock) error { return nil }); err != nil {

@@ -5,7 +5,7 @@
 //	sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]
 //	sqllock list [--json]
 //	sqllock inspect [--json] NAME
-//	sqllock release --force [--json] NAME
+//	sqllock release --force [--json] [--lock-delay DURATION] NAME
 //	sqllock once-reset [--json] NAME
 //	sqllock create-table [--json]
 //	sqllock metrics [--listen ADDR]
@@ -50,7 +50,8 @@ const usage = `usage:
   sqllock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lease on NAME
   sqllock list [--json]                            every live lease
   sqllock inspect [--json] NAME                    the lease on NAME
-  sqllock release --force [--json] NAME            delete the lease on NAME, whoever holds it
+  sqllock release --force [--json] NAME            take the lease on NAME from whoever holds it
+                                                   (--lock-delay: how long nobody may take it after)
   sqllock once-reset [--json] NAME                 let Client.Once run NAME again
   sqllock create-table [--json]                    create the lock table if it is missing
   sqllock metrics [--listen :9187]                 serve the lock table as Prometheus metrics
@@ -171,17 +172,19 @@ const erNoSuchTable = 1146
 // adminCmd runs the operator commands.
 func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
 	var (
-		co       common
-		jsonOut  bool
-		force    bool
-		wantArgs = 1
+		co        common
+		jsonOut   bool
+		force     bool
+		lockDelay lockDelayFlag
+		wantArgs  = 1
 	)
 	fs := newFlagSet(cmd)
 	co.register(fs)
 	fs.BoolVar(&jsonOut, "json", false, "print JSON, for scripts")
 	switch cmd {
 	case "release":
-		fs.BoolVar(&force, "force", false, "required: delete the lease whoever holds it")
+		fs.BoolVar(&force, "force", false, "required: take the lease from whoever holds it")
+		lockDelay.register(fs)
 	case "list", "create-table":
 		wantArgs = 0
 	}
@@ -200,14 +203,14 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		fmt.Fprintf(stderr, "%s: got %d arguments (%s), want %d\n%s", header, len(pos), quoteArgs(pos), wantArgs, usage)
 		return exitUsage
 	case cmd == "release" && !force:
-		fmt.Fprintln(stderr, "sqllock release: --force is required: it deletes the lease whoever holds it, and that holder's work goes on until its next renewal")
+		fmt.Fprintln(stderr, "sqllock release: --force is required: it takes the lease from whoever holds it, and that holder's work goes on until its next renewal")
 		return exitUsage
 	}
 	if err := co.check(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", header, err)
 		return exitUsage
 	}
-	db, client, err := co.open(limit{co.timeout, "--timeout"})
+	db, client, err := co.open(limit{co.timeout, "--timeout"}, lockDelay.options()...)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", header, unprefix(err.Error()))
 		return exitUsage
@@ -310,6 +313,8 @@ func inspectCmd(ctx context.Context, c *sqllock.Client, name string, out *printe
 		return nil
 	}
 	switch {
+	case info.Held && isLockDelay(info):
+		fmt.Fprintf(out.w, "%s: under a %s, fence %d: nobody can take it for %v\n", name, info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Held:
 		fmt.Fprintf(out.w, "%s: held by %s, fence %d, %v left\n", name, info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Fence == 0:
@@ -320,41 +325,6 @@ func inspectCmd(ctx context.Context, c *sqllock.Client, name string, out *printe
 		fmt.Fprintf(out.w, "%s: free, last fence %d\n", name, info.Fence)
 	}
 	return nil
-}
-
-func releaseCmd(ctx context.Context, c *sqllock.Client, name string, out *printer) error {
-	info, err := c.ForceRelease(ctx, name)
-	released := err == nil
-	if errors.Is(err, sqllock.ErrNotHeld) {
-		err = nil
-	}
-	if err != nil {
-		return err
-	}
-	if out.json {
-		out.printJSON(struct {
-			Released bool   `json:"released"`
-			Was      *lease `json:"was,omitempty"`
-		}{released, leaseOrNil(released, info)})
-		return nil
-	}
-	switch {
-	case !released:
-		fmt.Fprintf(out.w, "%s: no lease to release\n", name)
-	case info.Held:
-		fmt.Fprintf(out.w, "%s: released the lease of %s (fence %d, %v left)\n", name, info.Holder, info.Fence, roundTTL(info.TTL))
-	default:
-		fmt.Fprintf(out.w, "%s: released the expired lease of %s (fence %d)\n", name, info.Holder, info.Fence)
-	}
-	return nil
-}
-
-func leaseOrNil(ok bool, info sqllock.Info) *lease {
-	if !ok {
-		return nil
-	}
-	l := leaseOf(info)
-	return &l
 }
 
 func createTableCmd(ctx context.Context, c *sqllock.Client, table string, out *printer) error {

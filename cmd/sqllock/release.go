@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sqllock/sqllock"
+)
+
+// release --force: sqllock.Client.ForceRelease, which leaves a live lease
+// under a lock-delay, so that the evicted holder's work stops before anyone
+// else's starts; --lock-delay sets it (sqllock.WithLockDelay).
+
+// lockDelayFlag is --lock-delay. Unset, the library's default; its zero
+// value prints no default in the help.
+type lockDelayFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *lockDelayFlag) register(fs *flag.FlagSet) {
+	fs.Var(f, "lock-delay", "keep a live lease's name taken from everyone for `DURATION` after taking it (0: free it at once); "+
+		"default: until the evicted holder's next renewal has seen the loss and its work has stopped")
+}
+
+func (f *lockDelayFlag) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *lockDelayFlag) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (such as 0, 5s or 1m)")
+	}
+	if d < 0 {
+		return errors.New("must be 0 or more")
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// options are the Client's options the flag asks for.
+func (f *lockDelayFlag) options() []sqllock.Option {
+	if !f.set {
+		return nil
+	}
+	return []sqllock.Option{sqllock.WithLockDelay(f.d)}
+}
+
+// isLockDelay reports whether info is a lock-delay a forced release left:
+// the library says so in its holder.
+func isLockDelay(info sqllock.Info) bool {
+	return strings.HasPrefix(info.Holder, "lock-delay after a forced release of ")
+}
+
+func releaseCmd(ctx context.Context, c *sqllock.Client, name string, out *printer) error {
+	info, err := c.ForceRelease(ctx, name)
+	released := err == nil
+	if errors.Is(err, sqllock.ErrNotHeld) {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if out.json {
+		out.printJSON(struct {
+			Released bool   `json:"released"`
+			Was      *lease `json:"was,omitempty"`
+			// LockDelay is how long nobody can take the name, in seconds.
+			LockDelay float64 `json:"lock_delay_seconds"`
+		}{released, leaseOrNil(released, info), info.LockDelay.Seconds()})
+		return nil
+	}
+	fmt.Fprintf(out.w, "%s: %s\n", name, releasedText(released, info))
+	return nil
+}
+
+// releasedText says what release --force did.
+func releasedText(released bool, info sqllock.Info) string {
+	delay := fmt.Sprintf("nobody can take it for %v (lock-delay; --lock-delay=0 to free it at once)", roundTTL(info.LockDelay))
+	switch {
+	case !released:
+		return "no lease to release"
+	case !info.Held:
+		return fmt.Sprintf("released the expired lease of %s (fence %d); free now", info.Holder, info.Fence)
+	case isLockDelay(info) && info.LockDelay > 0:
+		return fmt.Sprintf("under a %s (fence %d): %s", info.Holder, info.Fence, delay)
+	case isLockDelay(info):
+		return fmt.Sprintf("released the %s (fence %d); free now", info.Holder, info.Fence)
+	case info.LockDelay > 0:
+		return fmt.Sprintf("released the lease of %s (fence %d, %v left); %s", info.Holder, info.Fence, roundTTL(info.TTL), delay)
+	}
+	return fmt.Sprintf("released the lease of %s (fence %d, %v left); free now, and its holder learns of it at its next renewal",
+		info.Holder, info.Fence, roundTTL(info.TTL))
+}
+
+func leaseOrNil(ok bool, info sqllock.Info) *lease {
+	if !ok {
+		return nil
+	}
+	l := leaseOf(info)
+	return &l
+}
