@@ -14,16 +14,17 @@ import (
 // Info describes the lease on one name as the server sees it.
 type Info struct {
 	Name string
-	// Slot is, for a slot of a counting semaphore ([Semaphore.TryAcquire]),
-	// the slot's number, 1 to n, and Name the semaphore's; 0 for a lock.
+	// Slot is, for a slot of a counting semaphore ([Semaphore]), the slot's
+	// number, 1 to n, and Name the semaphore's; 0 for a lock.
 	Slot int
 	// Holder is the description of the Client whose lease is on the name
 	// (see [WithHolder]), live or expired; empty once it was released.
 	// Under a lock-delay ([Client.ForceRelease]) it is "lock-delay after a
 	// forced release of " and the evicted holder's.
 	Holder string
-	// Fence is the last fencing token issued for the name, kept across
-	// releases; 0 when the name was never taken.
+	// Fence is the last fencing token issued for the name (for a slot, the
+	// semaphore's, across all its slots), kept across releases; 0 when the
+	// name was never taken.
 	Fence uint64
 	// Held reports whether a lease on the name is live now.
 	Held bool
@@ -80,8 +81,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 }
 
 // List returns every live lease in the Client's table, whoever holds it, in
-// name order, as one statement reads them. It reads the whole table, so it
-// is for people and dashboards, not for a hot path.
+// name order, as one statement reads them: a semaphore's held slots each
+// with its Slot, the semaphore's Name and its Fence. It reads the whole
+// table, so it is for people and dashboards, not for a hot path.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	st, err := c.stmt(ctx, qList)
 	if err != nil {
@@ -102,7 +104,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		c.noteAhead(info.Name, aheadUs, true)
 		info.TTL = time.Duration(us) * time.Microsecond
 		info.Age = leaseAge(aheadUs)
-		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is 0: see Client.InspectSlots
+		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is its semaphore's
 		infos = append(infos, info)
 	}
 	if err := rows.Err(); err != nil {
@@ -201,8 +203,8 @@ func (c *Client) forceRelease(ctx context.Context, row, label string) (Info, err
 			continue // released or taken over since the read: look again
 		}
 		if delay == 0 {
-			// A waiter in this Client may take the name now.
-			c.wait.Queues.Kick(row)
+			// A waiter in this Client may take the name (or slot) now.
+			c.wait.Queues.Kick(orphanKey(row))
 			return info, nil
 		}
 		us, err := res.LastInsertId()

@@ -186,6 +186,19 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	inspect()                                              // nothing
 	exec(text[qRelease], "never", "A")                     // a name never taken
 	exec(text[qRefresh], int64(-1), n+"x", "A")            // nothing to refresh
+
+	// A semaphore's slot row has its semaphore's fence in list and lease;
+	// rows made here by acquire, whose fence row shares the lease's name.
+	p, slot, odd := "s"+slotMark, "s"+slotMark+"01", "s"+slotMark+"x1"
+	for _, name := range []string{p, slot, odd} {
+		exec(text[qAcquire], name, "S", "hs", min, name, "S", "hs", "S", min)
+	}
+	query(text[qLease], slot) // p's fence, not its own
+	query(text[qLease], odd)  // no slot: its own
+	query(text[qList])
+	for _, name := range []string{p, slot, odd} {
+		exec(c.substitute(queries["proof_clear"]), name)
+	}
 	return out
 }
 

@@ -297,12 +297,18 @@ WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 -- No args. Every live lease, in name order, with its name's fence (0 if the
 -- fence row was deleted by hand), the lease left by the server's clock, and
 -- how far its acquired_at lies ahead of that clock (as in inspect).
+-- A semaphore's slot (its name ends with 0x00 'slot' and two digits, which
+-- no lock name may: see the semaphore statements below) has the
+-- semaphore's fence, in the fence row named without the two digits.
 -- It reads the whole table: kind is the second column of the primary key.
 SELECT l.name, l.holder, COALESCE(f.fence, 0),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS l
-LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+LEFT JOIN `sqllock` AS f
+  ON f.name = IF(SUBSTRING(l.name, -7, 5) = X'00736C6F74' AND SUBSTRING(l.name, -2, 1) BETWEEN '0' AND '9' AND SUBSTRING(l.name, -1) BETWEEN '0' AND '9',
+                 LEFT(l.name, LENGTH(l.name) - 2), l.name)
+ AND f.kind = 'F'
 WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
 ORDER BY l.name;
 
@@ -338,11 +344,15 @@ FOR UPDATE;
 -- Args: name. The lease row whoever holds it, live or expired, with its
 -- owner token and its name's fence: what Client.ForceRelease deletes (by
 -- that token, through release) or puts under a lock-delay (lock_delay), so
--- a takeover between the two is never touched.
+-- a takeover between the two is never touched. A semaphore's slot has the
+-- semaphore's fence, as in list.
 SELECT l.owner, l.holder, COALESCE(f.fence, 0), l.expires_at > UTC_TIMESTAMP(6),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
 FROM `sqllock` AS l
-LEFT JOIN `sqllock` AS f ON f.name = l.name AND f.kind = 'F'
+LEFT JOIN `sqllock` AS f
+  ON f.name = IF(SUBSTRING(l.name, -7, 5) = X'00736C6F74' AND SUBSTRING(l.name, -2, 1) BETWEEN '0' AND '9' AND SUBSTRING(l.name, -1) BETWEEN '0' AND '9',
+                 LEFT(l.name, LENGTH(l.name) - 2), l.name)
+ AND f.kind = 'F'
 WHERE l.name = ? AND l.kind = 'L';
 
 -- name: lock_delay

@@ -334,17 +334,29 @@ func (s *slotCall) args(v int) []any {
 // statements at the first use (proof_later.go). It reports whether the server is
 // MariaDB, whose per-statement lock wait bound the statement takes.
 func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
-	if _, err := c.stmt(ctx, qRelease); err != nil {
+	f, err := c.slotsForms(ctx, qRelease)
+	if err != nil {
 		return false, err
+	}
+	return f.lockWait, c.proveSlotsOnce(ctx, f.lockWait)
+}
+
+// slotsForms prepares statement i, which makes the first-use check (and,
+// for a statement that writes, the proof of the statements), and refuses
+// servers without semaphores. Semaphore.Inspect prepares inspect, a read,
+// which needs no proof, as Client.Inspect needs none.
+func (c *Client) slotsForms(ctx context.Context, i int) (*forms, error) {
+	if _, err := c.stmt(ctx, i); err != nil {
+		return nil, err
 	}
 	f := c.learned()
 	switch {
 	case f.tidb:
-		return false, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
+		return nil, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	case f.oneRow:
-		return false, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
+		return nil, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	}
-	return f.lockWait, c.proveSlotsOnce(ctx, f.lockWait)
+	return f, nil
 }
 
 // Slot returns the number of the semaphore slot the lease is on, 1 to n,

@@ -20,7 +20,7 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
 		return nil, err
 	}
 	op := fmt.Sprintf("inspect the semaphore %q", name)
-	if _, err := c.slotsServer(ctx); err != nil {
+	if _, err := c.slotsForms(ctx, qInspect); err != nil {
 		return nil, c.serverError(op, err)
 	}
 	p := slotRows(name)
@@ -73,4 +73,27 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
 		infos[i].Name, infos[i].Fence = name, fence
 	}
 	return infos, nil
+}
+
+// ForceRelease frees slot (1 to [MaxSlots], whatever the Semaphore's n) of
+// the semaphore whoever holds it, as [Client.ForceRelease] frees a name,
+// and returns what it was, with the slot's number and the semaphore's
+// fence: a live slot stays taken from every acquire of the semaphore by a
+// lock-delay (see [WithLockDelay]), until its holder's next renewal has
+// seen the loss and its work has stopped, and then the next acquire takes
+// it over; an expired one is deleted. It returns an error wrapping
+// [ErrNotHeld] when the slot has no lease.
+func (s *Semaphore) ForceRelease(ctx context.Context, slot int) (Info, error) {
+	if err := checkSlotArgs(s.name, 1, MinTTL); err != nil {
+		return Info{}, err
+	}
+	if slot < 1 || slot > MaxSlots {
+		return Info{}, fmt.Errorf("sqllock: slot %d: a semaphore's slots are 1 to at most %d (MaxSlots)", slot, MaxSlots)
+	}
+	info, err := s.c.forceRelease(ctx, slotName(s.name, slot), fmt.Sprintf("slot %d of the semaphore %q", slot, s.name))
+	if err != nil {
+		return Info{}, err
+	}
+	info.Name, info.Slot = s.name, slot
+	return info, nil
 }

@@ -231,8 +231,8 @@ func TestSemaphore_TryAcquire_fillsAndFrees(t *testing.T) {
 			t.Fatalf("Inspect: got %+v, %v", info, err)
 		}
 		list, err := other.List(ctx)
-		if err != nil || len(list) != 3 || list[2].Name != "jobs" || list[2].Slot != 3 {
-			t.Fatalf("List: got %+v, %v", list, err)
+		if err != nil || len(list) != 3 || list[2].Name != "jobs" || list[2].Slot != 3 || list[0].Fence != last || list[2].Fence != last {
+			t.Fatalf("List: got %+v, %v, want the 3 slots, each with the semaphore's fence %d", list, err, last)
 		}
 
 		if err := locks[1].Refresh(ctx, 50*time.Millisecond); err != nil {

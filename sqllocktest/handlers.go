@@ -320,14 +320,28 @@ func list(x *call) (*outcome, error) {
 		if l == nil || l.expires <= x.now {
 			continue
 		}
-		var fence uint64
-		if f := x.s.read(x.c, x.ref(n, 'F')); f != nil {
-			fence = f.fence
-		}
-		out.rows = append(out.rows, []driver.Value{[]byte(n), []byte(l.holder), fenceValue(fence), l.expires - x.now, l.acquired - x.now})
+		out.rows = append(out.rows, []driver.Value{[]byte(n), []byte(l.holder), fenceValue(x.fenceOf(n)), l.expires - x.now, l.acquired - x.now})
 	}
 	return out, nil
 }
+
+// fenceOf returns the fence of the lease row named name, as list and lease
+// join it: a semaphore's slot (named with 0x00 'slot' and two digits) has
+// its semaphore's, in the fence row named without the digits; 0 when there
+// is no fence row.
+func (x *call) fenceOf(name string) uint64 {
+	const mark = "\x00slot"
+	n := len(name)
+	if n >= len(mark)+2 && name[n-2-len(mark):n-2] == mark && isDigit(name[n-2]) && isDigit(name[n-1]) {
+		name = name[:n-2]
+	}
+	if f := x.s.read(x.c, x.ref(name, 'F')); f != nil {
+		return f.fence
+	}
+	return 0
+}
+
+func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
 // lease: args name. The lease row, live or not, with its fence.
 func lease(x *call) (*outcome, error) {
@@ -340,11 +354,7 @@ func lease(x *call) (*outcome, error) {
 	if l == nil {
 		return out, nil
 	}
-	var fence uint64
-	if f := x.s.read(x.c, x.ref(name, 'F')); f != nil {
-		fence = f.fence
-	}
-	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(fence), boolValue(l.expires > x.now), l.expires - x.now})
+	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(x.fenceOf(name)), boolValue(l.expires > x.now), l.expires - x.now})
 	return out, nil
 }
 
