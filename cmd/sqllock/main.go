@@ -5,7 +5,7 @@
 //	sqllock run [flags] NAME [flags] -- COMMAND [ARGS...]
 //	sqllock list [--json]
 //	sqllock inspect [--json] NAME
-//	sqllock release --force [--json] [--lock-delay DURATION] NAME
+//	sqllock release --force [--json] [--slot K] [--lock-delay DURATION] NAME
 //	sqllock once-reset [--json] NAME
 //	sqllock create-table [--json]
 //	sqllock metrics [--listen ADDR]
@@ -48,10 +48,11 @@ const (
 
 const usage = `usage:
   sqllock run [flags] NAME -- COMMAND [ARGS...]   run COMMAND while holding the lease on NAME
-  sqllock list [--json]                            every live lease
-  sqllock inspect [--json] NAME                    the lease on NAME
+  sqllock list [--json]                            every live lease, and every held slot of a semaphore
+  sqllock inspect [--json] NAME                    the lease on NAME, or the slots of the semaphore NAME
   sqllock release --force [--json] NAME            take the lease on NAME from whoever holds it
-                                                   (--lock-delay: how long nobody may take it after)
+                                                   (--slot K: slot K of the semaphore NAME;
+                                                   --lock-delay: how long nobody may take it after)
   sqllock once-reset [--json] NAME                 let Client.Once run NAME again
   sqllock create-table [--json]                    create the lock table if it is missing
   sqllock metrics [--listen :9187]                 serve the lock table as Prometheus metrics
@@ -175,6 +176,7 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		co        common
 		jsonOut   bool
 		force     bool
+		slot      int
 		lockDelay lockDelayFlag
 		wantArgs  = 1
 	)
@@ -184,6 +186,7 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	switch cmd {
 	case "release":
 		fs.BoolVar(&force, "force", false, "required: take the lease from whoever holds it")
+		fs.IntVar(&slot, "slot", 0, fmt.Sprintf("take slot `K` (1 to %d) of the semaphore NAME instead of the lease on NAME", sqllock.MaxSlots))
 		lockDelay.register(fs)
 	case "list", "create-table":
 		wantArgs = 0
@@ -204,6 +207,9 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		return exitUsage
 	case cmd == "release" && !force:
 		fmt.Fprintln(stderr, "sqllock release: --force is required: it takes the lease from whoever holds it, and that holder's work goes on until its next renewal")
+		return exitUsage
+	case slot < 0 || slot > sqllock.MaxSlots:
+		fmt.Fprintf(stderr, "sqllock release: --slot %d: a semaphore's slots are 1 to at most %d\n", slot, sqllock.MaxSlots)
 		return exitUsage
 	}
 	if err := co.check(); err != nil {
@@ -233,7 +239,10 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		err = inspectCmd(ctx, client, pos[0], out)
 	case "release":
 		header, op = header+" "+pos[0], fmt.Sprintf("force release %q", pos[0])
-		err = releaseCmd(ctx, client, pos[0], out)
+		if slot > 0 {
+			op = fmt.Sprintf("force release slot %d of the semaphore %q", slot, pos[0])
+		}
+		err = releaseCmd(ctx, client, pos[0], slot, out)
 	case "once-reset":
 		header, op = header+" "+pos[0], fmt.Sprintf("reset once %q", pos[0])
 		err = onceResetCmd(ctx, client, pos[0], out)
@@ -261,10 +270,20 @@ type lease struct {
 	Held   bool   `json:"held"`
 	// TTL is the time the lease has left, in seconds; 0 when not held.
 	TTL float64 `json:"ttl_seconds"`
+	// Slot is a semaphore's slot's number; Name is then the semaphore's
+	// and Fence its fence.
+	Slot int `json:"slot,omitempty"`
+}
+
+// inspected is how inspect prints NAME in JSON: its lease, and the slots
+// of the semaphore NAME, if it is one.
+type inspected struct {
+	lease
+	Slots []lease `json:"slots,omitempty"`
 }
 
 func leaseOf(info sqllock.Info) lease {
-	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds()}
+	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds(), Slot: info.Slot}
 }
 
 // printer writes either JSON or text for people.
@@ -303,28 +322,46 @@ func listCmd(ctx context.Context, c *sqllock.Client, out *printer) error {
 	return tw.Flush()
 }
 
+// inspectCmd shows the lease on NAME, and the slots of the semaphore NAME
+// when there is one (the two share no rows): the lock alone when both were
+// never taken.
 func inspectCmd(ctx context.Context, c *sqllock.Client, name string, out *printer) error {
 	info, err := c.Inspect(ctx, name)
 	if err != nil {
 		return err
 	}
+	slots, err := semaphoreSlots(ctx, c, name)
+	if err != nil {
+		return err
+	}
 	if out.json {
-		out.printJSON(leaseOf(info))
+		l := inspected{lease: leaseOf(info)}
+		for _, s := range slots {
+			l.Slots = append(l.Slots, leaseOf(s))
+		}
+		out.printJSON(l)
 		return nil
 	}
+	if len(slots) == 0 || info.Fence != 0 {
+		fmt.Fprintf(out.w, "%s: %s\n", name, lockText(info))
+	}
+	printSlots(out.w, name, slots)
+	return nil
+}
+
+// lockText says what inspect found on a lock's name.
+func lockText(info sqllock.Info) string {
 	switch {
 	case info.Held && isLockDelay(info):
-		fmt.Fprintf(out.w, "%s: under a %s, fence %d: nobody can take it for %v\n", name, info.Holder, info.Fence, roundTTL(info.TTL))
+		return fmt.Sprintf("under a %s, fence %d: nobody can take it for %v", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Held:
-		fmt.Fprintf(out.w, "%s: held by %s, fence %d, %v left\n", name, info.Holder, info.Fence, roundTTL(info.TTL))
+		return fmt.Sprintf("held by %s, fence %d, %v left", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Fence == 0:
-		fmt.Fprintf(out.w, "%s: free, never taken\n", name)
+		return "free, never taken"
 	case info.Holder != "":
-		fmt.Fprintf(out.w, "%s: free (the lease of %s expired), last fence %d\n", name, info.Holder, info.Fence)
-	default:
-		fmt.Fprintf(out.w, "%s: free, last fence %d\n", name, info.Fence)
+		return fmt.Sprintf("free (the lease of %s expired), last fence %d", info.Holder, info.Fence)
 	}
-	return nil
+	return fmt.Sprintf("free, last fence %d", info.Fence)
 }
 
 func createTableCmd(ctx context.Context, c *sqllock.Client, table string, out *printer) error {

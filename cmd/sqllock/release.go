@@ -60,8 +60,18 @@ func isLockDelay(info sqllock.Info) bool {
 	return strings.HasPrefix(info.Holder, "lock-delay after a forced release of ")
 }
 
-func releaseCmd(ctx context.Context, c *sqllock.Client, name string, out *printer) error {
-	info, err := c.ForceRelease(ctx, name)
+// releaseCmd takes the lease on name, or with slot above 0 that slot of
+// the semaphore name.
+func releaseCmd(ctx context.Context, c *sqllock.Client, name string, slot int, out *printer) error {
+	var (
+		info sqllock.Info
+		err  error
+	)
+	if slot > 0 {
+		info, err = c.Semaphore(name, sqllock.MaxSlots).ForceRelease(ctx, slot)
+	} else {
+		info, err = c.ForceRelease(ctx, name)
+	}
 	released := err == nil
 	if errors.Is(err, sqllock.ErrNotHeld) {
 		err = nil
@@ -78,7 +88,20 @@ func releaseCmd(ctx context.Context, c *sqllock.Client, name string, out *printe
 		}{released, leaseOrNil(released, info), info.LockDelay.Seconds()})
 		return nil
 	}
-	fmt.Fprintf(out.w, "%s: %s\n", name, releasedText(released, info))
+	what, text := name, releasedText(released, info)
+	if slot > 0 {
+		what = fmt.Sprintf("%s slot %d", name, slot)
+	} else if !released {
+		// A semaphore's slots are no lease on its name: say how to name one.
+		slots, err := semaphoreSlots(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		if len(slots) > 0 {
+			text += fmt.Sprintf("; %s is a semaphore of %d slots (%d held): name one with --slot K", name, len(slots), heldCount(slots))
+		}
+	}
+	fmt.Fprintf(out.w, "%s: %s\n", what, text)
 	return nil
 }
 
