@@ -14,17 +14,15 @@ import (
 // Info describes the lease on one name as the server sees it.
 type Info struct {
 	Name string
-	// Slot is, for a slot of a counting semaphore ([Semaphore]), the slot's
-	// number, 1 to n, and Name the semaphore's; 0 for a lock.
+	// Slot is, for a slot of a counting semaphore ([Semaphore.TryAcquire]),
+	// the slot's number, 1 to n, and Name the semaphore's; 0 for a lock.
 	Slot int
 	// Holder is the description of the Client whose lease is on the name
 	// (see [WithHolder]), live or expired; empty once it was released.
-	// Under a lock-delay ([Client.ForceRelease]) it is "lock-delay after a
-	// forced release of " and the evicted holder's.
+	// A lock-delay's reads "lock-delay after a forced release of HOLDER".
 	Holder string
-	// Fence is the last fencing token issued for the name (for a slot, the
-	// semaphore's, across all its slots), kept across releases; 0 when the
-	// name was never taken.
+	// Fence is the last fencing token issued for the name (a slot's is its
+	// semaphore's), kept across releases; 0 when the name was never taken.
 	Fence uint64
 	// Held reports whether a lease on the name is live now.
 	Held bool
@@ -35,9 +33,8 @@ type Info struct {
 	// since its acquire (renewals do not reset it); 0 when Held is false,
 	// or when it was acquired on a node whose clock is ahead.
 	Age time.Duration
-	// LockDelay is, from [Client.ForceRelease] only, how long the name stays
-	// taken by the lock-delay the forced release left (see [WithLockDelay]);
-	// 0 when the name was freed at once.
+	// LockDelay is, from [Client.ForceRelease], how long the name stays
+	// taken; 0 when it is free.
 	LockDelay time.Duration
 }
 
@@ -81,9 +78,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 }
 
 // List returns every live lease in the Client's table, whoever holds it, in
-// name order, as one statement reads them: a semaphore's held slots each
-// with its Slot, the semaphore's Name and its Fence. It reads the whole
-// table, so it is for people and dashboards, not for a hot path.
+// name order, as one statement reads them (a slot with its semaphore's
+// fence). It reads the whole table, so it is for people and dashboards, not
+// for a hot path.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	st, err := c.stmt(ctx, qList)
 	if err != nil {
@@ -117,31 +114,14 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 // when its holder changed between the read and the write.
 const forceReleaseAttempts = 5
 
-// ForceRelease frees the lease on name whoever holds it, live or expired,
-// and returns what it was: its holder, the name's fence, whether it was
-// live and how long it had left, and in LockDelay how long the name stays
-// taken. It is for operators freeing a name whose holder is stuck.
-//
-// A live lease is not deleted but put under a lock-delay (consul's term):
-// until it ends no acquire takes the name, and then the next one takes it
-// over as it would an expired lease. By default it lasts until the evicted
-// holder's next renewal has found the lease gone (its keep-alive ends its
-// work with [ErrLockLost]) and its work has had its safety margin to stop;
-// [WithLockDelay] sets another, or none. [Client.Inspect] shows it as a
-// lease held by "lock-delay after a forced release of " and the evicted
-// holder. An expired lease, or any with WithLockDelay(0), is deleted: the
-// name is free at once, and an evicted holder learns of it only at its next
-// renewal. Either way the fence row stays, so the next holder's fence is
-// still higher than the evicted one's.
-//
-// A second ForceRelease of a name under a lock-delay leaves it as it is
-// (unless WithLockDelay is set), and a lease released with a minimum hold
-// ([WithMinHold]), under which no work runs any more, is deleted.
-//
-// It reads the lease's owner token, then writes by that token, so a holder
-// that took the name in between is never touched (it reads again, a few
-// times). It returns an error wrapping [ErrNotHeld] when the name has no
-// lease row.
+// ForceRelease takes the lease on name from whoever holds it, live or
+// expired, and returns what it was, with LockDelay: how long the name stays
+// taken. A live lease is put under a lock-delay (see [WithLockDelay]): no
+// acquire takes the name until the evicted holder's next renewal has found
+// it gone and its work has stopped; an expired one is deleted. The fence row
+// stays, so the next holder's fence is higher. It writes by the owner token
+// it read: a holder that took the name since is never touched. It returns an
+// error wrapping [ErrNotHeld] when the name has no lease.
 func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
@@ -217,12 +197,10 @@ func (c *Client) forceRelease(ctx context.Context, row, label string) (Info, err
 	return Info{}, errorf("%s: the lease changed hands %d times while being released; try again", op, forceReleaseAttempts)
 }
 
-// WithLockDelay sets how long [Client.ForceRelease] keeps a name it took
-// from a live holder taken from everyone: 0 deletes the lease, and the name
-// is free at once; d > 0 keeps it exactly d. Unset, the delay is what the
-// evicted holder's keep-alive needs to see the loss and its work to stop:
-// r/3 + min(r/5, 6 s), r being what the lease had left (docs/operations.md
-// says why). d must be between 0 and [MaxTTL].
+// WithLockDelay sets how long [Client.ForceRelease] keeps a live lease's
+// name from everyone: 0 frees it at once, d > 0 exactly d. The default lasts
+// until the evicted holder's keep-alive has seen the loss and its work has
+// stopped (docs/operations.md). d must be between 0 and [MaxTTL].
 func WithLockDelay(d time.Duration) Option {
 	return func(c *Client) error {
 		if d < 0 || d > MaxTTL {

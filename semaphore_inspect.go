@@ -75,14 +75,8 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
 	return infos, nil
 }
 
-// ForceRelease frees slot (1 to [MaxSlots], whatever the Semaphore's n) of
-// the semaphore whoever holds it, as [Client.ForceRelease] frees a name,
-// and returns what it was, with the slot's number and the semaphore's
-// fence: a live slot stays taken from every acquire of the semaphore by a
-// lock-delay (see [WithLockDelay]), until its holder's next renewal has
-// seen the loss and its work has stopped, and then the next acquire takes
-// it over; an expired one is deleted. It returns an error wrapping
-// [ErrNotHeld] when the slot has no lease.
+// ForceRelease takes slot (1 to [MaxSlots]) of the semaphore from whoever
+// holds it, as [Client.ForceRelease] takes a name, and returns what it was.
 func (s *Semaphore) ForceRelease(ctx context.Context, slot int) (Info, error) {
 	if err := checkSlotArgs(s.name, 1, MinTTL); err != nil {
 		return Info{}, err
