@@ -60,11 +60,11 @@ func newTable(t *testing.T, db *sql.DB, prefix string) string {
 
 // newClient returns a Client on a fresh table of its own, dropped when the
 // test ends, and the table's name.
-func newClient(t *testing.T, dsn string) (*sqllock.Client, string) {
+func newClient(t *testing.T, dsn string, opts ...sqllock.Option) (*sqllock.Client, string) {
 	t.Helper()
 	db := openDB(t, dsn)
 	table := newTable(t, db, "gocron_")
-	c, err := sqllock.New(db, sqllock.WithTable(table))
+	c, err := sqllock.New(db, append(opts, sqllock.WithTable(table))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,11 +76,11 @@ func newClient(t *testing.T, dsn string) (*sqllock.Client, string) {
 }
 
 // newClients returns two Clients on one fresh table, as two schedulers'
-// would have, closed and dropped when the test ends.
-func newClients(t *testing.T, dsn string) (c, other *sqllock.Client) {
+// would have, closed and dropped when the test ends; opts apply to both.
+func newClients(t *testing.T, dsn string, opts ...sqllock.Option) (c, other *sqllock.Client) {
 	t.Helper()
-	c, table := newClient(t, dsn)
-	other, err := sqllock.New(openDB(t, dsn), sqllock.WithTable(table))
+	c, table := newClient(t, dsn, opts...)
+	other, err := sqllock.New(openDB(t, dsn), append(opts, sqllock.WithTable(table))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
@@ -182,6 +183,7 @@ func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, e
 	r := &run{l: l, key: key, jl: jl, lock: lock, jobCtx: jobCtx, start: start, minHold: minHold, lease: lease,
 		end: end, stop: make(chan struct{}), done: make(chan struct{})}
 	r.live, r.lose = context.WithCancelCause(context.Background())
+	r.margin.Store(int64(safetyMargin(lease)))
 	l.mu.Lock()
 	jl.lock, jl.run = lock, r
 	l.mu.Unlock()
@@ -218,6 +220,9 @@ type run struct {
 	start   time.Time
 	minHold time.Duration
 	lease   time.Duration // the lease's length now: the first lease, then the ttl
+	// margin is the safety margin of the lease ValidUntil counts from, in
+	// nanoseconds: set by renew, read by expired from the job's goroutine.
+	margin atomic.Int64
 	// end is when the lease ends at the latest, as far as this scheduler
 	// knows: the last answer plus the lease it set. Set by renew, read by
 	// Unlock once renew has returned.
@@ -270,6 +275,7 @@ func (r *run) renew(ctx context.Context) {
 		switch {
 		case err == nil:
 			granted = ttl
+			r.margin.Store(int64(safetyMargin(granted)))
 		case errors.Is(err, sqllock.ErrNotHeld):
 			r.fail(fmt.Errorf("%w: %w", sqllock.ErrLockLost, err))
 			return
@@ -282,6 +288,18 @@ func (r *run) renew(ctx context.Context) {
 		}
 		t.Reset(wait)
 	}
+}
+
+// expired returns the loss renew reports once the run's deadline, a
+// safety margin before the lease could expire, has passed on the monotonic
+// clock, whether or not renew's timer has fired; nil before. It is how a
+// Task's context ends at once after a pause (taskContext).
+func (r *run) expired() error {
+	margin := time.Duration(r.margin.Load())
+	if time.Now().Before(r.lock.ValidUntil().Add(-margin)) {
+		return nil
+	}
+	return fmt.Errorf("%w: no renewal of %q succeeded in time; the lease may expire within %v", sqllock.ErrLockLost, r.lock.Name(), margin)
 }
 
 // fail records why the lease was lost and ends the job's context with it.

@@ -37,7 +37,7 @@ func (l *Locker) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func(
 		if r == nil {
 			return fmt.Errorf("%w: gocronlock: the job's run was not locked by this Locker", sqllock.ErrNotHeld)
 		}
-		return runTask(ctx, r.live, r.lock, fn)
+		return runTask(ctx, r.live, r.lock, r.expired, fn)
 	}
 }
 
@@ -86,19 +86,65 @@ func (e *Elector) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func
 		if err != nil {
 			return err
 		}
-		return runTask(ctx, ld.ctx, ld.lock, fn)
+		return runTask(ctx, ld.ctx, ld.lock, nil, fn)
 	}
 }
 
 // runTask runs fn with lock on a context derived from the job's ctx that
-// also ends when lease does, with its cause.
-func runTask(ctx, lease context.Context, lock *sqllock.Lock, fn func(ctx context.Context, l *sqllock.Lock) error) error {
-	ctx, cancel := context.WithCancelCause(ctx)
+// also ends when lease does, with its cause, and is exact after a pause
+// (see taskContext).
+func runTask(ctx, lease context.Context, lock *sqllock.Lock, expired func() error, fn func(ctx context.Context, l *sqllock.Lock) error) error {
+	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	defer context.AfterFunc(lease, func() { cancel(context.Cause(lease)) })()
-	err := fn(ctx, lock)
-	if lost := context.Cause(lease); errors.Is(lost, sqllock.ErrLockLost) && !errors.Is(err, lost) {
+	task := &taskContext{Context: tctx, cancel: cancel, lease: lease, expired: expired}
+	err := fn(task, lock)
+	if lost := context.Cause(task); errors.Is(lost, sqllock.ErrLockLost) && !errors.Is(err, lost) {
 		err = errors.Join(err, lost)
 	}
 	return err
+}
+
+// A taskContext is the context a Task's fn runs under. Its Err, Done and
+// Value first ask the lease whether it has ended (the root's keep-alive
+// context under an Elector, whose check is exact; under a Locker, the
+// run's expired, which compares the monotonic clock with the run's
+// deadline). After a process pause (SIGSTOP, a paused VM) the timers that
+// end the lease and the job's own are all overdue and Go runs them in any
+// order: without the check, a job that resumed first would find its
+// context live and do one more unit beside the next holder.
+type taskContext struct {
+	context.Context
+	cancel  context.CancelCauseFunc
+	lease   context.Context
+	expired func() error // nil when lease's own check is exact
+}
+
+func (c *taskContext) check() {
+	if c.Context.Err() != nil {
+		return
+	}
+	if c.lease.Err() != nil {
+		c.cancel(context.Cause(c.lease))
+	} else if c.expired != nil {
+		if err := c.expired(); err != nil {
+			c.cancel(err)
+		}
+	}
+}
+
+func (c *taskContext) Err() error {
+	c.check()
+	return c.Context.Err()
+}
+
+func (c *taskContext) Done() <-chan struct{} {
+	c.check()
+	return c.Context.Done()
+}
+
+// Value checks too: context.Cause reads the cause through Value.
+func (c *taskContext) Value(key any) any {
+	c.check()
+	return c.Context.Value(key)
 }

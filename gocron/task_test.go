@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,7 +140,9 @@ func checkFencing(t *testing.T, ctx context.Context, l *sqllock.Lock, c *sqllock
 // lease is lost, and the task's error says so.
 func TestLocker_Task_fencesTheRun(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
-		c, other := newClients(t, s.DSN)
+		// No lock-delay: the next holder writes while the evicted job runs,
+		// the case fencing is for.
+		c, other := newClients(t, s.DSN, sqllock.WithLockDelay(0))
 		reg := newRegister(t, openDB(t, s.DSN))
 		var log logBuffer
 		locker, err := NewLocker(context.Background(), c, WithTTL(time.Second), WithMinHold(0), WithLogger(log.logger()))
@@ -267,7 +270,9 @@ func TestLocker_Task_contextEndsBeforeExpiry(t *testing.T) {
 // A scheduler that does not lead gets no Lock: fn does not run.
 func TestElector_Task_fencesTheLead(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
-		c, other := newClients(t, s.DSN)
+		// No lock-delay: the next holder writes while the evicted job runs,
+		// the case fencing is for.
+		c, other := newClients(t, s.DSN, sqllock.WithLockDelay(0))
 		reg := newRegister(t, openDB(t, s.DSN))
 		ctx := context.Background()
 		a, b := leaderAndFollower(t, c, other)
@@ -315,6 +320,53 @@ func TestElector_Task_fencesTheLead(t *testing.T) {
 			return nil
 		})(ctx); !errors.Is(err, ErrNotLeader) {
 			t.Errorf("a's task after b took the lead: got %v, want ErrNotLeader", err)
+		}
+	})
+}
+
+// A Locker Task's context is exact: once the run's deadline has passed on
+// the monotonic clock, Err, Done and the cause say the lease is lost at
+// once, before any timer fires (here the deadline is moved into the past
+// under a live lease, as a pause past it would leave it, and no renewal
+// timer is due for a third of the lease).
+func TestLocker_Task_contextExactPastDeadline(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, _ := newClient(t, s.DSN)
+		ctx := context.Background()
+		locker, err := NewLocker(ctx, c, WithTTL(time.Minute), WithMinHold(0), WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		lk, err := locker.Lock(jobCtx, "exact")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lk.Unlock(ctx)
+		ran := false
+		err = locker.Task(func(ctx context.Context, l *sqllock.Lock) error {
+			ran = true
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("before the deadline: ctx.Err() = %v, want nil", err)
+			}
+			r := locker.running(jobCtx)
+			r.margin.Store(int64(2 * time.Minute)) // the deadline is now behind us
+			if !errors.Is(ctx.Err(), context.Canceled) || !errors.Is(context.Cause(ctx), sqllock.ErrLockLost) {
+				return fmt.Errorf("past the deadline: ctx.Err() = %v, cause %v, want canceled by ErrLockLost at once", ctx.Err(), context.Cause(ctx))
+			}
+			select {
+			case <-ctx.Done():
+			default:
+				return errors.New("past the deadline: Done() is not closed")
+			}
+			return context.Cause(ctx)
+		})(jobCtx)
+		if !ran {
+			t.Fatalf("fn did not run: %v", err)
+		}
+		if !errors.Is(err, sqllock.ErrLockLost) || strings.Contains(err.Error(), "want") {
+			t.Errorf("the task returned %v, want ErrLockLost alone", err)
 		}
 	})
 }
