@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqllock/sqllock/observe"
@@ -38,10 +39,21 @@ type keepAlive struct {
 	// goroutine moves its deadline (a Refresh only moves it out).
 	moved  chan struct{}
 	margin time.Duration
+	// deadline is validUntil minus margin, in nanoseconds after monoBase:
+	// the instant the contexts end if no renewal moves it. Written under
+	// mu with validUntil, read without it by a leaseContext's every check.
+	deadline atomic.Int64
 
 	stopCause error // why stop was closed; set before closing it
 	cause     error // why the contexts ended; nil while they run
+	lastErr   error // of the last renewal, if it failed; nil after a success
 	cancels   []context.CancelCauseFunc
+}
+
+// setDeadline moves ka's deadline to a margin before validUntil. l.mu must
+// be held.
+func (ka *keepAlive) setDeadline(validUntil time.Time) {
+	ka.deadline.Store(int64(validUntil.Add(-ka.margin).Sub(monoBase)))
 }
 
 // KeepAlive starts renewing the lease in the background, if it is not
@@ -67,6 +79,17 @@ type keepAlive struct {
 // returns a context that has ended. A [Lock.Refresh] that lengthens the
 // lease moves the deadline out with it. Every call returns a new
 // context; all of them end together.
+//
+// The deadline is exact even after the process was stopped or starved past
+// it (SIGSTOP, a paused VM): once it has passed, the returned context's Err
+// reports the loss and its Done channel is closed, whether or not the
+// keep-alive's timer has fired yet, so work that checks the context after
+// it resumes stops before doing one more unit. That check is made by the
+// context KeepAlive returns (and so the one [Client.Do]'s fn receives);
+// a context derived from it (by [context.WithTimeout], say) ends when it
+// does, through the context package, which may be a moment after the
+// deadline. Work checked before a pause and finished after it is not
+// stopped by any context: fence it with [Lock.Fence].
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
 }
@@ -87,6 +110,7 @@ func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Cont
 	case l.ka == nil:
 		l.ka = &keepAlive{stop: make(chan struct{}), done: make(chan struct{}),
 			moved: make(chan struct{}, 1), margin: margin}
+		l.ka.setDeadline(l.validUntil)
 		go l.renew(context.WithoutCancel(ctx), l.ka)
 	}
 	if l.ka.cause != nil {
@@ -94,7 +118,64 @@ func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Cont
 		return kctx
 	}
 	l.ka.cancels = append(l.ka.cancels, cancel)
-	return kctx
+	return &leaseContext{Context: kctx, l: l, ka: l.ka}
+}
+
+// A leaseContext is a running keep-alive's context: its Err and Done first
+// compare the monotonic clock with the keep-alive's deadline and, once it
+// has passed, end the keep-alive as its timer would. After a pause the
+// timer and the work's own are both overdue, and Go runs them in any
+// order: without the check, work that resumed first would find its context
+// live and do one more unit beside the next holder. The check costs a
+// clock read and an atomic load (BenchmarkLeaseContext_Err).
+type leaseContext struct {
+	context.Context // from context.WithCancelCause, its cancel in ka.cancels
+	l               *Lock
+	ka              *keepAlive
+}
+
+func (c *leaseContext) Done() <-chan struct{} {
+	c.check()
+	return c.Context.Done()
+}
+
+func (c *leaseContext) Err() error {
+	c.check()
+	return c.Context.Err()
+}
+
+// Value checks too, for the Go releases whose [context.Cause] reads the
+// cause through Value without calling Err first (golang/go#73258).
+func (c *leaseContext) Value(key any) any {
+	c.check()
+	return c.Context.Value(key)
+}
+
+// check ends the keep-alive if its deadline has passed and the context is
+// still running.
+func (c *leaseContext) check() {
+	if time.Since(monoBase) < time.Duration(c.ka.deadline.Load()) || c.Context.Err() != nil {
+		return
+	}
+	if c.l.expire(c.ka) {
+		select {
+		case c.ka.moved <- struct{}{}: // the renewer sees the end at once and gives the lease up
+		default:
+		}
+	}
+}
+
+// expire ends ka's contexts as lost if its deadline, a margin before
+// ValidUntil, has passed, and reports whether they have ended. The
+// keep-alive's timer and a leaseContext's check both end them through it,
+// so the instant and the cause are the same whichever comes first.
+func (l *Lock) expire(ka *keepAlive) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ka.cause == nil && !time.Now().Before(l.validUntil.Add(-ka.margin)) {
+		l.endLocked(ka, l.expiringErr(ka.margin, ka.lastErr))
+	}
+	return ka.cause != nil
 }
 
 // stopKeepAlive ends the keep-alive ka, if one runs, and waits for its
@@ -122,6 +203,7 @@ func (l *Lock) setValidUntil(t time.Time) {
 	if ka == nil || ka.cause != nil {
 		return
 	}
+	ka.setDeadline(t)
 	switch now := time.Now(); {
 	case !now.Before(t):
 		// The Refresh was sent before a pause (SIGSTOP, a VM paused) or a
@@ -142,8 +224,9 @@ func (l *Lock) setValidUntil(t time.Time) {
 // expire within margin. When its deadline fires late, after the process was
 // stopped (SIGSTOP, a VM paused) or starved past the lease, it says that
 // the lease may already have expired, rather than that it expires soon.
+// l.mu must be held.
 func (l *Lock) expiringErr(margin time.Duration, lastErr error) error {
-	if late := -time.Until(l.ValidUntil()); late >= 0 {
+	if late := -time.Until(l.validUntil); late >= 0 {
 		return errorf("%w: no renewal of %s succeeded in time; the lease may have expired %v ago, the process stopped or starved past it%s",
 			ErrLockLost, l.label(), late.Round(time.Millisecond), lastErrNote(lastErr))
 	}
@@ -219,7 +302,6 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 		results  = make(chan error, 1)
 		inFlight context.CancelFunc // non-nil while a renewal runs
 		failures int
-		lastErr  error
 	)
 	defer func() {
 		if inFlight != nil {
@@ -233,11 +315,18 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			l.end(ka, ka.stopCause)
 			return
 		case <-deadT.C:
-			l.lose(ka, l.expiringErr(ka.margin, lastErr))
-			return
+			if l.expire(ka) {
+				l.lose(ka, nil)
+				return
+			}
+			// A Refresh moved the deadline out; its signal is on its way.
+			deadline = l.ValidUntil().Add(-ka.margin)
+			deadT.Reset(time.Until(deadline))
 		case <-ka.moved:
 			if l.keepAliveEnded(ka) {
-				l.lose(ka, nil) // a Refresh that left too little lease ended the contexts
+				// A Refresh that left too little lease, or a context that
+				// found the deadline passed, ended the contexts.
+				l.lose(ka, nil)
 				return
 			}
 			deadline = l.ValidUntil().Add(-ka.margin)
@@ -249,6 +338,13 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				renewT.Reset(time.Until(renewAt))
 			}
 		case <-renewT.C:
+			// After a pause this timer and the deadline's are both overdue,
+			// and either may come first: a lease past its deadline is not
+			// renewed for work that has been told it is lost.
+			if l.expire(ka) {
+				l.lose(ka, nil)
+				return
+			}
 			ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
 			inFlight = cancel
 			go func() { results <- l.Refresh(ctx, l.ttl) }()
@@ -256,18 +352,23 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			inFlight()
 			inFlight = nil
 			if l.keepAliveEnded(ka) {
-				// A Refresh that left too little lease ended the contexts while this renewal was
-				// on its way. Its success must not start the renewals again:
-				// every context has been told the lease is lost, and a lease
-				// renewed for nobody would block the name until Release.
+				// A Refresh that left too little lease, or a context that
+				// found the deadline passed, ended the contexts while this
+				// renewal was on its way. Its success must not start the
+				// renewals again: every context has been told the lease is
+				// lost, and a lease renewed for nobody would block the name
+				// until Release.
 				l.lose(ka, nil)
 				return
 			}
 			next := interval
 			switch {
 			case err == nil:
-				failures, lastErr = 0, nil
-				deadline = l.ValidUntil().Add(-ka.margin)
+				failures = 0
+				l.mu.Lock()
+				ka.lastErr = nil
+				deadline = l.validUntil.Add(-ka.margin)
+				l.mu.Unlock()
 				deadT.Reset(time.Until(deadline))
 			case errors.Is(err, ErrNotHeld):
 				l.lose(ka, errorf("%w: %w", ErrLockLost, err))
@@ -278,7 +379,10 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				return
 			default:
 				// Not proof of loss: try again soon, until the deadline.
-				failures, lastErr = failures+1, err
+				failures++
+				l.mu.Lock()
+				ka.lastErr = err
+				l.mu.Unlock()
 				l.logRenewFailed(failures, err)
 				next = renewBackoff(l.ttl, failures)
 			}

@@ -1,0 +1,179 @@
+package sqllock
+
+// The keep-alive's context is exact: once its deadline has passed it
+// reports done, whether or not the keep-alive's timer has fired. These
+// tests pass the deadline without letting the timer run, by moving the
+// Lock's ValidUntil into the past behind the renewer's back, as a pause
+// (SIGSTOP) longer than the lease does to a process's clock; pause_test.go
+// stops a real process.
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pausedLease returns a Lock of e's Client whose keep-alive (margin 100ms)
+// runs, with its context kctx, a derived context derived, and a function
+// that makes the keep-alive's deadline a second past, as a pause would,
+// without telling the renewer: its timer stays a minute away.
+func pausedLease(t *testing.T, e *mockEnv) (l *Lock, kctx, derived context.Context, pause func()) {
+	t.Helper()
+	l = newLock(e.c, "n", strings.Repeat("a", 32), 1, time.Minute, time.Now().Add(time.Minute))
+	kctx = l.keepAlive(context.WithValue(context.Background(), ctxKey{}, "v"), 100*time.Millisecond)
+	derived, cancel := context.WithTimeout(kctx, time.Hour)
+	t.Cleanup(cancel)
+	t.Cleanup(func() { l.stopKeepAlive(l.ka) })
+	pause = func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.validUntil = time.Now().Add(-time.Second)
+		l.ka.setDeadline(l.validUntil)
+	}
+	return l, kctx, derived, pause
+}
+
+type ctxKey struct{}
+
+// wantLostAtOnce fails t unless kctx and derived have ended with a cause
+// wrapping ErrLockLost that says the lease may have expired, and the
+// renewer has exited.
+func wantLostAtOnce(t *testing.T, l *Lock, kctx, derived context.Context) {
+	t.Helper()
+	select {
+	case <-kctx.Done():
+	default:
+		t.Fatal("Done: not closed, want closed once the deadline has passed")
+	}
+	if err := kctx.Err(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Err: got %v, want context.Canceled", err)
+	}
+	cause := context.Cause(kctx)
+	if !errors.Is(cause, ErrLockLost) || !strings.Contains(cause.Error(), "may have expired 1") {
+		t.Errorf("Cause: got %v, want ErrLockLost saying the lease may have expired 1s ago", cause)
+	}
+	// derived is a child of kctx's cancel context, which the check ended.
+	if err := context.Cause(derived); err != cause {
+		t.Errorf("derived context's cause: got %v, want %v", err, cause)
+	}
+	if got := kctx.Value(ctxKey{}); got != "v" {
+		t.Errorf("Value: got %v, want the parent's value", got)
+	}
+	select {
+	case <-l.ka.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the renewer did not exit after the context ended")
+	}
+}
+
+// Whichever of Err, Done, Cause and Value the work calls first after the
+// deadline has passed, the context has ended before it returns, although
+// the keep-alive's timer has not fired.
+func TestLock_KeepAlive_contextExactAfterPause(t *testing.T) {
+	for _, first := range []string{"Err", "Done", "Cause", "Value"} {
+		t.Run(first, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, kctx, derived, pause := pausedLease(t, e)
+			if err := kctx.Err(); err != nil {
+				t.Fatalf("Err before the deadline: got %v, want nil", err)
+			}
+			pause()
+			switch first {
+			case "Err":
+				if kctx.Err() == nil {
+					t.Fatal("Err: got nil, want the context ended")
+				}
+			case "Done":
+				select {
+				case <-kctx.Done():
+				default:
+					t.Fatal("Done: not closed")
+				}
+			case "Cause":
+				if context.Cause(kctx) == nil {
+					t.Fatal("Cause: got nil, want the loss")
+				}
+			case "Value":
+				_ = kctx.Value(ctxKey{})
+				// Value checks for the Go releases whose Cause reads through
+				// Value alone: read the cancel context's state directly.
+				if kctx.(*leaseContext).Context.Err() == nil {
+					t.Fatal("after Value: the context has not ended")
+				}
+			}
+			wantLostAtOnce(t, l, kctx, derived)
+			e.done()
+		})
+	}
+}
+
+// A deadline a minute away ends nothing, however often the context is read.
+func TestLock_KeepAlive_contextNotEarly(t *testing.T) {
+	e := newMockEnv(t)
+	_, kctx, derived, _ := pausedLease(t, e)
+	for range 1000 {
+		if err := context.Cause(kctx); err != nil {
+			t.Fatalf("Cause with a minute of lease left: got %v, want nil", err)
+		}
+	}
+	select {
+	case <-kctx.Done():
+		t.Fatal("Done: closed with a minute of lease left")
+	case <-derived.Done():
+		t.Fatal("derived Done: closed with a minute of lease left")
+	default:
+	}
+	e.done()
+}
+
+// The context's check and the keep-alive's timer end the contexts with the
+// same cause, but for the durations in it.
+func TestLock_KeepAlive_contextCauseAsTimers(t *testing.T) {
+	e := newMockEnv(t)
+	causes := map[string]string{}
+	for _, path := range []string{"context", "timer"} {
+		l, kctx, _, pause := pausedLease(t, e)
+		pause()
+		if path == "timer" {
+			l.ka.moved <- struct{}{} // the renewer moves its timer to the past deadline
+			<-l.ka.done
+		}
+		// Read once the renewer has exited: through the check for "context".
+		causes[path] = context.Cause(kctx).Error()
+	}
+	digits := regexp.MustCompile(`[0-9.]+(ms|s)`)
+	ctxCause, timerCause := digits.ReplaceAllString(causes["context"], "D"), digits.ReplaceAllString(causes["timer"], "D")
+	if ctxCause != timerCause {
+		t.Errorf("cause by the context's check: %q\nby the timer: %q\nwant the same", causes["context"], causes["timer"])
+	}
+	e.done()
+}
+
+// BenchmarkLeaseContext_Err measures what the exact check adds to a
+// context's Err, next to the cancel context it wraps.
+func BenchmarkLeaseContext_Err(b *testing.B) {
+	b.Run("plain", func(b *testing.B) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatal("ended")
+			}
+		}
+	})
+	b.Run("lease", func(b *testing.B) {
+		l := newLock(&Client{}, "n", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
+		ctx := l.keepAlive(context.Background(), time.Second)
+		defer l.stopKeepAlive(l.ka)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatal("ended")
+			}
+		}
+	})
+}
