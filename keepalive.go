@@ -127,7 +127,8 @@ func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Cont
 // timer and the work's own are both overdue, and Go runs them in any
 // order: without the check, work that resumed first would find its context
 // live and do one more unit beside the next holder. The check costs a
-// clock read and an atomic load (BenchmarkLeaseContext_Err).
+// monotonic clock read and an atomic load: 34 ns an Err against 2.4 ns
+// (BenchmarkLeaseContext_Err).
 type leaseContext struct {
 	context.Context // from context.WithCancelCause, its cancel in ka.cancels
 	l               *Lock
