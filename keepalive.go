@@ -99,26 +99,30 @@ func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 func (l *Lock) keepAlive(ctx context.Context, margin time.Duration) context.Context {
 	kctx, cancel := context.WithCancelCause(ctx)
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	cause := l.endCause
 	switch {
-	case l.endCause != nil:
-		cancel(l.endCause)
-		return kctx
+	case cause != nil:
 	case l.released:
-		cancel(l.releasedErr())
-		return kctx
+		cause = l.releasedErr()
 	case l.ka == nil:
 		l.ka = &keepAlive{stop: make(chan struct{}), done: make(chan struct{}),
 			moved: make(chan struct{}, 1), margin: margin}
 		l.ka.setDeadline(l.validUntil)
 		go l.renew(context.WithoutCancel(ctx), l.ka)
+	default:
+		cause = l.ka.cause
 	}
-	if l.ka.cause != nil {
-		cancel(l.ka.cause)
-		return kctx
+	if cause == nil {
+		l.ka.cancels = append(l.ka.cancels, cancel)
+		lctx := &leaseContext{Context: kctx, l: l, ka: l.ka}
+		l.mu.Unlock()
+		return lctx
 	}
-	l.ka.cancels = append(l.ka.cancels, cancel)
-	return &leaseContext{Context: kctx, l: l, ka: l.ka}
+	l.mu.Unlock()
+	// Not under mu: cancel calls ctx's Done, and ctx may be this Lock's own
+	// context (fn passing its context back to KeepAlive), whose check takes mu.
+	cancel(cause)
+	return kctx
 }
 
 // A leaseContext is a running keep-alive's context: its Err and Done first

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -176,4 +177,58 @@ func BenchmarkLeaseContext_Err(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A probeCtx records whether its Done was called while its Lock's mutex
+// was held.
+type probeCtx struct {
+	context.Context
+	l          *Lock
+	underMutex atomic.Bool
+}
+
+func (c *probeCtx) Done() <-chan struct{} {
+	if c.l.mu.TryLock() {
+		c.l.mu.Unlock()
+	} else {
+		c.underMutex.Store(true)
+	}
+	return c.Context.Done()
+}
+
+// KeepAlive on a Lock whose release has started, that was released, or
+// whose lease was lost returns a context that has ended, and ends it
+// without calling its parent under the Lock's mutex: ending a child calls
+// its parent's Done, and a parent that is the Lock's own context (one fn
+// passes back to KeepAlive) takes that mutex in its check.
+func TestLock_KeepAlive_endedCallsParentOutsideMutex(t *testing.T) {
+	for _, state := range []string{"releasing", "released", "lost"} {
+		t.Run(state, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, _, _, pause := pausedLease(t, e)
+			switch state {
+			case "releasing":
+				l.mu.Lock()
+				l.endCause = l.releasedCause()
+				l.mu.Unlock()
+			case "released":
+				l.mu.Lock()
+				l.released = true
+				l.mu.Unlock()
+			case "lost":
+				pause()
+				l.expire(l.ka)
+			}
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			probe := &probeCtx{Context: parent, l: l}
+			ctx := l.KeepAlive(probe)
+			if ctx.Err() == nil {
+				t.Fatal("Err: got nil, want the context ended")
+			}
+			if probe.underMutex.Load() {
+				t.Error("the parent's Done was called under the Lock's mutex")
+			}
+		})
+	}
 }
