@@ -85,11 +85,13 @@ func (ka *keepAlive) setDeadline(validUntil time.Time) {
 // reports the loss and its Done channel is closed, whether or not the
 // keep-alive's timer has fired yet, so work that checks the context after
 // it resumes stops before doing one more unit. That check is made by the
-// context KeepAlive returns (and so the one [Client.Do]'s fn receives);
+// context KeepAlive returns, and so by the one the fn of [Client.Do],
+// [Lock.Do] and [Client.Once], and [Callbacks].OnStartedLeading, receive;
 // a context derived from it (by [context.WithTimeout], say) ends when it
 // does, through the context package, which may be a moment after the
-// deadline. Work checked before a pause and finished after it is not
-// stopped by any context: fence it with [Lock.Fence].
+// deadline: check the context received. Work checked before a pause and
+// finished after it is not stopped by any context: fence it with
+// [Lock.Fence].
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
 }
