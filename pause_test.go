@@ -305,7 +305,7 @@ func TestPauseChild(t *testing.T) {
 		err := c.Elect(ctx, "leader", ttl, Callbacks{OnStartedLeading: func(ctx context.Context, l *Lock) error {
 			return pauseWork(ctx, l, func() (bool, error) {
 				if stopNext.Swap(false) {
-					_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+					stopSelf()
 				}
 				// Not under the lease's context, which would stop the
 				// write before it is sent once the lease has ended: as a
@@ -320,6 +320,17 @@ func TestPauseChild(t *testing.T) {
 	default:
 		t.Fatalf("unknown role %q", role)
 	}
+}
+
+// stopSelf stops the process and returns once it is continued. The stop is
+// the process's: the kernel may stop the other threads before this one,
+// which could otherwise send its write meanwhile (it did once in 18 runs).
+func stopSelf() {
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
 }
 
 // pauseWork does units under l until ctx ends, and prints each: the clock read
