@@ -379,9 +379,10 @@ type resource struct {
 func createResource(t *testing.T, e *testEnv, table string) {
 	t.Helper()
 	name := "`" + table + "_res`"
+	e.vindexOn(t, table+"_res", "id") // a sharded Vitess keyspace routes by it
 	for _, q := range []string{
 		"CREATE TABLE " + name + " (id INT PRIMARY KEY, v VARCHAR(64) NOT NULL, fence BIGINT UNSIGNED NOT NULL)",
-		"INSERT INTO " + name + " VALUES (1, '', 0)",
+		"INSERT INTO " + name + " (id, v, fence) VALUES (1, '', 0)",
 	} {
 		if _, err := e.db.Exec(q); err != nil {
 			t.Fatal(err)
