@@ -290,18 +290,41 @@ func TestElector_Task_fencesTheLead(t *testing.T) {
 		}
 
 		name := DefaultPrefix + "lead"
+		// takeOver frees the name until b leads. a, told of its loss by its
+		// next renewal, campaigns again at once and may take the name back
+		// before b's next attempt (a quarter of the 1 s lease away): that
+		// is the election working, so the name is freed again.
 		takeOver := func() *sqllock.Lock {
-			if _, err := c.ForceRelease(ctx, name); err != nil {
-				t.Errorf("ForceRelease: %v", err)
-				return nil
+			for range 20 {
+				before, err := c.Inspect(ctx, name)
+				if err != nil {
+					t.Errorf("Inspect: %v", err)
+					return nil
+				}
+				if _, err := c.ForceRelease(ctx, name); err != nil {
+					t.Errorf("ForceRelease: %v", err)
+					return nil
+				}
+				waitUntil(t, "a new lead", func() bool {
+					info, err := c.Inspect(ctx, name)
+					return err == nil && info.Held && info.Fence > before.Fence
+				})
+				for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+					if b.IsLeader(ctx) == nil {
+						ld, err := b.current()
+						if err != nil {
+							t.Errorf("b's lead: %v", err)
+							return nil
+						}
+						return ld.lock
+					}
+					if a.IsLeader(ctx) == nil {
+						break // a leads again
+					}
+				}
 			}
-			waitUntil(t, "b to take the lead", func() bool { return b.IsLeader(ctx) == nil })
-			ld, err := b.current()
-			if err != nil {
-				t.Errorf("b's lead: %v", err)
-				return nil
-			}
-			return ld.lock
+			t.Errorf("b did not take the lead in 20 forced releases")
+			return nil
 		}
 		var ranA atomic.Bool
 		err := runOnce(t, gocron.WithDistributedElector(a), "job", a.Task(func(ctx context.Context, l *sqllock.Lock) error {
