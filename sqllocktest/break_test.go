@@ -261,15 +261,20 @@ func TestServer_withoutGetLock(t *testing.T) {
 		_, err := b.Acquire(ctx, "job", time.Minute)
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Release only once the waiter has been refused GET_LOCK: under load
+	// its first attempt can come after a fixed sleep, find the name free
+	// and never wait.
+	for srv.Count("wake_wait") == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no wake_wait was sent: the refusal was not exercised")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
-		t.Fatalf("Acquire after the release: %v", err)
-	}
-	if srv.Count("wake_wait") == 0 {
-		t.Fatal("no wake_wait was sent: the refusal was not exercised")
+		t.Fatalf("Acquire after the release, with GET_LOCK refused: %v", err)
 	}
 }
 
