@@ -55,6 +55,10 @@ type proxy struct {
 	// cutRefuses: the cut also makes the proxy refuse new connections
 	// (Refuse(true)), from the moment it fires.
 	cutRefuses bool
+	// cutReplied is closed once the armed cut's command has been answered
+	// by the server, or its server connection has ended (CutReplied).
+	cutReplied     chan struct{}
+	cutRepliedOnce *sync.Once
 }
 
 // A proxyConn is one client connection and the server connection it was
@@ -66,6 +70,8 @@ type proxyConn struct {
 	// cut is set once CutAfterCommand chose this connection: the client is
 	// gone and what the server sends is dropped.
 	cut atomic.Bool
+	// replied, set with cut, closes the proxy's CutReplied channel.
+	replied func()
 }
 
 // startProxy starts a proxy on 127.0.0.1 that forwards every connection to
@@ -176,9 +182,7 @@ func (p *proxy) CutAll() {
 // statement to the end). A reply that never comes leaves the server
 // connection open until CutAll or cleanup. It fires once; n < 1 disarms it.
 func (p *proxy) CutAfterCommand(code byte, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cutCode, p.cutLeft, p.cutRefuses = code, max(n, 0), false
+	p.arm(code, n, false)
 }
 
 // CutAfterCommandThenRefuse is CutAfterCommand whose cut also makes the
@@ -186,9 +190,25 @@ func (p *proxy) CutAfterCommand(code byte, n int) {
 // the statement's resends and cleanup find no way back, on whichever
 // connection it ran, an idle one of the pool or a new one.
 func (p *proxy) CutAfterCommandThenRefuse(code byte, n int) {
+	p.arm(code, n, true)
+}
+
+func (p *proxy) arm(code byte, n int, refuses bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cutCode, p.cutLeft, p.cutRefuses = code, max(n, 0), true
+	p.cutCode, p.cutLeft, p.cutRefuses = code, max(n, 0), refuses
+	p.cutReplied, p.cutRepliedOnce = make(chan struct{}), new(sync.Once)
+}
+
+// CutReplied returns a channel that is closed once the command the last
+// armed cut fired on has been answered by the server, which has then run
+// it to the end, or its server connection has ended. What the server wrote
+// is settled from then on: a test can read it without racing the
+// statement. It returns nil when no cut was armed.
+func (p *proxy) CutReplied() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cutReplied
 }
 
 // Latency delays each chunk the server sends by d before the proxy forwards
@@ -263,7 +283,7 @@ func (p *proxy) serve(client net.Conn) {
 
 // upstream forwards from client to server, counting commands on the way.
 func (p *proxy) upstream(pc *proxyConn) {
-	sc := packetScanner{onCommand: p.command}
+	sc := packetScanner{onCommand: func(code byte) bool { return p.command(pc, code) }}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := pc.client.Read(buf)
@@ -299,6 +319,13 @@ func (p *proxy) upstream(pc *proxyConn) {
 
 // downstream forwards from server to client.
 func (p *proxy) downstream(pc *proxyConn) {
+	defer func() {
+		// However it ends, a cut connection's command is settled: the
+		// server answered it, or the connection to the server is gone.
+		if pc.cut.Load() {
+			pc.replied()
+		}
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := pc.server.Read(buf)
@@ -326,18 +353,23 @@ func (p *proxy) downstream(pc *proxyConn) {
 	}
 }
 
-// command counts a command and reports whether it is the one
+// command counts a command of pc's and reports whether it is the one
 // CutAfterCommand waits for.
-func (p *proxy) command(code byte) (cut bool) {
+func (p *proxy) command(pc *proxyConn, code byte) (cut bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts[code]++
 	if p.cutLeft > 0 && code == p.cutCode {
 		p.cutLeft--
-		if p.cutLeft == 0 && p.cutRefuses {
+		if p.cutLeft > 0 {
+			return false
+		}
+		if p.cutRefuses {
 			p.refuse = true
 		}
-		return p.cutLeft == 0
+		ch, once := p.cutReplied, p.cutRepliedOnce
+		pc.replied = func() { once.Do(func() { close(ch) }) }
+		return true
 	}
 	return false
 }
