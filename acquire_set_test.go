@@ -157,59 +157,6 @@ func TestClient_TryAcquireSet_badInput_noSQL(t *testing.T) {
 	}
 }
 
-// The set's Refresh, Check and Release succeed only while every lease of
-// the set is ours: one name taken from it fails each.
-func TestLock_set_RefreshCheckRelease(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *testEnv) {
-		skipSetsOnVitess(t, e)
-		a, b := e.twoClients(t, WithLockDelay(0)) // b takes q at once after forcing it free
-		ctx := testCtx(t)
-		const first = 5 * time.Second
-		l := mustAcquireSet(t, a, first, "p", "q", "r")
-		if err := l.Refresh(ctx, time.Minute); err != nil {
-			t.Fatalf("Refresh: %v", err)
-		}
-		// The server's clock, not a sleep: every name's lease now runs
-		// past the first ttl.
-		for _, n := range []string{"p", "q", "r"} {
-			if got := inspect(t, b, n); !got.Held || got.TTL <= first {
-				t.Fatalf("Inspect(%q) after the set's Refresh: got %+v, want more than %v left", n, got, first)
-			}
-			if _, err := b.TryAcquire(ctx, n, time.Second); !errors.Is(err, ErrNotAcquired) {
-				t.Fatalf("TryAcquire(%q) after the set's Refresh: got %v, want ErrNotAcquired", n, err)
-			}
-		}
-		tx, err := a.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Check(ctx, tx); err != nil {
-			t.Fatalf("Check: %v", err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
-		}
-
-		// Another process forces q free and takes it.
-		if _, err := b.ForceRelease(ctx, "q"); err != nil {
-			t.Fatalf("ForceRelease: %v", err)
-		}
-		mustAcquire(t, b, "q", time.Minute)
-
-		tx, err = a.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
-		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
-		tx.Rollback()
-		wantErrIs(t, l.Refresh(ctx, 10*time.Second), ErrNotHeld)
-		wantErrIs(t, l.Release(ctx), ErrNotHeld)
-		// The release freed what was still the set's.
-		mustAcquireSet(t, b, time.Minute, "p", "r")
-	})
-}
-
 // Lock.Do on a set runs fn under a keep-alive of the whole set; its context
 // ends when one lease of the set is lost, and the set is released after.
 func TestLock_Do_set(t *testing.T) {
@@ -368,46 +315,6 @@ func TestClient_TryAcquireSet_unknownOutcome_namesFreed(t *testing.T) {
 	})
 }
 
-// A set's acquire whose first send runs late, after the Lock the call
-// returned was released, takes the names under a token nobody holds: the
-// Client's next acquire of them deletes those leases first.
-func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipSetsOnVitess(t, e)
-		le := newLateEnv(t, e)
-		sends := 0
-		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
-			if isSetAcquire(q) && !strings.Contains(q, proofLiteral) {
-				if sends++; sends == 1 {
-					return hold
-				}
-			}
-			return pass
-		})
-		l, err := le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
-		if err != nil {
-			t.Fatalf("TryAcquireSet, first send held: %v", err)
-		}
-		le.lc.setDecide(nil)
-		if err := l.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-		if n := le.lc.runHeld(t, le.straight); n != 1 {
-			t.Fatalf("held sends: got %d, want 1", n)
-		}
-		if owner, _ := le.owner(t, "v2"); owner == "" {
-			t.Fatal("the late send did not take the names: the test did not make the race")
-		}
-		l, err = le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
-		if err != nil {
-			t.Fatalf("TryAcquireSet after the late send: got %v, want the names (their leases have no holder)", err)
-		}
-		if err := l.Release(testCtx(t)); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
 // proofLiteral begins a proof name's hex literal in a set's statement: the
 // set statements' proof (proof_later.go) passes the layers that lose the
 // Client's own.
@@ -465,31 +372,6 @@ func TestClient_AcquireSet_waits(t *testing.T) {
 		}
 		if err := <-got; err != nil {
 			t.Fatalf("AcquireSet after both releases: %v", err)
-		}
-	})
-}
-
-// A holder's Check keeps its lease row locked until its transaction ends:
-// a set that includes the name waits for the row, and is then refused
-// whole, within a second on MariaDB (lock_wait_mariadb, as for one name),
-// or when its context ends on MySQL; the set's other names stay free.
-func TestLock_set_acquireWaitsForCheck(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipSetsOnVitess(t, e)
-		a, b := e.twoClients(t)
-		ctx := testCtx(t)
-		l := mustAcquire(t, a, "c1", time.Minute)
-		tx := checkedTx(t, a, l)
-		short, cancel := context.WithTimeout(ctx, 3*time.Second)
-		defer cancel()
-		_, err := b.TryAcquireSet(short, []string{"c2", "c1"}, time.Minute)
-		wantErrIs(t, err, ErrNotAcquired)
-		if e.server.MariaDB {
-			wantHeld(t, err, "c1")
-		}
-		tx.Rollback()
-		if info := inspect(t, b, "c2"); info.Held {
-			t.Fatalf("c2 after the refused set: got %+v, want it free", info)
 		}
 	})
 }

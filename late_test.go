@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -460,6 +461,46 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 		}
 		for _, l := range locks {
 			wantChannelFree(t, e.db, table, l.Name(), "after Close")
+		}
+	})
+}
+
+// A set's acquire whose first send runs late, after the Lock the call
+// returned was released, takes the names under a token nobody holds: the
+// Client's next acquire of them deletes those leases first.
+func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		le := newLateEnv(t, e)
+		sends := 0
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isSetAcquire(q) && !strings.Contains(q, proofLiteral) {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquireSet, first send held: %v", err)
+		}
+		le.lc.setDecide(nil)
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, "v2"); owner == "" {
+			t.Fatal("the late send did not take the names: the test did not make the race")
+		}
+		l, err = le.c.TryAcquireSet(testCtx(t), []string{"v1", "v2"}, time.Minute)
+		if err != nil {
+			t.Fatalf("TryAcquireSet after the late send: got %v, want the names (their leases have no holder)", err)
+		}
+		if err := l.Release(testCtx(t)); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -99,3 +99,81 @@ func TestLock_Refresh_setLocksNoFenceRow(t *testing.T) {
 		}
 	})
 }
+
+// The set's Refresh, Check and Release succeed only while every lease of
+// the set is ours: one name taken from it fails each.
+func TestLock_set_RefreshCheckRelease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t, WithLockDelay(0)) // b takes q at once after forcing it free
+		ctx := testCtx(t)
+		const first = 5 * time.Second
+		l := mustAcquireSet(t, a, first, "p", "q", "r")
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		// The server's clock, not a sleep: every name's lease now runs
+		// past the first ttl.
+		for _, n := range []string{"p", "q", "r"} {
+			if got := inspect(t, b, n); !got.Held || got.TTL <= first {
+				t.Fatalf("Inspect(%q) after the set's Refresh: got %+v, want more than %v left", n, got, first)
+			}
+			if _, err := b.TryAcquire(ctx, n, time.Second); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire(%q) after the set's Refresh: got %v, want ErrNotAcquired", n, err)
+			}
+		}
+		tx, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(ctx, tx); err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Another process forces q free and takes it.
+		if _, err := b.ForceRelease(ctx, "q"); err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+		mustAcquire(t, b, "q", time.Minute)
+
+		tx, err = a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
+		tx.Rollback()
+		wantErrIs(t, l.Refresh(ctx, 10*time.Second), ErrNotHeld)
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		// The release freed what was still the set's.
+		mustAcquireSet(t, b, time.Minute, "p", "r")
+	})
+}
+
+// A holder's Check keeps its lease row locked until its transaction ends:
+// a set that includes the name waits for the row, and is then refused
+// whole, within a second on MariaDB (lock_wait_mariadb, as for one name),
+// or when its context ends on MySQL; the set's other names stay free.
+func TestLock_set_acquireWaitsForCheck(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "c1", time.Minute)
+		tx := checkedTx(t, a, l)
+		short, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		_, err := b.TryAcquireSet(short, []string{"c2", "c1"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if e.server.MariaDB {
+			wantHeld(t, err, "c1")
+		}
+		tx.Rollback()
+		if info := inspect(t, b, "c2"); info.Held {
+			t.Fatalf("c2 after the refused set: got %+v, want it free", info)
+		}
+	})
+}
