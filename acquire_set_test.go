@@ -396,3 +396,34 @@ func TestClient_AcquireSet_ctxEndsWithinAttempt(t *testing.T) {
 		wantErrIs(t, err, context.Canceled)
 	})
 }
+
+// A refused TryAcquireSet reads who holds its names, and that look ends
+// with the caller's context: on a server that stops answering after the
+// refusal, a call whose context ends after 200 ms returns the refusal (no
+// holders) within that context and a margin, not after the look's own
+// timeout (5 s).
+func TestClient_TryAcquireSet_refusedLookEndsWithCtx(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipSetsOnVitess(t, e)
+		table := e.newTable(t)
+		holder := e.client(t, e.openDB(t), table, WithHolder("holder"))
+		c, sc := e.stallingClient(t, table, WithHolder("refused"))
+		mustAcquire(t, holder, "b", time.Minute)
+		// The first refusal proves the set forms and warms the connection.
+		_, err := c.TryAcquireSet(testCtx(t), []string{"a", "b"}, time.Minute)
+		wantHeld(t, err, "b")
+
+		sc.armed.Store(true)
+		ctx, cancel := context.WithTimeout(testCtx(t), 200*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		_, err = c.TryAcquireSet(ctx, []string{"a", "b"}, time.Minute)
+		took := time.Since(began)
+		if !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("TryAcquireSet: got %v, want ErrNotAcquired", err)
+		}
+		if took > 200*time.Millisecond+time.Second {
+			t.Fatalf("refused TryAcquireSet with a 200ms context took %v, want the context and a margin of 1s", took)
+		}
+	})
+}
