@@ -1,6 +1,7 @@
 package sqllock
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -110,5 +111,52 @@ func TestClient_Acquire_waitsOutAnOutage(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("Acquire still waiting 10s after the outage ended")
 		}
+	})
+}
+
+// Acquire's polling goes on through errors that may pass, counting each as
+// an attempt, and stops on a final one.
+func TestClient_Acquire_pollsThroughPassableErrors(t *testing.T) {
+	for _, tc := range passableErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+			tok := &tokenArg{}
+			args := acquireArgs("job", mockHolder, 1_000_000, tok)
+			e.expectExec("acquire", args, errReply(tc.err), okReply(0, 1), errReply(tc.err), okReply(7, 1))
+			l, err := e.c.Acquire(t.Context(), "job", time.Second)
+			if err != nil {
+				t.Fatalf("Acquire: got %v, want nil", err)
+			}
+			if l.Fence() != 7 {
+				t.Errorf("fence: got %d, want 7", l.Fence())
+			}
+			e.done()
+		})
+	}
+	t.Run("strategy gives up: the last error", func(t *testing.T) {
+		e := newMockEnv(t, WithRetry(LimitRetry(LinearBackoff(time.Millisecond), 2)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly), errReply(errReadOnly))
+		_, err := e.c.Acquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, errReadOnly)
+		e.done()
+	})
+	t.Run("context ends: the last error too", func(t *testing.T) {
+		t.Parallel() // waits out its deadline
+		e := newMockEnv(t, WithRetry(LinearBackoff(time.Hour)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly))
+		// Far enough that a loaded machine answers the first attempt
+		// before it: then the error is the refusal, not the cancelled query.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := e.c.Acquire(ctx, "job", time.Second)
+		assertErrIs(t, err, ErrNotAcquired, context.DeadlineExceeded, errReadOnly)
+		e.done()
+	})
+	t.Run("final error ends it", func(t *testing.T) {
+		e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)))
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(errReadOnly), errReply(errSyntax))
+		_, err := e.c.Acquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, errSyntax)
+		e.done()
 	})
 }

@@ -69,3 +69,83 @@ func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
 		wantErrIs(t, <-done, context.Canceled)
 	})
 }
+
+// A candidate whose server turns read-only during a failover keeps
+// campaigning, and leads once the server takes writes again.
+func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
+	for _, tc := range passableErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tok := &tokenArg{}
+			// A ttl long enough that no renewal comes before the lead ends.
+			args := acquireArgs("leader", mockHolder, 1_000_000, tok)
+			e.expectExec("acquire", args, errReply(tc.err))
+			e.expectInspect("leader", emptyInspect())
+			e.expectExec("acquire", args, errReply(tc.err))
+			e.expectInspect("leader", emptyInspect())
+			e.expectExec("acquire", args, okReply(42, 1))
+			e.expectExec("release", releaseArgs("leader", tok), okReply(0, 1))
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			led := false
+			err := e.c.Elect(ctx, "leader", time.Second, Callbacks{
+				OnStartedLeading: func(_ context.Context, _ *Lock) error { led = true; cancel(); return nil },
+			})
+			if !led {
+				t.Fatalf("Elect: returned %v without leading", err)
+			}
+			assertErrIs(t, err, context.Canceled)
+			e.done()
+		})
+	}
+	t.Run("final error ends it", func(t *testing.T) {
+		e := newMockEnv(t)
+		e.expectExec("acquire", acquireArgs("leader", mockHolder, 40_000, &tokenArg{}), errReply(errNoSuchTable))
+		err := e.c.Elect(t.Context(), "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
+		assertErrIs(t, err, errNoSuchTable)
+		e.done()
+	})
+}
+
+// Elect whose server never answered returns its context's error wrapping
+// the last error it met, so the caller learns why it never led.
+func TestElect_returnsLastError(t *testing.T) {
+	e := newMockEnv(t)
+	// The proof taken as made: its thirty statements through the mock's
+	// unordered matching, under -race on a loaded machine, could use up
+	// the 200ms below, and its cut would be the last error.
+	e.c.markProven()
+	e.proven = true
+	e.expectPrepareError("acquire", errReadOnly)
+	e.mock.MatchExpectationsInOrder(false)
+	for range 200 { // more than 200ms of campaigning sends
+		e.mock.ExpectPrepare(e.sql("acquire")).WillReturnError(errReadOnly)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
+	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
+}
+
+// Issue 20, point 7. An Elect whose attempt fails as its deadline passes,
+// before the context says it ended, still returns the attempt's error, with
+// the last refusal: the campaign reads the context once, as Acquire does,
+// and the refusal is not mistaken for another leader's lease.
+func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
+	e := newMockEnv(t)
+	// The proof taken as made, as in TestElect_returnsLastError: under
+	// load its statements could use up the 300ms, and its cut would be
+	// the last error.
+	e.c.markProven()
+	e.proven = true
+	e.expectPrepareError("acquire", errReadOnly)
+	e.mock.MatchExpectationsInOrder(false)
+	for range 200 {
+		e.mock.ExpectPrepare(e.sql("acquire")).WillReturnError(errReadOnly)
+		e.mock.ExpectPrepare(e.sql("inspect")).WillReturnError(errReadOnly)
+	}
+	parent, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	err := e.c.Elect(passedDeadline{parent}, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
+	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
+}
