@@ -335,3 +335,26 @@ func TestDocs_goExamples(t *testing.T) {
 		t.Error("no go blocks found")
 	}
 }
+
+// docs/testing-your-code.md shows examples/report's files as they are, so
+// that the example users read is one `go test` runs.
+func TestDocs_testingYourCode_showsExamplesReport(t *testing.T) {
+	text, err := os.ReadFile("docs/testing-your-code.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, blocks := splitMarkdown(string(text))
+	shown := map[string]bool{}
+	for _, b := range blocks {
+		shown[b.body] = true
+	}
+	for _, f := range []string{"examples/report/report.go", "examples/report/report_test.go"} {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !shown[string(src)] {
+			t.Errorf("docs/testing-your-code.md does not show %s as it is: copy the file into its go block", f)
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/sqltext"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -363,4 +366,98 @@ func tableRows(t *testing.T, db *sql.DB, table string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// The fake's copies of queries.sql and schema.sql must hold the library's
+// statements, word for word: a statement changed in one and not in the
+// other fails here, so that the fake never runs a statement other than the
+// one the library sends.
+func TestFake_statementsAsTheLibrarys(t *testing.T) {
+	for _, f := range []struct{ copy, original string }{
+		{"sqllocktest/queries.sql", queriesSQL},
+		{"sqllocktest/schema.sql", "-- name: schema\n" + schemaSQL},
+	} {
+		b, err := os.ReadFile(f.copy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		if strings.HasSuffix(f.copy, "schema.sql") {
+			text = "-- name: schema\n" + text
+		}
+		got, err := splitQueries(text)
+		if err != nil {
+			t.Fatalf("%s: %v", f.copy, err)
+		}
+		want := sqltext.MustSplit(f.original)
+		for _, name := range slices.Sorted(maps.Keys(want)) {
+			if strings.Join(strings.Fields(got[name]), " ") != strings.Join(strings.Fields(want[name]), " ") {
+				t.Errorf("%s: statement %q differs from the library's: copy the file there and make the fake (sqllocktest/handlers.go) run it as a server does", f.copy, name)
+			}
+		}
+		for name := range got {
+			if _, ok := want[name]; !ok {
+				t.Errorf("%s: statement %q is not the library's any more: copy the file there", f.copy, name)
+			}
+		}
+	}
+}
+
+// Every statement a Client sends, as it sends it, is one the fake runs:
+// prepared with a table's name in place, or as text with its literals.
+func TestFake_runsEveryStatement(t *testing.T) {
+	srv, err := sqllocktest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.CreateTable("t_fake"); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.DB()
+	defer db.Close()
+	c, err := New(db, WithTable("t_fake"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	texts := map[string]string{
+		"first_use": firstUseSQL("t_fake"),
+		"schema":    c.substitute(schema),
+	}
+	for i, text := range c.learned().sql {
+		texts[stmtNames[i]] = text
+	}
+	for _, name := range []string{"proof_clear", "slot_release", "slot_list"} {
+		texts[name] = c.substitute(queries[name])
+	}
+	for name, text := range texts {
+		st, err := db.PrepareContext(ctx, text)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		st.Close()
+	}
+	lit := hexLiteral("job")
+	wake := func(name string) string { return strings.ReplaceAll(queries[name], "'sqllock'", "'t_fake'") }
+	for name, text := range map[string]string{
+		"wake_wait":    bind(wake("wake_wait"), lit, lit, "0"),
+		"wake_release": bind(wake("wake_release"), lit),
+		"wake_probe":   bind(wake("wake_probe"), lit),
+	} {
+		rows, err := db.QueryContext(ctx, text)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		rows.Close()
+	}
+	// MariaDB's and TiDB's forms are refused: the fake says it is MySQL.
+	for _, name := range tidbStmts {
+		if _, err := db.PrepareContext(ctx, c.substitute(queries[tidbPrefix+stmtNames[name]])); err == nil || !strings.Contains(err.Error(), "TiDB") {
+			t.Errorf("TiDB's %s: got %v, want it refused as TiDB's", stmtNames[name], err)
+		}
+	}
 }
