@@ -187,3 +187,24 @@ func TestClient_leaseAge(t *testing.T) {
 		}
 	})
 }
+
+// Point 11: Inspect reads holder, fence, liveness and the remaining lease as
+// the server computes it.
+func TestClient_Inspect(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t, WithHolder("host-7:42"))
+		if got := inspect(t, c, "free"); got != (Info{Name: "free"}) {
+			t.Fatalf("free name: got %+v, want only the name", got)
+		}
+		l := mustAcquire(t, c, "i", 5*time.Second)
+		got := inspect(t, c, "i")
+		if got.Name != "i" || got.Holder != "host-7:42" || got.Fence != l.Fence() || !got.Held || got.TTL <= 2*time.Second || got.TTL > 5*time.Second {
+			t.Fatalf("got %+v, want holder host-7:42, fence %d, held, TTL under 5s", got, l.Fence())
+		}
+		lapsed := mustAcquire(t, c, "lapsed", 20*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		if got := inspect(t, c, "lapsed"); got.Held || got.TTL != 0 || got.Fence != lapsed.Fence() || got.Holder != "host-7:42" {
+			t.Fatalf("expired lease: got %+v, want the last holder and fence, not held", got)
+		}
+	})
+}

@@ -463,3 +463,48 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// Each DSN variant reaches the server: a session opened under it runs at the
+// isolation level, time zone and sql_mode the variant names, so a variant
+// never passes by testing the default twice.
+func TestVariants_reachTheServer(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		var isolation, zone, mode string
+		err := e.db.QueryRowContext(ctx, "SELECT @@"+isolationVariable(e.server)+", @@time_zone, @@sql_mode").
+			Scan(&isolation, &zone, &mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := e.variant.isolation
+		if want == "" {
+			want = "REPEATABLE-READ"
+		}
+		if isolation != want {
+			t.Errorf("isolation: got %s, want %s", isolation, want)
+		}
+		for name, wantZone := range map[string]string{"timeZone+13": "+13:00", "allAtOnce": "-11:00"} {
+			if e.variant.name == name && zone != wantZone {
+				t.Errorf("time_zone: got %s, want %s", zone, wantZone)
+			}
+		}
+		for name, wantModes := range map[string][]string{"simultaneousAssignment": {"SIMULTANEOUS_ASSIGNMENT"}, "allAtOnce": {"ANSI_QUOTES"},
+			"sqlModeOracle": {"ORACLE"}, "sqlModesVitess": {"PAD_CHAR_TO_FULL_LENGTH", "NO_UNSIGNED_SUBTRACTION"},
+			"sqlModes": {"ANSI_QUOTES", "PIPES_AS_CONCAT", "PAD_CHAR_TO_FULL_LENGTH", "NO_BACKSLASH_ESCAPES", "NO_UNSIGNED_SUBTRACTION"}} {
+			for _, wantMode := range wantModes {
+				if e.variant.name == name && !strings.Contains(mode, wantMode) {
+					t.Errorf("sql_mode: got %s, want it to contain %s", mode, wantMode)
+				}
+			}
+		}
+		if e.server.TiDB {
+			var txnMode string
+			if err := e.db.QueryRowContext(ctx, "SELECT @@tidb_txn_mode").Scan(&txnMode); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]string{true: "optimistic", false: "pessimistic"}[e.variant.name == "optimistic"]; txnMode != want {
+				t.Errorf("tidb_txn_mode: got %s, want %s", txnMode, want)
+			}
+		}
+	})
+}

@@ -218,3 +218,16 @@ func TestSessionGuard_text(t *testing.T) {
 		}
 	}
 }
+
+// A session without autocommit would never commit a lease.
+func TestClient_autocommitOff(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "autocommit", "0") })
+		c := e.client(t, db, table)
+		_, err := c.TryAcquire(testCtx(t), "n", time.Second)
+		if err == nil || !strings.Contains(err.Error(), "autocommit") {
+			t.Fatalf("got %v, want an error about autocommit", err)
+		}
+	})
+}

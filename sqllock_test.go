@@ -1709,3 +1709,46 @@ func TestErrors_prefixOnce(t *testing.T) {
 		})
 	}
 }
+
+// A Client that cannot connect says so, in the words of the step that
+// failed, with "sqllock:" once; the driver's error stays wrapped.
+func TestClient_connectError(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		for _, tc := range []struct {
+			name  string
+			dsn   func(*mysql.Config)
+			errno int // 0: a refused dial
+		}{
+			{"wrong password", func(c *mysql.Config) { c.Passwd = "not-the-password" }, 1045},
+			{"unknown database", func(c *mysql.Config) { c.DBName = "sqllock_no_such_db" }, 1049},
+			{"nothing listening", func(c *mysql.Config) { c.Addr = "127.0.0.1:1" }, 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.errno == 1045 {
+					skipOnVitess(t, e, vitessNoAuth)
+				}
+				c := e.client(t, e.openDBWith(t, tc.dsn), "sqllock")
+				_, err := c.TryAcquire(ctx, "x", time.Second)
+				assertPrefixOnce(t, err)
+				if !strings.HasPrefix(err.Error(), `sqllock: acquire "x": connect to the server: `) {
+					t.Errorf("got %q, want it to say that connecting failed", err)
+				}
+				if n, _ := fault.Errno(err); n != tc.errno {
+					t.Errorf("got errno %d, want %d", n, tc.errno)
+				}
+			})
+		}
+	})
+}
+
+// The default holder names the host and process.
+func TestClient_defaultHolder(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		mustAcquire(t, c, "h", time.Second)
+		if got, want := inspect(t, c, "h").Holder, defaultHolder(); got != want || !strings.Contains(got, ":") {
+			t.Fatalf("got holder %q, want %q (hostname:pid)", got, want)
+		}
+	})
+}

@@ -1,0 +1,268 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Point 3: Refresh extends from the server's now, only while the lease is
+// ours and live, and never shortens it.
+func TestLock_Refresh(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+
+		l := mustAcquire(t, a, "r", 2*time.Second)
+		if err := l.Refresh(ctx, time.Hour); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if got := inspect(t, a, "r"); got.TTL < 59*time.Minute || got.TTL > time.Hour || got.Fence != l.Fence() {
+			t.Fatalf("after Refresh(1h): got %+v, want TTL just under 1h and the same fence", got)
+		}
+		if d := time.Until(l.ValidUntil()); d < 59*time.Minute || d > time.Hour {
+			t.Fatalf("ValidUntil is %v away, want just under 1h", d)
+		}
+		// A refresh never shortens the lease: the later expiry stays.
+		if err := l.Refresh(ctx, 40*time.Millisecond); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if got := inspect(t, a, "r"); got.TTL < 59*time.Minute {
+			t.Fatalf("after Refresh(40ms): got %+v, want the hour kept", got)
+		}
+		if d := time.Until(l.ValidUntil()); d < 59*time.Minute {
+			t.Fatalf("ValidUntil after Refresh(40ms) is %v away, want the hour kept", d)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l = mustAcquire(t, a, "r", 40*time.Millisecond)
+		time.Sleep(80 * time.Millisecond)
+		wantErrIs(t, l.Refresh(ctx, time.Second), ErrNotHeld)
+
+		// Expired and taken over: the new owner's lease is untouched.
+		lb := mustAcquire(t, b, "r", 10*time.Second)
+		wantErrIs(t, l.Refresh(ctx, time.Second), ErrNotHeld)
+		if got := inspect(t, b, "r"); got.Fence != lb.Fence() || got.TTL < 9*time.Second {
+			t.Fatalf("got %+v, want b's lease as it was", got)
+		}
+	})
+}
+
+// Point 3, second half: an error that is not loss is not reported as loss.
+func TestLock_Refresh_networkErrorIsNotLoss(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		p := startProxy(t, e.serverAddr(t))
+		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = p.Addr() })
+		c := e.client(t, db, table)
+		l := mustAcquire(t, c, "net", 10*time.Second)
+
+		p.Stall(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := l.Refresh(ctx, 10*time.Second)
+		cancel()
+		p.Stall(false)
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Refresh through a stalled network: got %v, want an error that is not ErrNotHeld", err)
+		}
+		p.CutAll()
+		if err := l.Refresh(testCtx(t), 10*time.Second); err != nil {
+			t.Fatalf("Refresh after the network healed: %v", err)
+		}
+	})
+}
+
+// Point 4: Release deletes only our own row.
+func TestLock_Release(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+
+		l := mustAcquire(t, a, "x", 10*time.Second)
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if got := inspect(t, a, "x"); got.Held || got.Holder != "" || got.Fence != l.Fence() {
+			t.Fatalf("after Release: got %+v, want the lease gone and fence %d kept", got, l.Fence())
+		}
+		wantErrIs(t, l.Release(ctx), ErrNotHeld)
+		mustAcquire(t, b, "x", 10*time.Second)
+
+		// Expired, taken over: release is refused and b's lease stays.
+		old := mustAcquire(t, a, "y", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		lb := mustAcquire(t, b, "y", 10*time.Second)
+		wantErrIs(t, old.Release(ctx), ErrNotHeld)
+		if got := inspect(t, b, "y"); !got.Held || got.Fence != lb.Fence() {
+			t.Fatalf("got %+v, want b's lease kept", got)
+		}
+
+		// Expired, nobody took it: nobody held the name in between.
+		lapsed := mustAcquire(t, a, "z", 30*time.Millisecond)
+		time.Sleep(60 * time.Millisecond)
+		if err := lapsed.Release(ctx); err != nil {
+			t.Fatalf("Release of an expired, untaken lease: %v", err)
+		}
+		if got := inspect(t, a, "z"); got.Held || got.Holder != "" || got.Fence != lapsed.Fence() {
+			t.Fatalf("got %+v, want the lease gone", got)
+		}
+	})
+}
+
+// Point 5: fences grow strictly with every new holder: takeover, release and
+// re-acquire; a refresh keeps the fence.
+func TestLock_Fence_order(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+
+		var fences []uint64
+		for i := range 6 {
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			ttl := 10 * time.Second
+			if i%3 == 2 {
+				ttl = 300 * time.Millisecond // to lapse: no Refresh shortens a lease
+			}
+			l := mustAcquire(t, c, "f", ttl)
+			fences = append(fences, l.Fence())
+			if err := l.Refresh(ctx, ttl); err != nil {
+				t.Fatal(err)
+			}
+			if got := inspect(t, c, "f"); got.Fence != l.Fence() {
+				t.Fatalf("after Refresh: got fence %d, want %d", got.Fence, l.Fence())
+			}
+			if i%3 == 2 {
+				// Let it lapse: the next holder takes it over.
+				time.Sleep(ttl + 100*time.Millisecond)
+				continue
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("fences %v: got %d after %d, want strictly increasing", fences, fences[i], fences[i-1])
+			}
+		}
+	})
+}
+
+// Point 5, the part that needs no clock: a takeover moves the fence past the
+// old one even when the old one is far ahead of the server's clock.
+func TestLock_Fence_takeoverPassesFutureFence(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		ctx := testCtx(t)
+		mustAcquire(t, c, "g", 10*time.Second)
+		const future = uint64(1) << 60
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = '"+e.fenceKind()+"', ?, 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'g'", future); err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, c, "g", 10*time.Second)
+		if l.Fence() != future+1 {
+			t.Fatalf("got fence %d, want %d", l.Fence(), future+1)
+		}
+	})
+}
+
+// On TiDB fences end at 2^63-2, where its LAST_INSERT_ID(expr) ends less
+// one for the refresh: a lease with that fence is acquired, refreshed and
+// released, and the acquire after it fails and holds nothing, under every
+// DSN, including a lenient sql_mode that would report a smaller fence.
+func TestLock_Fence_TiDBLimit(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if !e.server.TiDB {
+			t.Skipf("%s is %s: the limit is TiDB's; elsewhere fences go to 2^64-1 (TestLock_Fence_beyondInt64)", e.server.Label, e.server.Version)
+		}
+		a, b := e.twoClients(t)
+		table := a.table[1 : len(a.table)-1]
+		ctx := testCtx(t)
+		mustAcquire(t, a, "edge", time.Minute)
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = ?, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'edge'", uint64(maxTiDBFence-1)); err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, b, "edge", time.Minute)
+		if l.Fence() != maxTiDBFence {
+			t.Fatalf("got fence %d, want %d", l.Fence(), uint64(maxTiDBFence))
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if _, err := a.TryAcquire(ctx, "edge", time.Minute); err == nil || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("acquire past TiDB's largest fence: got %v, want an error", err)
+		}
+		if got := inspect(t, b, "edge"); got.Held {
+			t.Fatalf("after the failed acquire: got %+v, want the name free", got)
+		}
+	})
+}
+
+// Fences are unsigned 64-bit end to end: a fence at or past 2^63, which the
+// driver's insert id carries as a negative int64, is reported as it is, and an
+// acquire that cannot go past the largest fence fails and holds nothing.
+func TestLock_Fence_beyondInt64(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.server.TiDB {
+			t.Skip("TiDB's LAST_INSERT_ID(expr) takes a signed value: its fences end at 2^63-2 (TestLock_Fence_TiDBLimit)")
+		}
+		a, b := e.twoClients(t)
+		table := a.table[1 : len(a.table)-1]
+		ctx := testCtx(t)
+		setFence := func(name string, fence uint64) {
+			t.Helper()
+			mustAcquire(t, a, name, time.Minute)
+			// The fence goes as text: vtgate turns a bound uint64 past 2^63
+			// into a negative INT64.
+			if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = IF(kind = '"+e.fenceKind()+"', "+strconv.FormatUint(fence, 10)+", 0), expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = ?", name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const big = uint64(1)<<63 + 5
+		setFence("big", big)
+		l := mustAcquire(t, b, "big", time.Minute)
+		if l.Fence() != big+1 {
+			t.Fatalf("got fence %d, want %d", l.Fence(), big+1)
+		}
+		if got := inspect(t, a, "big"); !got.Held || got.Holder != "b" || got.Fence != big+1 {
+			t.Fatalf("Inspect: got %+v, want b holding fence %d", got, big+1)
+		}
+		infos, err := a.List(ctx)
+		if err != nil || len(infos) != 1 || infos[0].Fence != big+1 {
+			t.Fatalf("List: got %+v, %v, want one lease with fence %d", infos, err, big+1)
+		}
+		_, err = a.TryAcquire(ctx, "big", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if got := inspect(t, a, "big"); !got.Held || got.Holder != "b" || got.Fence != big+1 {
+			t.Fatalf("after a refused acquire: got %+v, want b's lease untouched", got)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+
+		// No fence comes after the largest: the acquire fails and holds nothing.
+		setFence("last", math.MaxUint64)
+		if _, err := b.TryAcquire(ctx, "last", time.Minute); err == nil || errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("acquire past the largest fence: got %v, want a server error", err)
+		}
+		if got := inspect(t, a, "last"); got.Held || got.Fence != math.MaxUint64 {
+			t.Fatalf("after the failed acquire: got %+v, want no live lease and fence %d", got, uint64(math.MaxUint64))
+		}
+	})
+}
