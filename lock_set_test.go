@@ -177,3 +177,42 @@ func TestLock_set_acquireWaitsForCheck(t *testing.T) {
 		}
 	})
 }
+
+// A set's Refresh is all or nothing: when one of its names was taken by
+// another Client, or its lease row is gone (a forced release deleted it,
+// and nobody took it), the Refresh reports the set lost and extends none of
+// the others.
+func TestLock_set_RefreshAllOrNothing(t *testing.T) {
+	for _, taken := range []bool{true, false} {
+		t.Run(map[bool]string{true: "taken", false: "gone"}[taken], func(t *testing.T) {
+			eachEnv(t, func(t *testing.T, e *testEnv) {
+				skipSetsOnVitess(t, e)
+				// b's forced release deletes the lease row: no lock-delay.
+				a, b := e.twoClients(t, WithLockDelay(0))
+				l := mustAcquireSet(t, a, 20*time.Second, "p1", "p2")
+				if _, err := b.ForceRelease(testCtx(t), "p1"); err != nil {
+					t.Fatalf("ForceRelease: %v", err)
+				}
+				var other *Lock
+				if taken {
+					other = mustAcquire(t, b, "p1", time.Minute)
+				}
+				err := l.Refresh(testCtx(t), time.Hour)
+				wantErrIs(t, err, ErrNotHeld)
+				if got := inspect(t, b, "p2"); got.TTL > 20*time.Second {
+					t.Fatalf("p2 after the refused Refresh(1h): got %+v, want its 20s lease unchanged", got)
+				}
+				got := inspect(t, b, "p1")
+				switch {
+				case !taken && (got.Held || got.Fence == 0):
+					t.Fatalf("p1 after the refused Refresh: got %+v, want free, its fence kept", got)
+				case taken && (!got.Held || got.Fence != other.Fence()):
+					t.Fatalf("p1 after the refused Refresh: got %+v, want the other Client's lease", got)
+				case taken && got.TTL > time.Minute:
+					// The other Client's lease was not extended either.
+					t.Fatalf("p1's lease: got %v left, want at most 1m", got.TTL)
+				}
+			})
+		})
+	}
+}

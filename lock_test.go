@@ -266,3 +266,23 @@ func TestLock_Fence_beyondInt64(t *testing.T) {
 		}
 	})
 }
+
+// A Refresh for less than the lease has left keeps the lease as it is, and
+// ValidUntil with it.
+func TestLock_Refresh_shorterKeepsTheLease(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		l := mustAcquire(t, c, "s", time.Minute)
+		until := l.ValidUntil()
+		if err := l.Refresh(testCtx(t), time.Second); err != nil {
+			t.Fatalf("Refresh(1s): %v", err)
+		}
+		if got := l.ValidUntil(); got.Before(until) {
+			t.Fatalf("ValidUntil after Refresh(1s): %v ahead, want %v ahead or later", time.Until(got), time.Until(until))
+		}
+		if got := inspect(t, c, "s"); got.TTL < 50*time.Second {
+			t.Fatalf("lease after Refresh(1s): got %v left, want the minute kept", got.TTL)
+		}
+		l.Release(testCtx(t))
+	})
+}
