@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -414,53 +413,6 @@ func TestLate_orphanAfterClose_deleted(t *testing.T) {
 		}
 		if owner, _ := le.owner(t, "c"); owner != "" {
 			t.Fatalf("after Close and the failed cleanup: the lease of %q is left, blocking the name", owner)
-		}
-	})
-}
-
-// Issue 20, point 6. Whether a DELETE by an orphaned token settles it is
-// judged by when the DELETE was sent: one sent before the acquire could
-// still commit, whose reply comes after, proves nothing when it finds no
-// row.
-func TestClient_deleteOrphan_settledBySendTime(t *testing.T) {
-	e := newMockEnv(t)
-	tok := &tokenArg{}
-	e.expectExec("release", releaseArgs("job", tok), reply{id: 0, rows: 0, delay: 100 * time.Millisecond})
-	token, _ := newToken()
-	x := orphan{Value: token, Settled: time.Now().Add(50 * time.Millisecond)}
-	if e.c.deleteOrphan(t.Context(), "job", x) {
-		t.Error("a DELETE sent before the acquire could commit, finding no row: got settled, want not")
-	}
-	e.done()
-}
-
-// Issue 20, point 4. Once Close has started, a Lock's release lets go of its
-// channel without a statement: the connection is discarded, which frees the
-// server named lock (or, when Close's pass has the channel, the pass does),
-// so Close's bound is not stretched by a round trip per channel. Five
-// channels: a let-go that won the channel and sent RELEASE_LOCK would show.
-func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		c, p := e.proxiedClient(t, table, WithWakeups(5))
-		var locks []*Lock
-		for i := range 5 {
-			locks = append(locks, holdAfterWaiting(t, e, c, table, fmt.Sprintf("n%d", i)))
-		}
-		c.wait.Channels.Stop() // as Close does first
-		p.ResetCounts()
-		for _, l := range locks {
-			c.wait.Channels.LetGo(testCtx(t), l.Name(), l)
-		}
-		c.wait.Channels.CloseAll(testCtx(t)) // then Close's pass
-		// Closing a connection sends COM_QUIT and COM_STMT_CLOSE, which
-		// wait for no reply; a statement is a query or an execute.
-		if got := p.Commands(); got[proxyComQuery]+got[proxyComStmtExecute] != 0 {
-			t.Errorf("statements sent by let-gos during Close: got %v, want none", got)
-		}
-		for _, l := range locks {
-			wantChannelFree(t, e.db, table, l.Name(), "after Close")
 		}
 	})
 }

@@ -332,3 +332,19 @@ func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
 		})
 	}
 }
+
+// Issue 20, point 6. Whether a DELETE by an orphaned token settles it is
+// judged by when the DELETE was sent: one sent before the acquire could
+// still commit, whose reply comes after, proves nothing when it finds no
+// row.
+func TestClient_deleteOrphan_settledBySendTime(t *testing.T) {
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	e.expectExec("release", releaseArgs("job", tok), reply{id: 0, rows: 0, delay: 100 * time.Millisecond})
+	token, _ := newToken()
+	x := orphan{Value: token, Settled: time.Now().Add(50 * time.Millisecond)}
+	if e.c.deleteOrphan(t.Context(), "job", x) {
+		t.Error("a DELETE sent before the acquire could commit, finding no row: got settled, want not")
+	}
+	e.done()
+}

@@ -678,3 +678,34 @@ func TestWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 		}
 	})
 }
+
+// Issue 20, point 4. Once Close has started, a Lock's release lets go of its
+// channel without a statement: the connection is discarded, which frees the
+// server named lock (or, when Close's pass has the channel, the pass does),
+// so Close's bound is not stretched by a round trip per channel. Five
+// channels: a let-go that won the channel and sent RELEASE_LOCK would show.
+func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c, p := e.proxiedClient(t, table, WithWakeups(5))
+		var locks []*Lock
+		for i := range 5 {
+			locks = append(locks, holdAfterWaiting(t, e, c, table, fmt.Sprintf("n%d", i)))
+		}
+		c.wait.Channels.Stop() // as Close does first
+		p.ResetCounts()
+		for _, l := range locks {
+			c.wait.Channels.LetGo(testCtx(t), l.Name(), l)
+		}
+		c.wait.Channels.CloseAll(testCtx(t)) // then Close's pass
+		// Closing a connection sends COM_QUIT and COM_STMT_CLOSE, which
+		// wait for no reply; a statement is a query or an execute.
+		if got := p.Commands(); got[proxyComQuery]+got[proxyComStmtExecute] != 0 {
+			t.Errorf("statements sent by let-gos during Close: got %v, want none", got)
+		}
+		for _, l := range locks {
+			wantChannelFree(t, e.db, table, l.Name(), "after Close")
+		}
+	})
+}
