@@ -2,6 +2,8 @@ package sqllock
 
 import (
 	"context"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,4 +27,150 @@ func TestLock_KeepAlive_finalErrorIsLoss(t *testing.T) {
 	}
 	assertErrIs(t, context.Cause(kctx), ErrLockLost, errNoSuchTable)
 	e.done()
+}
+
+// Whichever of Err, Done, Cause and Value the work calls first after the
+// deadline has passed, the context has ended before it returns, although
+// the keep-alive's timer has not fired.
+func TestLock_KeepAlive_contextExactAfterPause(t *testing.T) {
+	for _, first := range []string{"Err", "Done", "Cause", "Value"} {
+		t.Run(first, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, kctx, derived, pause := pausedLease(t, e)
+			if err := kctx.Err(); err != nil {
+				t.Fatalf("Err before the deadline: got %v, want nil", err)
+			}
+			pause()
+			switch first {
+			case "Err":
+				if kctx.Err() == nil {
+					t.Fatal("Err: got nil, want the context ended")
+				}
+			case "Done":
+				select {
+				case <-kctx.Done():
+				default:
+					t.Fatal("Done: not closed")
+				}
+			case "Cause":
+				if context.Cause(kctx) == nil {
+					t.Fatal("Cause: got nil, want the loss")
+				}
+			case "Value":
+				_ = kctx.Value(ctxKey{})
+				// Value checks for the Go releases whose Cause reads through
+				// Value alone: read the cancel context's state directly.
+				if kctx.(*leaseContext).Context.Err() == nil {
+					t.Fatal("after Value: the context has not ended")
+				}
+			}
+			wantLostAtOnce(t, l, kctx, derived)
+			e.done()
+		})
+	}
+}
+
+// A deadline a minute away ends nothing, however often the context is read.
+func TestLock_KeepAlive_contextNotEarly(t *testing.T) {
+	e := newMockEnv(t)
+	_, kctx, derived, _ := pausedLease(t, e)
+	for range 1000 {
+		if err := context.Cause(kctx); err != nil {
+			t.Fatalf("Cause with a minute of lease left: got %v, want nil", err)
+		}
+	}
+	select {
+	case <-kctx.Done():
+		t.Fatal("Done: closed with a minute of lease left")
+	case <-derived.Done():
+		t.Fatal("derived Done: closed with a minute of lease left")
+	default:
+	}
+	e.done()
+}
+
+// The context's check and the keep-alive's timer end the contexts with the
+// same cause, but for the durations in it.
+func TestLock_KeepAlive_contextCauseAsTimers(t *testing.T) {
+	e := newMockEnv(t)
+	causes := map[string]string{}
+	for _, path := range []string{"context", "timer"} {
+		l, kctx, _, pause := pausedLease(t, e)
+		pause()
+		if path == "timer" {
+			l.ka.moved <- struct{}{} // the renewer moves its timer to the past deadline
+			<-l.ka.done
+		}
+		// Read once the renewer has exited: through the check for "context".
+		causes[path] = context.Cause(kctx).Error()
+	}
+	digits := regexp.MustCompile(`[0-9.]+(ms|s)`)
+	ctxCause, timerCause := digits.ReplaceAllString(causes["context"], "D"), digits.ReplaceAllString(causes["timer"], "D")
+	if ctxCause != timerCause {
+		t.Errorf("cause by the context's check: %q\nby the timer: %q\nwant the same", causes["context"], causes["timer"])
+	}
+	e.done()
+}
+
+// BenchmarkLeaseContext_Err measures what the exact check adds to a
+// context's Err, next to the cancel context it wraps.
+func BenchmarkLeaseContext_Err(b *testing.B) {
+	b.Run("plain", func(b *testing.B) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatal("ended")
+			}
+		}
+	})
+	b.Run("lease", func(b *testing.B) {
+		l := newLock(&Client{}, "n", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
+		ctx := l.keepAlive(context.Background(), time.Second)
+		defer l.stopKeepAlive(l.ka)
+		b.ReportAllocs()
+		for b.Loop() {
+			if ctx.Err() != nil {
+				b.Fatal("ended")
+			}
+		}
+	})
+}
+
+// KeepAlive on a Lock whose release has started, that was released, or
+// whose lease was lost returns a context that has ended, and ends it
+// without calling its parent under the Lock's mutex: ending a child calls
+// its parent's Done, and a parent that is the Lock's own context (one fn
+// passes back to KeepAlive) takes that mutex in its check.
+func TestLock_KeepAlive_endedCallsParentOutsideMutex(t *testing.T) {
+	for _, state := range []string{"releasing", "released", "lost"} {
+		t.Run(state, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, _, _, pause := pausedLease(t, e)
+			switch state {
+			case "releasing":
+				l.mu.Lock()
+				l.endCause = l.releasedCause()
+				l.mu.Unlock()
+			case "released":
+				l.mu.Lock()
+				l.released = true
+				l.mu.Unlock()
+			case "lost":
+				pause()
+				l.expire(l.ka)
+			}
+			parent, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			probe := &probeCtx{Context: parent, l: l}
+			ctx := l.KeepAlive(probe)
+			if ctx.Err() == nil {
+				t.Fatal("Err: got nil, want the context ended")
+			}
+			if probe.underMutex.Load() {
+				t.Error("the parent's Done was called under the Lock's mutex")
+			}
+		})
+	}
 }
