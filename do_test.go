@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -181,5 +182,254 @@ func TestLock_Do_stalledRenewal_noNilLastError(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "<nil>") || strings.Contains(msg, "\n") {
 			t.Errorf("Do after a stalled renewal: got %q, want one line with no <nil>", msg)
 		}
+	})
+}
+
+// (a) With renewals blocked, fn's context is cancelled before another
+// Client, polling the server directly, can take the name.
+func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		const ttl = 1500 * time.Millisecond
+		ctx := testCtx(t)
+
+		started := make(chan struct{})
+		told := make(chan time.Time, 1)
+		var cause error
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context, _ *Lock) error {
+				close(started)
+				<-ctx.Done()
+				told <- time.Now()
+				cause = context.Cause(ctx)
+				return ctx.Err()
+			})
+		}()
+		<-started
+		// One renewal goes through, then the network stops.
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
+		p.Stall(true)
+		stalled := time.Now()
+
+		_, sent := pollAcquire(t, b, "job", 10*time.Second)
+		var toldAt time.Time
+		select {
+		case toldAt = <-told:
+		default:
+			t.Fatalf("b took the name over %v after the stall and fn's context is still live", sent.Sub(stalled))
+		}
+		if !toldAt.Before(sent) {
+			t.Fatalf("fn was told at %v, after b's winning attempt was sent at %v", toldAt, sent)
+		}
+		t.Logf("fn was told %v after the stall began, %v before b's winning attempt was sent", toldAt.Sub(stalled), sent.Sub(toldAt))
+
+		p.Stall(false)
+		err := <-done
+		wantErrIs(t, err, ErrLockLost)
+		wantErrIs(t, err, context.Canceled)
+		wantErrIs(t, cause, ErrLockLost)
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held after loss: got %v, want none", got)
+		}
+	})
+}
+
+// (b) One renewal fails, the network recovers: fn runs on, the lease and its
+// fence unchanged.
+func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		// One connection, on which the renewal is prepared: the next renewal
+		// is one command on it, not a dial or a prepare on another.
+		a.db.SetMaxOpenConns(1)
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		const ttl = 2 * time.Second
+		ctx := testCtx(t)
+
+		started := make(chan struct{})
+		finish := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", ttl, func(ctx context.Context, _ *Lock) error {
+				close(started)
+				select {
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				case <-finish:
+					return nil
+				}
+			})
+		}()
+		<-started
+		fence := inspect(t, b, "job").Fence
+
+		// After one renewal has come back, the next reaches the proxy and is
+		// held there; then its connection is cut, so it fails, and the
+		// network comes back.
+		l := heldLock(t, a, "job")
+		acquired := l.ValidUntil()
+		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
+		p.ResetCounts()
+		p.Stall(true)
+		waitFor(t, 5*time.Second, "a renewal held by the stall", func() bool { return p.CommandCount() > 0 })
+		time.Sleep(50 * time.Millisecond)
+		p.CutAll()
+		p.Stall(false)
+
+		// Long enough that the lease would have lapsed without renewals.
+		time.Sleep(ttl + ttl/2)
+		select {
+		case err := <-done:
+			t.Fatalf("Do returned while renewals could recover: %v", err)
+		default:
+		}
+		if got := inspect(t, b, "job"); !got.Held || got.Holder != "a" || got.Fence != fence {
+			t.Fatalf("after a failed renewal: got %+v, want a's lease with fence %d", got, fence)
+		}
+		close(finish)
+		if err := <-done; err != nil {
+			t.Fatalf("Do: got %v, want nil", err)
+		}
+	})
+}
+
+// (c) Do releases with a context of its own after the caller's ended.
+func TestDo_releasesAfterCallerCancel(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx, cancel := context.WithCancel(testCtx(t))
+		started := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "job", time.Minute, func(ctx context.Context, _ *Lock) error {
+				close(started)
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		}()
+		<-started
+		cancel()
+		wantErrIs(t, <-done, context.Canceled)
+		if got := inspect(t, b, "job"); got.Held || got.Holder != "" {
+			t.Fatalf("after Do: got %+v, want the lease released", got)
+		}
+		mustAcquire(t, b, "job", time.Second)
+	})
+}
+
+// TryAcquire then Lock.Do does not wait and does not run fn when the name is held; Do waits.
+func TestTryDo_notAcquired(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "job", time.Minute)
+		ran := false
+		err := lockDo(b.TryAcquire(ctx, "job", time.Second))(ctx, func(_ context.Context, _ *Lock) error { ran = true; return nil })
+		wantErrIs(t, err, ErrNotAcquired)
+		if ran {
+			t.Fatal("Lock.Do ran fn without the lease")
+		}
+		time.AfterFunc(100*time.Millisecond, func() { l.Release(context.Background()) })
+		if err := b.Do(ctx, "job", time.Second, func(_ context.Context, _ *Lock) error { ran = true; return nil }); err != nil || !ran {
+			t.Fatalf("Do after the release: got %v, ran %v; want nil, true", err, ran)
+		}
+	})
+}
+
+// A panic in fn releases the lease and goes on.
+func TestDo_panicReleases(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		func() {
+			defer func() {
+				if r := recover(); r != "boom" {
+					t.Fatalf("recovered %v, want the panic of fn", r)
+				}
+			}()
+			a.Do(testCtx(t), "job", time.Minute, func(_ context.Context, _ *Lock) error { panic("boom") })
+		}()
+		if got := inspect(t, b, "job"); got.Held {
+			t.Fatalf("after a panic in fn: got %+v, want the lease released", got)
+		}
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held: got %v, want none", got)
+		}
+	})
+}
+
+// (f) WithMinHold keeps another host out until acquired-at + d, then lets
+// it in; a minimum that has passed releases at once.
+func TestDo_WithMinHold(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		const minHold = 700 * time.Millisecond
+
+		start := time.Now()
+		if err := a.Do(ctx, "tick", time.Minute, func(_ context.Context, _ *Lock) error { return nil }, WithMinHold(minHold)); err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if got := inspect(t, b, "tick"); !got.Held || got.TTL > minHold {
+			t.Fatalf("after Do: got %+v, want a lease of at most %v left", got, minHold)
+		}
+		// acquired_at is after start: an attempt answered before start +
+		// minHold ran before the minimum passed and must be refused.
+		for {
+			_, err := b.TryAcquire(ctx, "tick", time.Second)
+			replied := time.Now()
+			if err == nil {
+				if replied.Sub(start) < minHold {
+					t.Fatalf("b acquired %v after a's acquire began, within the minimum hold %v", replied.Sub(start), minHold)
+				}
+				if waited := replied.Sub(start); waited > minHold+5*time.Second {
+					t.Fatalf("b acquired only %v after a's acquire began, want soon after %v", waited, minHold)
+				}
+				break
+			}
+			wantErrIs(t, err, ErrNotAcquired)
+			time.Sleep(5 * time.Millisecond)
+		}
+
+		// The minimum has passed when fn returns: nobody is kept out.
+		err := a.Do(ctx, "late", time.Minute, func(_ context.Context, _ *Lock) error {
+			time.Sleep(50 * time.Millisecond)
+			return nil
+		}, WithMinHold(10*time.Millisecond))
+		if err != nil {
+			t.Fatalf("Do: %v", err)
+		}
+		if got := inspect(t, b, "late"); got.Held {
+			t.Fatalf("after a passed minimum: got %+v, want no live lease", got)
+		}
+		mustAcquire(t, b, "late", time.Second)
+	})
+}
+
+// Many Do calls leave no goroutine behind.
+func TestDo_noGoroutineLeak(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		run := func() {
+			for range 20 {
+				if err := c.Do(ctx, "g", time.Second, func(_ context.Context, _ *Lock) error { return nil }); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		run() // warm the pool and the statements
+		before := runtime.NumGoroutine()
+		run()
+		var after int
+		waitFor(t, 5*time.Second, "goroutines to settle", func() bool {
+			after = runtime.NumGoroutine()
+			return after <= before
+		})
 	})
 }

@@ -149,3 +149,79 @@ func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
 	err := e.c.Elect(passedDeadline{parent}, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)
 }
+
+// (e) When the leader's network stops, another candidate leads within about
+// one ttl, and only after the leader was told to stop.
+func TestClient_Elect_handover(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a, p := e.proxiedClient(t, table, WithHolder("a"))
+		b := e.client(t, e.openDB(t), table, WithHolder("b"))
+		// Renewals at 2 s leases: a keep-alive a loaded machine keeps until the stall.
+		const ttl = 2 * time.Second
+		ctx, cancel := context.WithCancel(testCtx(t))
+		defer cancel()
+
+		type event struct {
+			who, what string
+			at        time.Time
+		}
+		events := make(chan event, 100)
+		callbacks := func(who string) Callbacks {
+			return Callbacks{
+				OnStartedLeading: func(ctx context.Context, _ *Lock) error {
+					events <- event{who, "started", time.Now()}
+					<-ctx.Done()
+					events <- event{who, "told", time.Now()}
+					return nil
+				},
+				OnStoppedLeading: func() { events <- event{who, "stopped", time.Now()} },
+				OnNewLeader:      func(h string) { events <- event{who, "leader " + h, time.Now()} },
+			}
+		}
+		next := func(want event) event {
+			t.Helper()
+			select {
+			case ev := <-events:
+				if ev.who != want.who || ev.what != want.what {
+					t.Fatalf("got event %s %q, want %s %q", ev.who, ev.what, want.who, want.what)
+				}
+				return ev
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no event after 10s, want %s %q", want.who, want.what)
+				return event{}
+			}
+		}
+		electDone := make(chan error, 2)
+		go func() { electDone <- a.Elect(ctx, "leader", ttl, callbacks("a")) }()
+		next(event{"a", "leader a", time.Time{}})
+		next(event{"a", "started", time.Time{}})
+		go func() { electDone <- b.Elect(ctx, "leader", ttl, callbacks("b")) }()
+		next(event{"b", "leader a", time.Time{}})
+
+		p.Stall(true)
+		stalled := time.Now()
+		told := next(event{"a", "told", time.Time{}})
+		next(event{"b", "leader b", time.Time{}})
+		started := next(event{"b", "started", time.Time{}})
+		// About one ttl and a poll; the bound leaves room for a loaded
+		// machine's delays.
+		if handover := started.at.Sub(stalled); handover > 4*ttl {
+			t.Fatalf("b led %v after a's network stopped, want within about one ttl (%v)", handover, ttl)
+		}
+		t.Logf("a was told %v after the stall, b led %v after it", told.at.Sub(stalled), started.at.Sub(stalled))
+
+		p.Stall(false)
+		next(event{"a", "stopped", time.Time{}})
+		next(event{"a", "leader b", time.Time{}})
+		cancel()
+		next(event{"b", "told", time.Time{}})
+		next(event{"b", "stopped", time.Time{}})
+		for range 2 {
+			wantErrIs(t, <-electDone, context.Canceled)
+		}
+		if got := inspect(t, b, "leader"); got.Held {
+			t.Fatalf("after Elect returned: got %+v, want the lease released", got)
+		}
+	})
+}

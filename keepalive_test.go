@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -173,4 +174,50 @@ func TestLock_KeepAlive_endedCallsParentOutsideMutex(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The keep-alive renews past the ttl, does not depend on the context it was
+// started with, and its goroutine has exited when Release returns.
+func TestLock_KeepAlive(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		// Renewals every 500 ms, each with 375 ms to answer, 1.35 s before
+		// the keep-alive gives up: margins a loaded machine keeps.
+		const ttl = 1500 * time.Millisecond
+		acqCtx, cancelAcq := context.WithCancel(testCtx(t))
+		l, err := a.TryAcquire(acqCtx, "k", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		short := l.KeepAlive(acqCtx)
+		kctx := l.KeepAlive(context.Background())
+		cancelAcq() // pglock's trap: this must not stop the renewals
+		<-short.Done()
+
+		time.Sleep(2 * ttl)
+		if err := kctx.Err(); err != nil {
+			t.Fatalf("KeepAlive's context ended while renewals could succeed: %v", context.Cause(kctx))
+		}
+		if got := inspect(t, b, "k"); !got.Held || got.Fence != l.Fence() {
+			t.Fatalf("after 2 ttl: got %+v, want the lease renewed with fence %d", got, l.Fence())
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-l.ka.done:
+		default:
+			t.Fatal("Release returned with the keep-alive goroutine running")
+		}
+		<-kctx.Done()
+		cause := context.Cause(kctx)
+		wantErrIs(t, cause, ErrNotHeld)
+		if errors.Is(cause, ErrLockLost) {
+			t.Fatalf("cause after Release: got %v, want one that is not ErrLockLost", cause)
+		}
+		// A KeepAlive after Release gives a context that has ended.
+		if err := l.KeepAlive(context.Background()).Err(); err == nil {
+			t.Fatal("KeepAlive after Release: got a live context")
+		}
+	})
 }

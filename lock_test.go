@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Point 3: Refresh extends from the server's now, only while the lease is
@@ -284,5 +285,164 @@ func TestLock_Refresh_shorterKeepsTheLease(t *testing.T) {
 			t.Fatalf("lease after Refresh(1s): got %v left, want the minute kept", got.TTL)
 		}
 		l.Release(testCtx(t))
+	})
+}
+
+// Check in a transaction: a takeover of the expired lease waits until the
+// transaction commits.
+func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		// Long enough that Check comes before the lapse on a loaded machine.
+		l := mustAcquire(t, a, "rows", time.Second)
+		tx := checkedTx(t, a, l)
+		// The lease has expired by the server's clock, which decides the
+		// takeover: ValidUntil is the client's earlier bound, and a loaded
+		// machine can leave the row live past it by a slow round trip.
+		time.Sleep(time.Until(l.ValidUntil()))
+		waitServerExpired(t, a, "rows")
+
+		type result struct {
+			l   *Lock
+			err error
+			at  time.Time
+		}
+		took := make(chan result, 1)
+		go func() {
+			l, err := b.TryAcquire(ctx, "rows", time.Minute)
+			took <- result{l, err, time.Now()}
+		}()
+		if e.variant.name == "optimistic" {
+			// TiDB's optimistic transactions lock nothing before commit:
+			// the takeover goes ahead, and the commit fails instead.
+			r := <-took
+			if r.err != nil {
+				t.Fatalf("takeover: %v", r.err)
+			}
+			err := tx.Commit()
+			if n, _ := fault.Errno(err); n != fault.TiDBWriteConflict {
+				t.Fatalf("Commit after a takeover, optimistic: got %v, want TiDB's write conflict (9007)", err)
+			}
+			return
+		}
+		select {
+		case r := <-took:
+			t.Fatalf("takeover returned before the commit: %v, %v", r.l, r.err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		committed := time.Now()
+		if err := tx.Commit(); err != nil {
+			t.Fatalf("Commit: %v", err)
+		}
+		r := <-took
+		if r.err != nil {
+			t.Fatalf("takeover after the commit: %v", r.err)
+		}
+		if r.at.Before(committed) {
+			t.Fatalf("takeover returned at %v, before the commit at %v", r.at, committed)
+		}
+
+		// Now the lease is b's: a's Check fails, and b's holds.
+		tx2, err := a.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx2.Rollback()
+		wantErrIs(t, l.Check(ctx, tx2), ErrNotHeld)
+		// tx2 is on a's *sql.DB, not b's: any one on the same database does.
+		if err := r.l.Check(ctx, tx2); err != nil {
+			t.Fatalf("Check by the new holder: %v", err)
+		}
+		// The row lock holds up b's own release too, until tx2 ends.
+		tx2.Rollback()
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Check writes the lease row in the caller's transaction, at every isolation
+// level: a written row is what a multi-writer cluster certifies at commit,
+// where a shared lock would be local to one node. Its answer does not change
+// with the DSN, and a second Check in the same transaction answers the same.
+func TestLock_Check_writesLeaseRow(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		for _, level := range isolationLevels {
+			t.Run(level, func(t *testing.T) {
+				db := e.isolated(t, level)
+				c := e.client(t, db, table)
+				ctx := testCtx(t)
+				l := mustAcquire(t, c, level, time.Minute)
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback()
+				// The write flips the lowest bit of acquired_at's microseconds,
+				// and the transaction sees its own write.
+				micro := func() int {
+					t.Helper()
+					var us int
+					err := tx.QueryRowContext(ctx, "SELECT MICROSECOND(acquired_at) FROM `"+table+"` WHERE name = ? AND kind = 'L'", level).Scan(&us)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return us
+				}
+				before := micro()
+				for i, want := range []int{before ^ 1, before} {
+					if err := l.Check(ctx, tx); err != nil {
+						t.Fatalf("Check %d: got %v, want nil", i+1, err)
+					}
+					if got := micro(); got != want {
+						t.Fatalf("after Check %d: got acquired_at's microseconds %d, want %d (written by the transaction)", i+1, got, want)
+					}
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				if got := inspect(t, c, level); !got.Held || got.Fence != l.Fence() {
+					t.Fatalf("after Check: got %+v, want the lease unchanged", got)
+				}
+
+				// Expired, and then taken over: not held. (A Check that finds
+				// nothing may still lock the row it read, until the rollback.)
+				short := mustAcquire(t, c, level+"-short", 20*time.Millisecond)
+				time.Sleep(40 * time.Millisecond)
+				for _, takeover := range []bool{false, true} {
+					if takeover {
+						mustAcquire(t, c, level+"-short", time.Minute)
+					}
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantErrIs(t, short.Check(ctx, tx), ErrNotHeld)
+					if err := tx.Rollback(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+		}
+	})
+}
+
+// Check refuses a released Lock without asking the server.
+func TestLock_Check_released(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "n", time.Minute)
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
 	})
 }

@@ -1,7 +1,11 @@
 package sqllock
 
 import (
+	"context"
 	"database/sql/driver"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,4 +31,136 @@ func TestClient_Once_waitsOutPassableErrors(t *testing.T) {
 		t.Fatalf("Once: got %v, %v, want true, nil", ran, err)
 	}
 	e.done()
+}
+
+// (d) Eight callers on four Clients: fn succeeds once; a failure hands the
+// run to another caller; later calls run nothing.
+func TestClient_Once(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		cs := make([]*Client, 4)
+		for i := range cs {
+			cs[i] = e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(10*time.Millisecond)))
+		}
+		ctx := testCtx(t)
+		for _, failFirst := range []bool{false, true} {
+			name := "seed"
+			if failFirst {
+				name = "seed-after-failure"
+			}
+			var runs, running, overlap atomic.Int32
+			boom := errors.New("boom")
+			fn := func(ctx context.Context, _ *Lock) error {
+				if running.Add(1) > 1 {
+					overlap.Add(1)
+				}
+				defer running.Add(-1)
+				n := runs.Add(1)
+				time.Sleep(50 * time.Millisecond)
+				if failFirst && n == 1 {
+					return boom
+				}
+				return nil
+			}
+			type result struct {
+				ran bool
+				err error
+			}
+			results := make(chan result, 8)
+			var wg sync.WaitGroup
+			for i := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ran, err := cs[i%len(cs)].Once(ctx, name, fn)
+					results <- result{ran, err}
+				}()
+			}
+			wg.Wait()
+			close(results)
+			var ranOK, ranFailed int
+			for r := range results {
+				switch {
+				case r.ran && r.err == nil:
+					ranOK++
+				case r.ran && errors.Is(r.err, boom):
+					ranFailed++
+				case !r.ran && r.err == nil:
+				default:
+					t.Fatalf("%s: Once returned %v, %v", name, r.ran, r.err)
+				}
+			}
+			wantFailed := 0
+			if failFirst {
+				wantFailed = 1
+			}
+			if ranOK != 1 || ranFailed != wantFailed || int(runs.Load()) != 1+wantFailed || overlap.Load() != 0 {
+				t.Fatalf("%s: got %d successful and %d failed runs (fn called %d times, %d overlapping), want 1 and %d",
+					name, ranOK, ranFailed, runs.Load(), overlap.Load(), wantFailed)
+			}
+			if ran, err := cs[0].Once(ctx, name, fn); ran || err != nil || runs.Load() != int32(1+wantFailed) {
+				t.Fatalf("%s: Once after success: got %v, %v, want false, nil and no run", name, ran, err)
+			}
+		}
+	})
+}
+
+// A runner that died (its lease left to expire) is taken over.
+func TestClient_Once_runnerDied(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		dead := mustAcquire(t, a, "init", 200*time.Millisecond) // never released
+		ran, err := b.Once(ctx, "init", func(_ context.Context, _ *Lock) error { return nil })
+		if !ran || err != nil {
+			t.Fatalf("Once after a dead runner: got %v, %v, want true, nil", ran, err)
+		}
+		wantErrIs(t, dead.Release(ctx), ErrNotHeld)
+		if ran, err := a.Once(ctx, "init", func(_ context.Context, _ *Lock) error { return errors.New("ran twice") }); ran || err != nil {
+			t.Fatalf("Once after success: got %v, %v, want false, nil", ran, err)
+		}
+	})
+}
+
+// Once writes its record only while the lease row is its own, at every
+// isolation level: under READ COMMITTED a plain read of the lease row inside
+// the record's INSERT ... SELECT takes no lock. Here the record's write
+// waits (on a lock of the record's key, held by another session) after the
+// lease lapsed, and another Client comes to take the name over: whatever the
+// order, fn runs once and one call reports it.
+func TestClient_Once_recordOnlyWhileLeaseHeld(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		if e.variant.isolation != "" {
+			t.Skip("each isolation level is a subtest of every other variant")
+		}
+		for _, level := range isolationLevels {
+			t.Run(level, func(t *testing.T) { onceRecordRace(t, e, level) })
+		}
+	})
+}
+
+// A record written already (an earlier attempt whose reply was lost) counts
+// as written; a lease that is not ours writes none.
+func TestClient_Once_recordRetried(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		l := mustAcquire(t, a, "job", time.Minute)
+		for i := range 2 {
+			if err := l.recordOnce(ctx); err != nil {
+				t.Fatalf("record, attempt %d: got %v, want nil", i+1, err)
+			}
+		}
+		if ran, err := b.Once(ctx, "job", func(_ context.Context, _ *Lock) error { return errors.New("ran again") }); ran || err != nil {
+			t.Fatalf("Once after the record: got %v, %v, want false, nil", ran, err)
+		}
+
+		lost := mustAcquire(t, a, "lost", 20*time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
+		mustAcquire(t, b, "lost", time.Minute)
+		wantErrIs(t, lost.recordOnce(ctx), ErrLockLost)
+		if done, err := b.onceDone(ctx, "lost"); done || err != nil {
+			t.Fatalf("record of a lost lease: got %v, %v, want none", done, err)
+		}
+	})
 }

@@ -1752,3 +1752,45 @@ func TestClient_defaultHolder(t *testing.T) {
 		}
 	})
 }
+
+// Close ends every keep-alive and releases every lease its Client holds.
+func TestClient_Close_releasesHeld(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		x := mustAcquire(t, a, "x", time.Minute)
+		mustAcquire(t, a, "y", time.Minute)
+		started := make(chan struct{})
+		var cause error
+		done := make(chan error, 1)
+		go func() {
+			done <- a.Do(ctx, "z", time.Minute, func(ctx context.Context, _ *Lock) error {
+				close(started)
+				<-ctx.Done()
+				cause = context.Cause(ctx)
+				return nil
+			})
+		}()
+		<-started
+		if got, want := a.Held(), []string{"x", "y", "z"}; !slices.Equal(got, want) {
+			t.Fatalf("Held: got %v, want %v", got, want)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		err := <-done
+		wantErrIs(t, err, ErrClosed)
+		wantErrIs(t, cause, ErrClosed)
+		for _, n := range []string{"x", "y", "z"} {
+			if got := inspect(t, b, n); got.Held {
+				t.Fatalf("after Close: %q is %+v, want released", n, got)
+			}
+		}
+		if got := a.Held(); len(got) != 0 {
+			t.Fatalf("Held after Close: got %v, want none", got)
+		}
+		wantErrIs(t, x.Release(ctx), ErrClosed)
+		_, err = a.TryAcquire(ctx, "x", time.Second)
+		wantErrIs(t, err, ErrClosed)
+	})
+}
