@@ -208,3 +208,22 @@ func TestClient_Inspect(t *testing.T) {
 		}
 	})
 }
+
+func TestClient_List(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		e.expectQuery("list", nil, sqlmock.NewRows([]string{"name", "holder", "fence", "us", "ahead"}).
+			AddRow("a", "h1", 7, 1_500_000, -500_000).
+			AddRow("b", "h2", 0, 1, -1))
+		got, err := e.c.List(t.Context())
+		if err != nil {
+			t.Fatalf("List: got %v, want nil", err)
+		}
+		want := []Info{
+			{Name: "a", Holder: "h1", Fence: 7, Held: true, TTL: 1500 * time.Millisecond, Age: 500 * time.Millisecond},
+			{Name: "b", Holder: "h2", Fence: 0, Held: true, TTL: time.Microsecond, Age: time.Microsecond},
+		}
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Errorf("List: got %+v, want %+v", got, want)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"runtime"
@@ -432,4 +433,46 @@ func TestDo_noGoroutineLeak(t *testing.T) {
 			return after <= before
 		})
 	})
+}
+
+func TestDo_WithMinHold_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		tok := &tokenArg{}
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+		e.expectExec("release_at_least", []driver.Value{int64(90_000_250), "job", tok}, okReply(1, 1))
+		if err := lockDo(e.c.TryAcquire(t.Context(), "job", time.Minute))(t.Context(), noop, WithMinHold(90*time.Second+250*time.Microsecond)); err != nil {
+			t.Errorf("TryAcquire and Do: got %v, want nil", err)
+		}
+	})
+}
+
+func TestDo_WithMinHold_result(t *testing.T) {
+	for _, rows := range []int64{0, 1} {
+		e := newMockEnv(t)
+		tok := &tokenArg{}
+		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+		// Insert id 0: the lease was not ours, whatever the rows say.
+		e.expectExec("release_at_least", []driver.Value{int64(1_000_000), "job", tok}, okReply(0, rows))
+		err := lockDo(e.c.TryAcquire(t.Context(), "job", time.Minute))(t.Context(), noop, WithMinHold(time.Second))
+		assertErrIs(t, err, ErrLockLost, ErrNotHeld)
+		e.done()
+	}
+}
+
+func TestDo_badOptions(t *testing.T) {
+	e := newMockEnv(t)
+	for _, opts := range [][]DoOption{
+		{WithMinHold(-time.Second)},
+		{WithMinHold(MaxTTL + time.Second)},
+		{WithSafetyMargin(-time.Second)},
+		{WithSafetyMargin(time.Minute)}, // not below the ttl
+	} {
+		err := e.c.Do(t.Context(), "job", time.Minute, noop, opts...)
+		if err == nil {
+			t.Errorf("Do with a bad option: got nil, want an error")
+		}
+	}
+	assertErrContains(t, e.c.Do(t.Context(), "job", time.Minute, nil), "nil func")
+	e.assertNothingPrepared()
+	e.done()
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // A renewal that fails with a final error (the table is gone) ends the
@@ -220,4 +222,137 @@ func TestLock_KeepAlive(t *testing.T) {
 			t.Fatal("KeepAlive after Release: got a live context")
 		}
 	})
+}
+
+// A renewal that finds the lease gone ends the keep-alive's contexts with
+// ErrLockLost at once, well before the deadline.
+func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
+	t.Parallel() // waits a third of a 3 s lease
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), okReply(0, 0))
+	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx := l.KeepAlive(t.Context())
+	<-kctx.Done()
+	if left := time.Until(l.ValidUntil()); left < time.Second {
+		t.Errorf("told %v before the lease could expire, want about two thirds of the ttl", left)
+	}
+	assertErrIs(t, context.Cause(kctx), ErrLockLost, ErrNotHeld)
+	if got := e.c.Held(); len(got) != 0 {
+		t.Errorf("Held after loss: got %v, want none", got)
+	}
+	e.done()
+}
+
+// Failed renewals are retried; one that succeeds keeps the contexts alive.
+func TestLock_KeepAlive_failureIsNotLoss(t *testing.T) {
+	t.Parallel() // waits a third of a 3 s lease
+	e := newMockEnv(t)
+	tok := &tokenArg{}
+	// A 3 s lease: each renewal has 750 ms, and the retry after a failed
+	// one comes well before the deadline, also on a loaded machine.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
+	// The first renewal fails after its in-statement retries; the second
+	// succeeds.
+	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), append(repeatReply(errReply(errDeadlock), fault.MaxTransientAttempts), okReply(1, 1))...)
+	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.ValidUntil()
+	kctx := l.KeepAlive(t.Context())
+	deadline := time.Now().Add(5 * time.Second)
+	for !l.ValidUntil().After(first) {
+		if time.Now().After(deadline) || kctx.Err() != nil {
+			t.Fatalf("no successful renewal; context: %v", context.Cause(kctx))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release: got %v, want nil", err)
+	}
+	if cause := context.Cause(kctx); errors.Is(cause, ErrLockLost) {
+		t.Errorf("cause: got %v, want no loss", cause)
+	}
+	e.done()
+}
+
+func TestRenewBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		ttl      time.Duration
+		failures int
+		want     time.Duration
+	}{
+		{time.Minute, 1, 10 * time.Millisecond},
+		{time.Minute, 3, 40 * time.Millisecond},
+		{time.Minute, 40, 6 * time.Second},
+		{time.Second, 5, 100 * time.Millisecond},
+		{MinTTL, 1, minBackoff},
+	} {
+		if got := renewBackoff(tt.ttl, tt.failures); got != tt.want {
+			t.Errorf("renewBackoff(%v, %d): got %v, want %v", tt.ttl, tt.failures, got, tt.want)
+		}
+	}
+}
+
+func TestDefaultSafetyMargin(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{
+		time.Second: 100 * time.Millisecond,
+		time.Minute: 5 * time.Second,
+		time.Hour:   maxDefaultSafetyMargin,
+	} {
+		if got := defaultSafetyMargin(ttl); got != want {
+			t.Errorf("defaultSafetyMargin(%v): got %v, want %v", ttl, got, want)
+		}
+	}
+}
+
+// A keep-alive whose deadline fires after the lease's end (the process was
+// stopped past it, as scripts/nemesis's pause does) says the lease may
+// have expired already, not that it expires soon.
+func TestLock_KeepAlive_lateDeadlineSaysExpired(t *testing.T) {
+	for _, tt := range []struct {
+		left time.Duration
+		want string
+	}{
+		{300 * time.Millisecond, "may expire 100ms from now"},
+		{-1500 * time.Millisecond, "may have expired 1.5"},
+	} {
+		l := &Lock{name: "n", validUntil: time.Now().Add(tt.left)}
+		err := l.expiringErr(100*time.Millisecond, nil)
+		if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("lease ending in %v: got %v, want ErrLockLost saying %q", tt.left, err, tt.want)
+		}
+	}
+}
+
+// A Refresh whose reply is read after a pause longer than the lease (sent
+// before SIGSTOP, answered after SIGCONT) ends the keep-alive saying the
+// lease may have expired already; one that leaves the lease inside the
+// margin says it may expire within it.
+func TestLock_setValidUntil_lateReplySaysExpired(t *testing.T) {
+	for _, tt := range []struct {
+		until time.Duration
+		want  string
+	}{
+		{50 * time.Millisecond, "may expire within the safety margin 100ms"},
+		{-2 * time.Second, "may have expired 2"},
+	} {
+		e := newMockEnv(t)
+		l := newLock(e.c, "n", strings.Repeat("a", 32), 1, time.Minute, time.Now().Add(time.Minute))
+		kctx := l.keepAlive(context.Background(), 100*time.Millisecond)
+		l.mu.Lock()
+		l.setValidUntil(time.Now().Add(tt.until))
+		l.mu.Unlock()
+		<-kctx.Done()
+		if err := context.Cause(kctx); !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("a Refresh leaving %v: got %v, want ErrLockLost saying %q", tt.until, err, tt.want)
+		}
+		l.stopKeepAlive(l.ka)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
 )
@@ -444,5 +445,31 @@ func TestLock_Check_released(t *testing.T) {
 		}
 		defer tx.Rollback()
 		wantErrIs(t, l.Check(ctx, tx), ErrNotHeld)
+	})
+}
+
+func TestLock_Check_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.mock.ExpectBegin()
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnResult(sqlmock.NewResult(0, 1))
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnResult(sqlmock.NewResult(0, 0))
+		e.mock.ExpectExec(e.sql("check")).WithArgs("job", tok).WillReturnError(errDeadlock)
+		e.mock.ExpectRollback()
+		tx, err := e.db.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Check(t.Context(), tx); err != nil {
+			t.Errorf("Check, row: got %v, want nil", err)
+		}
+		assertErrIs(t, l.Check(t.Context(), tx), ErrNotHeld)
+		// Inside the user's transaction nothing is retried: it is rolled back.
+		err = l.Check(t.Context(), tx)
+		assertErrIs(t, err, errDeadlock)
+		if errors.Is(err, ErrNotHeld) {
+			t.Errorf("Check, deadlock: got %v, want an error that is not ErrNotHeld", err)
+		}
+		tx.Rollback()
 	})
 }

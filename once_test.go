@@ -164,3 +164,62 @@ func TestClient_Once_recordRetried(t *testing.T) {
 		}
 	})
 }
+
+func TestClient_Once_args(t *testing.T) {
+	done := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"1"}).AddRow(1) }
+	notDone := func() *sqlmock.Rows { return sqlmock.NewRows([]string{"1"}) }
+	// acquired expects a call that finds no record and takes the lease.
+	acquired := func(e *mockEnv, tok *tokenArg) {
+		e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+		e.expectExec("acquire", acquireArgs("seed", mockHolder, onceTTL.Microseconds(), tok), okReply(42, 1))
+	}
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		expect  func(e *mockEnv, tok *tokenArg)
+		fnErr   error
+		wantRan bool
+		wantErr []error
+	}{
+		{"runs and records", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(1, 1))
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, nil, true, nil},
+		{"done before", func(e *mockEnv, tok *tokenArg) {
+			e.expectQuery("once_done", []driver.Value{"seed"}, done())
+		}, nil, false, nil},
+		{"done while waiting", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, done())
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, nil, false, nil},
+		{"fn fails: no record", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 1))
+		}, boom, true, []error{boom}},
+		{"taken over: record refused", func(e *mockEnv, tok *tokenArg) {
+			acquired(e, tok)
+			e.expectQuery("once_done", []driver.Value{"seed"}, notDone())
+			e.expectExec("once_record", []driver.Value{"seed", tok}, okReply(0, 1))
+			e.expectExec("release", releaseArgs("seed", tok), okReply(0, 0))
+		}, nil, true, []error{ErrLockLost, ErrNotHeld}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tt.expect(e, &tokenArg{})
+			ran, err := e.c.Once(t.Context(), "seed", func(_ context.Context, _ *Lock) error { return tt.fnErr })
+			if ran != tt.wantRan {
+				t.Errorf("ran: got %v, want %v", ran, tt.wantRan)
+			}
+			if tt.wantErr == nil && err != nil {
+				t.Errorf("err: got %v, want nil", err)
+			}
+			assertErrIs(t, err, tt.wantErr...)
+			e.done()
+		})
+	}
+}
