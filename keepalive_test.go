@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -354,5 +355,65 @@ func TestLock_setValidUntil_lateReplySaysExpired(t *testing.T) {
 			t.Errorf("a Refresh leaving %v: got %v, want ErrLockLost saying %q", tt.until, err, tt.want)
 		}
 		l.stopKeepAlive(l.ka)
+	}
+}
+
+// Once Release or Close is deleting the lease, a keep-alive started before
+// has ended, and a KeepAlive called meanwhile returns a context that has
+// ended: the name may be another's as soon as the DELETE commits, before its
+// reply comes back.
+func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
+	ends := []struct {
+		name    string
+		end     func(c *Client, l *Lock) error
+		wantErr error // the cause the keep-alive's context ends with
+	}{
+		{"Release", func(_ *Client, l *Lock) error { return l.Release(context.Background()) }, ErrNotHeld},
+		{"Close", func(c *Client, _ *Lock) error { return c.Close() }, ErrClosed},
+	}
+	for _, end := range ends {
+		// With a keep-alive running already, and with none: then KeepAlive
+		// would start the first renewer.
+		for _, running := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/keep-alive running %v", end.name, running), func(t *testing.T) {
+				eachServerEnv(t, func(t *testing.T, e *testEnv) {
+					a, p := e.proxiedClient(t, e.newTable(t))
+					ctx := testCtx(t)
+					// Prepare the release statement, so that the DELETE is
+					// the first command Release sends.
+					if err := mustAcquire(t, a, "warm", time.Minute).Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+					l := mustAcquire(t, a, "k", time.Minute)
+					var before context.Context
+					if running {
+						before = l.KeepAlive(context.Background())
+					}
+
+					p.ResetCounts()
+					p.Stall(true)
+					ended := make(chan error, 1)
+					go func() { ended <- end.end(a, l) }()
+					waitCommand(t, p, proxyComStmtExecute)
+					liveBefore := running && before.Err() == nil
+					kctx := l.KeepAlive(context.Background())
+					live := kctx.Err() == nil
+					p.Stall(false)
+					if err := within(t, end.name, func() error { return <-ended }); err != nil {
+						t.Fatalf("%s: %v", end.name, err)
+					}
+					if liveBefore {
+						t.Errorf("the keep-alive started before %s: its context was live while the DELETE was on its way", end.name)
+					}
+					if live {
+						t.Fatalf("KeepAlive while %s's DELETE was on its way: got a live context", end.name)
+					}
+					if running {
+						wantErrIs(t, context.Cause(before), end.wantErr)
+					}
+					wantErrIs(t, context.Cause(kctx), end.wantErr)
+				})
+			})
+		}
 	}
 }

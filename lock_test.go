@@ -473,3 +473,25 @@ func TestLock_Check_args(t *testing.T) {
 		tx.Rollback()
 	})
 }
+
+// A Refresh that waits for another Refresh of the same Lock, stuck on a dead
+// connection, ends with its own context.
+func TestLock_Refresh_waitEndsWithItsContext(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := e.proxiedClient(t, e.newTable(t))
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "r", time.Minute)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		p.ResetCounts()
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		go func() { _ = l.Refresh(ctx, time.Minute) }()
+		waitCommand(t, p, proxyComStmtExecute)
+		short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		err := within(t, "Refresh", func() error { return l.Refresh(short, time.Minute) })
+		wantErrIs(t, err, context.DeadlineExceeded)
+	})
+}

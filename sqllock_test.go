@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -1792,5 +1794,245 @@ func TestClient_Close_releasesHeld(t *testing.T) {
 		wantErrIs(t, x.Release(ctx), ErrClosed)
 		_, err = a.TryAcquire(ctx, "x", time.Second)
 		wantErrIs(t, err, ErrClosed)
+	})
+}
+
+// An acquire that commits after Close has closed the statements gives its
+// lease back, whether or not the Client ever prepared the release: the
+// Client has no statement left, but the *sql.DB is open.
+func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
+	warmups := []struct {
+		name string
+		warm func(t *testing.T, a, b *Client)
+	}{
+		{"release prepared", func(t *testing.T, a, _ *Client) {
+			if err := mustAcquire(t, a, "warm", time.Minute).Release(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"release never prepared", func(t *testing.T, a, b *Client) {
+			// An acquire refused prepares the acquire statement alone,
+			// and leaves Close nothing to release.
+			mustAcquire(t, b, "busy", time.Minute)
+			_, err := a.TryAcquire(testCtx(t), "busy", time.Minute)
+			wantErrIs(t, err, ErrNotAcquired)
+		}},
+	}
+	for _, w := range warmups {
+		t.Run(w.name, func(t *testing.T) {
+			t.Parallel() // each waits out Close's bound on its own tables
+			eachServerEnv(t, func(t *testing.T, e *testEnv) {
+				table := e.newTable(t)
+				a, p := e.proxiedClient(t, table)
+				b := e.client(t, e.db, table)
+				ctx := testCtx(t)
+				w.warm(t, a, b)
+
+				p.ResetCounts()
+				p.Stall(true)
+				acquired := make(chan error, 1)
+				go func() {
+					_, err := a.TryAcquire(ctx, "x", time.Minute)
+					acquired <- err
+				}()
+				waitCommand(t, p, proxyComStmtExecute)
+				if err := within(t, "Close", a.Close); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				p.Stall(false)
+				err := within(t, "TryAcquire", func() error { return <-acquired })
+				wantErrIs(t, err, ErrClosed)
+				if got := inspect(t, b, "x"); got.Held {
+					t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
+				}
+			})
+		})
+	}
+}
+
+// Close calls at once make one release pass; each returns after it, with its
+// result.
+func TestClient_Close_concurrentCallsShareOnePass(t *testing.T) {
+	closeTwice := func(c *Client) (errs [2]error) {
+		var wg sync.WaitGroup
+		wg.Add(len(errs))
+		for i := range errs {
+			go func() { defer wg.Done(); errs[i] = c.Close() }()
+		}
+		wg.Wait()
+		return errs
+	}
+	t.Run("every lease released", func(t *testing.T) {
+		eachServerEnv(t, func(t *testing.T, e *testEnv) {
+			table := e.newTable(t)
+			a, p := e.proxiedClient(t, table)
+			b := e.client(t, e.db, table)
+			const n = 30
+			for i := range n {
+				mustAcquire(t, a, fmt.Sprint("n", i), time.Minute)
+			}
+			// Slow replies stretch the pass, so that the calls overlap.
+			p.Latency(20 * time.Millisecond)
+			for i, err := range closeTwice(a) {
+				if err != nil {
+					t.Errorf("Close %d: got %v, want nil", i, err)
+				}
+			}
+			for i := range n {
+				if got := inspect(t, b, fmt.Sprint("n", i)); got.Held {
+					t.Errorf("after Close: got %+v, want released", got)
+				}
+			}
+		})
+	})
+	t.Run("one result", func(t *testing.T) {
+		eachServerEnv(t, func(t *testing.T, e *testEnv) {
+			a, p := e.proxiedClient(t, e.newTable(t))
+			mustAcquire(t, a, "x", time.Minute)
+			mustAcquire(t, a, "y", time.Minute)
+			// The releases cannot reach the server.
+			p.Refuse(true)
+			p.CutAll()
+			errs := closeTwice(a)
+			if errs[0] == nil || errs[0] != errs[1] {
+				t.Fatalf("Close: got %v and %v, want one release error for both", errs[0], errs[1])
+			}
+			if err := a.Close(); err != errs[0] {
+				t.Fatalf("Close after the pass: got %v, want %v", err, errs[0])
+			}
+		})
+	})
+}
+
+// Close returns while a prepare hangs on a dead connection, and the prepare
+// that completes after it leaves no statement open.
+func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c, p := stalledClient(t, e)
+		closeWhileAcquireStuck(t, c, p, proxyComQuery)
+		for i := range c.stmts {
+			if st := c.stmts[i].Load(); st != nil {
+				t.Errorf("statement %s after Close: got %v, want nil", stmtNames[i], st)
+			}
+		}
+	})
+}
+
+// Close is not held up by a call stuck on a dead connection in a statement
+// Close closes either: closing a *sql.Stmt waits for its executions, so
+// Close stops waiting when its few seconds are up. The acquire that commits
+// after Close gives its lease back.
+func TestClient_Close_notHeldUpByStuckCall(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c, p := e.proxiedClient(t, table)
+		witness := e.client(t, e.openDB(t), table)
+		// Prepare the acquire, so that the stuck command is its execution.
+		if err := mustAcquire(t, c, "warm", time.Minute).Release(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		p.ResetCounts()
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		closeWhileAcquireStuck(t, c, p, proxyComStmtExecute)
+		if got := inspect(t, witness, "x"); got.Held {
+			t.Fatalf("after the acquire that lost to Close: got %+v, want the name free", got)
+		}
+	})
+}
+
+// Close racing every kind of call, twice at once, leaves no lease behind:
+// each acquire that lost to it gives its lease back, and every lease held
+// is released.
+func TestClient_Close_racingEveryCall(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		for round := range 20 {
+			c := e.client(t, e.db, table)
+			names := []string{fmt.Sprintf("%d-a", round), fmt.Sprintf("%d-b", round), fmt.Sprintf("%d-c", round)}
+			var wg sync.WaitGroup
+			wg.Add(6)
+			for g := range 6 {
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						err := randomCall(c, names[rand.N(len(names))], fmt.Sprintf("%d-once-%d-%d", round, g, i))
+						if err != nil && !expectedDuringClose(err) {
+							t.Errorf("round %d: unexpected error: %v", round, err)
+						}
+						if c.isClosed() {
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(rand.N(30 * time.Millisecond))
+			var closeErrs [2]error
+			wg.Add(len(closeErrs))
+			for i := range closeErrs {
+				go func() { defer wg.Done(); closeErrs[i] = c.Close() }()
+			}
+			wg.Wait()
+			for _, err := range closeErrs {
+				if err != nil {
+					t.Errorf("round %d: Close: %v", round, err)
+				}
+			}
+			rows, err := e.db.Query("SELECT name, owner FROM `" + table + "` WHERE kind = 'L' AND expires_at > UTC_TIMESTAMP(6)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var name, owner string
+				if err := rows.Scan(&name, &owner); err != nil {
+					t.Fatal(err)
+				}
+				t.Errorf("round %d: after Close, a live lease on %q under token %s", round, name, owner)
+			}
+			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Each round reports only what it left.
+			if _, err := e.db.Exec("DELETE FROM `" + table + "` WHERE kind = 'L'"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Issue 20, point 6. A Lock whose ValidUntil passed, though nobody took its
+// name, is swept from the Client's registry as it grows; a Refresh that then
+// finds the lease still its own makes it live again, and Close must release
+// it.
+func TestClient_Close_releasesLockRefreshedAfterSweep(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		c := e.client(t, e.db, table)
+		witness := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "swept", time.Minute)
+		// ValidUntil is a lower bound on the client's clock: a slow reply can
+		// leave it behind while the server's lease is still live. Make it so.
+		l.mu.Lock()
+		l.validUntil = time.Now().Add(-time.Millisecond)
+		l.mu.Unlock()
+		for i := range 64 { // enough Locks to make the registry sweep
+			mustAcquire(t, c, fmt.Sprintf("other-%d", i), time.Minute)
+		}
+		if slices.Contains(c.Held(), "swept") {
+			t.Fatal("the lapsed Lock was not swept: the test did not make the case")
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh of a lapsed lease nobody took: got %v, want nil", err)
+		}
+		if !slices.Contains(c.Held(), "swept") {
+			t.Error("Held after the Refresh: the Lock is missing")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if info := inspect(t, witness, "swept"); info.Held {
+			t.Fatalf("after Close: %+v, want the name released", info)
+		}
 	})
 }
