@@ -595,3 +595,87 @@ func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
 		})
 	}
 }
+
+// A slot acquire whose first send is held back and whose resend takes slot 2
+// (slot 1 being another's) returns a Lock on slot 2. The first send, run
+// late after slot 1 was released, takes slot 1 under the same token; it
+// must leave slot 2 the Lock's: the Lock's Refresh succeeds, and a third
+// Client cannot take slot 2.
+func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		first := mustSlot(t, le.witness, "mv", 2, time.Minute)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
+				if sends++; sends == 1 {
+					return hold
+				}
+			}
+			return pass
+		})
+		l, err := le.c.Semaphore("mv", 2).TryAcquire(ctx, time.Minute)
+		if err != nil || l.Slot() != 2 {
+			t.Fatalf("Semaphore.TryAcquire, first send held: got %v, %v, want slot 2", l, err)
+		}
+		le.lc.setDecide(nil)
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, slotName("mv", 1)); owner != l.Token() {
+			t.Fatalf("slot 1 after the late send: owner %q, want the Lock's token: the test did not make the race", owner)
+		}
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh of the Lock on slot %d after the late send: %v", l.Slot(), err)
+		}
+		third := e.client(t, e.openDB(t), le.table)
+		if got, err := third.Semaphore("mv", 2).TryAcquire(ctx, time.Minute); err == nil {
+			t.Fatalf("a third Client: got slot %d while the Lock reports slot %d, want ErrNotAcquired", got.Slot(), l.Slot())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A slot acquire whose first send takes slot 2 (slot 1 being another's) and
+// loses its reply, and whose resend finds slot 1 free, returns a Lock on
+// slot 1 and gives slot 2 back at once: the token holds one slot.
+func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		first := mustSlot(t, le.witness, "one", 2, time.Minute)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if isSlotAcquire(q) && !aboutProof(args) {
+				switch sends++; sends {
+				case 1:
+					return lose // takes slot 2; the reply is lost
+				case 2:
+					if err := first.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			return pass
+		})
+		l, err := le.c.Semaphore("one", 2).TryAcquire(ctx, time.Minute)
+		if err != nil || l.Slot() != 1 || sends != 2 {
+			t.Fatalf("Semaphore.TryAcquire: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
+		}
+		var n int
+		if err := le.straight.QueryRow("SELECT COUNT(*) FROM `"+le.table+"` WHERE kind = 'L' AND owner = ?", l.Token()).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("rows of the token: got %d, %v, want 1", n, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -302,70 +301,6 @@ func TestSemaphore_TryAcquire_otherN(t *testing.T) {
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
-		}
-	})
-}
-
-// A statement sent again with the same token (an exec retry after a lost
-// reply) takes its own slot again, or an earlier free one and keeps its
-// own (a late send must not free the slot a later send returned); the call
-// then gives back every slot of the token but the one it reports.
-func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *testEnv) {
-		slotServer(t, e)
-		table := e.newTable(t)
-		c := e.client(t, e.db, table)
-		other := e.client(t, e.openDB(t), table)
-		ctx := testCtx(t)
-		first := mustSlot(t, other, "r", 3, time.Minute)
-		s, err := c.newSlotCall("r", 3, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l1, err := s.attempt(ctx)
-		if err != nil || l1.Slot() != 2 {
-			t.Fatalf("first send: got %v, %v, want slot 2", l1, err)
-		}
-		l2, err := s.attempt(ctx) // the same token again
-		if err != nil || l2.Slot() != 2 || l2.Fence() <= l1.Fence() {
-			t.Fatalf("same token again: got %v, %v, want slot 2 with a higher fence", l2, err)
-		}
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		l3, err := s.attempt(ctx)
-		if err != nil || l3.Slot() != 1 {
-			t.Fatalf("same token, slot 1 free: got %v, %v, want slot 1", l3, err)
-		}
-		// The token's slot rows, read with the lease statement, which the
-		// fake runs too.
-		tokenRows := func(live bool) (n int) {
-			for i := 1; i <= 3; i++ {
-				var owner, holder string
-				var fence uint64
-				var isLive bool
-				var left int64
-				err := e.db.QueryRowContext(ctx, c.learned().sql[qLease], slotName("r", i)).Scan(&owner, &holder, &fence, &isLive, &left)
-				switch {
-				case err == sql.ErrNoRows:
-				case err != nil:
-					t.Fatalf("lease of slot %d: %v", i, err)
-				case owner == s.token && (isLive || !live):
-					n++
-				}
-			}
-			return n
-		}
-		if n := tokenRows(true); n != 2 {
-			t.Fatalf("live rows of the token after the statement: got %d, want 2 (slot 2 kept)", n)
-		}
-		s.releaseOthers(ctx, l3.Slot())
-		if n := tokenRows(false); n != 1 {
-			t.Fatalf("rows of the token after releaseOthers: got %d, want 1", n)
-		}
-		info, err := c.Semaphore("r", 3).Inspect(ctx)
-		if held := heldSlots(info); err != nil || len(held) != 1 || held[0].Slot != 1 {
-			t.Fatalf("Inspect: got %+v, %v, want slot 1 held alone", info, err)
 		}
 	})
 }
@@ -746,90 +681,6 @@ func TestSlotQueries_statementBinlogSafe(t *testing.T) {
 		info, err := c.Semaphore("b", 2).Inspect(ctx)
 		if err != nil || len(info) != 2 {
 			t.Fatalf("after the resize: got %+v, %v, want 2 slots", info, err)
-		}
-	})
-}
-
-// A slot acquire whose first send is held back and whose resend takes slot 2
-// (slot 1 being another's) returns a Lock on slot 2. The first send, run
-// late after slot 1 was released, takes slot 1 under the same token; it
-// must leave slot 2 the Lock's: the Lock's Refresh succeeds, and a third
-// Client cannot take slot 2.
-func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		slotServer(t, e)
-		le := newLateEnv(t, e)
-		ctx := testCtx(t)
-		first := mustSlot(t, le.witness, "mv", 2, time.Minute)
-		sends := 0
-		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) && !aboutProof(args) {
-				if sends++; sends == 1 {
-					return hold
-				}
-			}
-			return pass
-		})
-		l, err := le.c.Semaphore("mv", 2).TryAcquire(ctx, time.Minute)
-		if err != nil || l.Slot() != 2 {
-			t.Fatalf("Semaphore.TryAcquire, first send held: got %v, %v, want slot 2", l, err)
-		}
-		le.lc.setDecide(nil)
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if n := le.lc.runHeld(t, le.straight); n != 1 {
-			t.Fatalf("held sends: got %d, want 1", n)
-		}
-		if owner, _ := le.owner(t, slotName("mv", 1)); owner != l.Token() {
-			t.Fatalf("slot 1 after the late send: owner %q, want the Lock's token: the test did not make the race", owner)
-		}
-		if err := l.Refresh(ctx, time.Minute); err != nil {
-			t.Fatalf("Refresh of the Lock on slot %d after the late send: %v", l.Slot(), err)
-		}
-		third := e.client(t, e.openDB(t), le.table)
-		if got, err := third.Semaphore("mv", 2).TryAcquire(ctx, time.Minute); err == nil {
-			t.Fatalf("a third Client: got slot %d while the Lock reports slot %d, want ErrNotAcquired", got.Slot(), l.Slot())
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-// A slot acquire whose first send takes slot 2 (slot 1 being another's) and
-// loses its reply, and whose resend finds slot 1 free, returns a Lock on
-// slot 1 and gives slot 2 back at once: the token holds one slot.
-func TestLate_slotResendTakesEarlierSlot_holdsOne(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		slotServer(t, e)
-		le := newLateEnv(t, e)
-		ctx := testCtx(t)
-		first := mustSlot(t, le.witness, "one", 2, time.Minute)
-		sends := 0
-		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) && !aboutProof(args) {
-				switch sends++; sends {
-				case 1:
-					return lose // takes slot 2; the reply is lost
-				case 2:
-					if err := first.Release(ctx); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-			return pass
-		})
-		l, err := le.c.Semaphore("one", 2).TryAcquire(ctx, time.Minute)
-		if err != nil || l.Slot() != 1 || sends != 2 {
-			t.Fatalf("Semaphore.TryAcquire: got %v, %v after %d sends, want slot 1 after 2", l, err, sends)
-		}
-		var n int
-		if err := le.straight.QueryRow("SELECT COUNT(*) FROM `"+le.table+"` WHERE kind = 'L' AND owner = ?", l.Token()).Scan(&n); err != nil || n != 1 {
-			t.Fatalf("rows of the token: got %d, %v, want 1", n, err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
 		}
 	})
 }
