@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
 )
@@ -420,4 +421,340 @@ func TestClient_TryAcquire_newNameRace(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestClient_TryAcquire_args(t *testing.T) {
+	const holder = "worker 7 on host-a"
+	longName := strings.Repeat("n", MaxNameLen)
+	tests := []struct {
+		name   string
+		table  string
+		opts   []Option
+		holder string
+		lock   string
+		ttl    time.Duration
+		ttlUS  int64
+	}{
+		{"default table", DefaultTable, nil, mockHolder, "job", 2*time.Second + 345*time.Microsecond + 678, 2_000_345},
+		{"WithTable", "my_locks", nil, mockHolder, "job", 2*time.Second + 345*time.Microsecond + 678, 2_000_345},
+		{"WithHolder", DefaultTable, []Option{WithHolder(holder)}, holder, "job", time.Minute, 60_000_000},
+		{"shortest ttl", DefaultTable, nil, mockHolder, "job", MinTTL, 1_000},
+		{"longest ttl and name", DefaultTable, nil, mockHolder, longName, MaxTTL, 3_153_600_000_000_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnvTable(t, tt.table, tt.opts...)
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs(tt.lock, tt.holder, tt.ttlUS, tok), okReply(42, 1))
+			l, err := e.c.TryAcquire(t.Context(), tt.lock, tt.ttl)
+			if err != nil {
+				t.Fatalf("TryAcquire: got %v, want nil", err)
+			}
+			if l.Token() != tok.token || !hexToken.MatchString(l.Token()) {
+				t.Errorf("Token: got %q, want %q, 32 lowercase hex digits", l.Token(), tok.token)
+			}
+			if l.Name() != tt.lock {
+				t.Errorf("Name: got %q, want %q", l.Name(), tt.lock)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_TryAcquire_freshToken(t *testing.T) {
+	e := newMockEnv(t)
+	tok1, tok2 := &tokenArg{}, &tokenArg{}
+	e.expectExec("acquire", acquireArgs("a", mockHolder, 1_000_000, tok1), okReply(101, 2))
+	e.expectExec("acquire", acquireArgs("b", mockHolder, 1_000_000, tok2), okReply(102, 2))
+	for _, name := range []string{"a", "b"} {
+		if _, err := e.c.TryAcquire(t.Context(), name, time.Second); err != nil {
+			t.Fatalf("TryAcquire(%q): got %v, want nil", name, err)
+		}
+	}
+	if tok1.token == tok2.token {
+		t.Errorf("tokens of two calls: got %q twice, want two different", tok1.token)
+	}
+	e.done()
+}
+
+func TestClient_TryAcquire_result(t *testing.T) {
+	tests := []struct {
+		name     string
+		id, rows int64
+		wantErr  error  // nil: acquired with fence id, unless wantMsg
+		wantMsg  string // an error that wraps no sentinel
+	}{
+		{"new rows", 1_700_000_000_000_000, 2, nil, ""},
+		{"taken over", 1_700_000_000_000_001, 4, nil, ""},
+		{"small fence", 3, 1, nil, ""},
+		{"held, 0 rows", 0, 0, ErrNotAcquired, ""},
+		{"held, 1 row (clientFoundRows)", 0, 1, ErrNotAcquired, ""},
+		{"held, 2 rows", 0, 2, ErrNotAcquired, ""},
+		{"mark 1 came through", 1, 2, nil, "fence row is missing (mark 1)"},
+		{"mark 2 came through", 2, 1, nil, "fence row is missing (mark 2)"},
+		{"fence 2^63", -1 << 63, 2, nil, ""},
+		{"fence 2^64-1", -1, 2, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 10_000_000, tok), okReply(tt.id, tt.rows))
+			if tt.wantMsg != "" {
+				// The lease it took is given back.
+				e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			}
+			before := time.Now()
+			l, err := e.c.TryAcquire(t.Context(), "job", 10*time.Second)
+			after := time.Now()
+			switch {
+			case tt.wantErr != nil || tt.wantMsg != "":
+				if tt.wantErr != nil {
+					assertErrIs(t, err, tt.wantErr)
+				} else {
+					assertErrContains(t, err, tt.wantMsg)
+					if errors.Is(err, ErrNotAcquired) {
+						t.Errorf("got %v, want an error not wrapping %v", err, ErrNotAcquired)
+					}
+				}
+				if l != nil {
+					t.Errorf("Lock: got %v, want nil", l)
+				}
+			default:
+				if err != nil {
+					t.Fatalf("TryAcquire: got %v, want nil", err)
+				}
+				if got, want := l.Fence(), uint64(tt.id); got != want {
+					t.Errorf("Fence: got %v, want %v", got, want)
+				}
+				if v := l.ValidUntil(); v.Before(before.Add(10*time.Second)) || v.After(after.Add(10*time.Second)) {
+					t.Errorf("ValidUntil: got %v, want between %v and %v", v, before.Add(10*time.Second), after.Add(10*time.Second))
+				}
+			}
+			e.done()
+		})
+	}
+	t.Run("no insert id", func(t *testing.T) {
+		e := newMockEnv(t)
+		noID := errors.New("LastInsertId is not supported")
+		e.expectPrepare("acquire")
+		e.mock.ExpectExec(e.sql("acquire")).WillReturnResult(sqlmock.NewErrorResult(noID))
+		_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+		assertErrIs(t, err, noID)
+		e.done()
+	})
+}
+
+// Issue 21, point 8. An acquire whose lease row stays locked past its own
+// bound (1205: a holder's Lock.Check transaction) is undone, is not sent
+// again, and reports the name held.
+func TestClient_TryAcquire_rowLockedIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"lock wait timeout", errLockWait}, {"as text only", errors.New("Error 1205 (HY000): Lock wait timeout exceeded")}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(tc.err))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, ErrNotAcquired, tc.err)
+			if n := e.c.orphans.Count("job"); n != 0 {
+				t.Errorf("tokens remembered: got %d, want 0", n)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_Acquire_retryStrategy(t *testing.T) {
+	held, free := okReply(0, 1), okReply(7, 1)
+	tests := []struct {
+		name     string
+		strategy RetryStrategy
+		replies  []reply // one per attempt
+		wantErr  error   // nil: acquired with fence 7
+	}{
+		{"NoRetry", NoRetry(), []reply{held}, ErrNotAcquired},
+		{"LimitRetry 3", LimitRetry(LinearBackoff(time.Millisecond), 3), []reply{held, held, held}, ErrNotAcquired},
+		{"acquired on the third attempt", LinearBackoff(time.Millisecond), []reply{held, held, free}, nil},
+		{"server error ends Acquire", LinearBackoff(time.Millisecond), []reply{errReply(errSyntax)}, errSyntax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t, WithRetry(tt.strategy))
+			// One token serves every attempt: with one name waited
+			// for, each poll is the acquire (internal/wait/look.go).
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), tt.replies...)
+			l, err := e.c.Acquire(t.Context(), "job", time.Second)
+			switch {
+			case tt.wantErr != nil:
+				assertErrIs(t, err, tt.wantErr)
+				if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+					t.Errorf("got %v, want no context error", err)
+				}
+			case err != nil:
+				t.Errorf("Acquire: got %v, want nil", err)
+			case l.Fence() != 7 || l.Token() != tok.token:
+				t.Errorf("Lock: got fence %d token %q, want fence 7 token %q", l.Fence(), l.Token(), tok.token)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_Acquire_deadline(t *testing.T) {
+	// Two quick retries, then a wait longer than the context lives.
+	strategy := retryFunc(func(attempt int) (time.Duration, bool) {
+		if attempt < 3 {
+			return time.Millisecond, true
+		}
+		return time.Hour, true
+	})
+	e := newMockEnv(t, WithRetry(strategy))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
+	// Long enough for the three attempts on a loaded machine under -race
+	// (300 ms was not); the hour-long wait is what the deadline must cut.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	l, err := e.c.Acquire(ctx, "job", time.Second)
+	if l != nil {
+		t.Errorf("Lock: got %v, want nil", l)
+	}
+	assertErrIs(t, err, ErrNotAcquired, context.DeadlineExceeded)
+	e.done()
+}
+
+func TestClient_acquire_cancelledInFlight(t *testing.T) {
+	tests := []struct {
+		name    string
+		acquire func(c *Client, ctx context.Context) (*Lock, error)
+		ctx     func(t *testing.T) (context.Context, context.CancelFunc)
+		wantCtx error
+	}{
+		{
+			"TryAcquire, deadline",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryAcquire(ctx, "job", time.Second) },
+			func(t *testing.T) (context.Context, context.CancelFunc) {
+				return context.WithTimeout(t.Context(), 500*time.Millisecond)
+			},
+			context.DeadlineExceeded,
+		},
+		{
+			"Acquire, cancel",
+			func(c *Client, ctx context.Context) (*Lock, error) { return c.Acquire(ctx, "job", time.Second) },
+			func(t *testing.T) (context.Context, context.CancelFunc) {
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(500*time.Millisecond, cancel)
+				return ctx, cancel
+			},
+			context.Canceled,
+		},
+	}
+	// The contexts end after 500ms: long enough for the statement to be sent
+	// on a loaded machine, and it then hangs for a minute, so they end while
+	// it is in flight.
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), reply{id: 42, rows: 1, delay: time.Minute})
+			// The cleanup: the release statement with the same name and token.
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			ctx, cancel := tt.ctx(t)
+			defer cancel()
+			l, err := tt.acquire(e.c, ctx)
+			if l != nil {
+				t.Errorf("Lock: got %v, want nil", l)
+			}
+			assertErrIs(t, err, ErrNotAcquired, tt.wantCtx)
+			e.done()
+		})
+	}
+	t.Run("cancelled before, no SQL", func(t *testing.T) {
+		e := newMockEnv(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := e.c.TryAcquire(ctx, "job", time.Second)
+		assertErrIs(t, err, ErrNotAcquired, context.Canceled)
+		e.assertNothingPrepared()
+		e.done()
+	})
+}
+
+func TestClient_badInput_noSQL(t *testing.T) {
+	longName := strings.Repeat("n", MaxNameLen+1)
+	names := []struct{ name, want string }{
+		{"", "empty lock name"},
+		{longName, "lock name is 256 bytes, longer than the 255"},
+	}
+	ttls := []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{0, "below the minimum"},
+		{-time.Second, "below the minimum"},
+		{999 * time.Microsecond, "below the minimum"},
+		{MaxTTL + 1, "beyond the maximum"},
+	}
+	type call func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error
+	tryAcquire := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		_, err := e.c.TryAcquire(ctx, name, ttl)
+		return err
+	}
+	acquire := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		_, err := e.c.Acquire(ctx, name, ttl)
+		return err
+	}
+	inspect := func(ctx context.Context, e *mockEnv, name string, _ time.Duration) error {
+		_, err := e.c.Inspect(ctx, name)
+		return err
+	}
+	refresh := func(ctx context.Context, e *mockEnv, _ string, ttl time.Duration) error {
+		l := newLock(e.c, "job", strings.Repeat("a", 32), 1, time.Hour, time.Now().Add(time.Hour))
+		return l.Refresh(ctx, ttl)
+	}
+	nop := func(context.Context, *Lock) error { return nil }
+	do := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		return e.c.Do(ctx, name, ttl, nop)
+	}
+	tryDo := func(ctx context.Context, e *mockEnv, name string, ttl time.Duration) error {
+		return lockDo(e.c.TryAcquire(ctx, name, ttl))(ctx, nop)
+	}
+	type tcase struct {
+		name string
+		call call
+		lock string
+		ttl  time.Duration
+		want string
+	}
+	var tests []tcase
+	for _, op := range []struct {
+		name string
+		call call
+	}{{"TryAcquire", tryAcquire}, {"Acquire", acquire}, {"Do", do}, {"TryDo", tryDo}} {
+		for _, n := range names {
+			tests = append(tests, tcase{fmt.Sprintf("%s name of %d bytes", op.name, len(n.name)), op.call, n.name, time.Second, n.want})
+		}
+		for _, d := range ttls {
+			tests = append(tests, tcase{fmt.Sprintf("%s ttl %v", op.name, d.ttl), op.call, "job", d.ttl, d.want})
+		}
+		// Both wrong: the name is named, as TryAcquire checks it first.
+		tests = append(tests, tcase{op.name + " empty name and ttl 0s", op.call, "", 0, "empty lock name"})
+	}
+	for _, n := range names {
+		tests = append(tests, tcase{fmt.Sprintf("Inspect name of %d bytes", len(n.name)), inspect, n.name, 0, n.want})
+	}
+	for _, d := range ttls {
+		tests = append(tests, tcase{fmt.Sprintf("Refresh ttl %v", d.ttl), refresh, "", d.ttl, d.want})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			err := tt.call(t.Context(), e, tt.lock, tt.ttl)
+			assertErrContains(t, err, tt.want)
+			e.assertNothingPrepared()
+			e.done()
+		})
+	}
 }

@@ -411,3 +411,49 @@ func TestClient_ForceRelease_lockDelayReplyLost(t *testing.T) {
 		t.Fatalf("after: got %+v, want the lock-delay", info)
 	}
 }
+
+func TestClient_Inspect_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead"}))
+		if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
+			t.Errorf("Inspect: got %v, want nil", err)
+		}
+	})
+}
+
+func TestClient_Inspect_result(t *testing.T) {
+	cols := []string{"holder", "fence", "held", "ttl", "ahead"}
+	tests := []struct {
+		name string
+		rows *sqlmock.Rows
+		want Info
+	}{
+		{
+			"held",
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000), int64(-500_000)),
+			Info{Name: "job", Holder: "worker-1", Fence: 42, Held: true, TTL: 1500 * time.Millisecond, Age: 500 * time.Millisecond},
+		},
+		{
+			"expired",
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000), int64(-4_000_000)),
+			Info{Name: "job", Holder: "worker-1", Fence: 42},
+		},
+		{
+			"released",
+			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil, nil),
+			Info{Name: "job", Fence: 42},
+		},
+		{"never taken", sqlmock.NewRows(cols), Info{Name: "job"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectInspect("job", tt.rows)
+			got, err := e.c.Inspect(t.Context(), "job")
+			if err != nil || got != tt.want {
+				t.Errorf("Inspect: got %+v, %v, want %+v, nil", got, err, tt.want)
+			}
+			e.done()
+		})
+	}
+}

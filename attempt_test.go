@@ -1,6 +1,7 @@
 package sqllock
 
 import (
+	"context"
 	"errors"
 	"net"
 	"syscall"
@@ -98,4 +99,94 @@ func TestClient_TryAcquire_lostSendThenRefused_tokenRemembered(t *testing.T) {
 		t.Fatalf("TryAcquire: got %v, want nil", err)
 	}
 	e.done()
+}
+
+func TestClient_TryAcquire_retries(t *testing.T) {
+	if fault.MaxTransientAttempts < 2 {
+		t.Fatalf("fault.MaxTransientAttempts: got %d, want at least 2", fault.MaxTransientAttempts)
+	}
+	for _, tc := range transientErrors {
+		if errors.Is(tc.err, errLockWait) {
+			continue // the acquire reports its row held: TestClient_TryAcquire_rowLockedIsHeld
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each its own mock: "bounded" waits out a deadline
+			failures := fault.MaxTransientAttempts - 1
+			if tc.rolledBack {
+				failures = manyConflicts
+			}
+			t.Run("then success, same token", func(t *testing.T) {
+				e := newMockEnv(t)
+				tok := &tokenArg{}
+				replies := append(repeatReply(errReply(tc.err), failures), okReply(7, 1))
+				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), replies...)
+				l, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+				if err != nil {
+					t.Fatalf("TryAcquire: got %v, want nil", err)
+				}
+				if l.Fence() != 7 || l.Token() != tok.token {
+					t.Errorf("Lock: got fence %d token %q, want fence 7 token %q", l.Fence(), l.Token(), tok.token)
+				}
+				e.done()
+			})
+			t.Run("bounded", func(t *testing.T) {
+				e := newMockEnv(t)
+				tok := &tokenArg{}
+				if tc.rolledBack {
+					// Conflicts go on past the context's deadline: the
+					// retries stop within it. The deadline is far enough
+					// that a loaded machine answers the first attempt
+					// before it (the error is then the conflict, not the
+					// cancelled query); the cases wait out theirs together.
+					e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), repeatReply(errReply(tc.err), 10_000)...)
+					ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+					defer cancel()
+					_, err := e.c.TryAcquire(ctx, "job", time.Second)
+					assertErrIs(t, err, tc.err)
+					return
+				}
+				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok),
+					repeatReply(errReply(tc.err), fault.MaxTransientAttempts)...)
+				// The cleanup of the unknown outcome.
+				e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+				_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+				assertErrIs(t, err, tc.err)
+				if errors.Is(err, ErrNotAcquired) {
+					t.Errorf("got %v, want an error not wrapping %v", err, ErrNotAcquired)
+				}
+				e.done()
+			})
+		})
+	}
+}
+
+// A server that refuses to run the statement (read-only during a failover,
+// no server listening) applied nothing: the operation returns at once, for
+// the loops above it to pace their retries, and sends no cleanup.
+func TestClient_TryAcquire_refusedNotRetried(t *testing.T) {
+	dialRefused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, refused := range []error{errReadOnly, dialRefused} {
+		t.Run(refused.Error(), func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(refused))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, refused)
+			if n := e.c.orphans.Count("job"); n != 0 {
+				t.Errorf("tokens remembered: got %d, want 0", n)
+			}
+			e.done()
+		})
+	}
+}
+
+func TestClient_TryAcquire_finalErrorNotRetried(t *testing.T) {
+	for _, final := range []error{errSyntax, errors.New("boom")} {
+		t.Run(final.Error(), func(t *testing.T) {
+			e := newMockEnv(t)
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), errReply(final))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+			assertErrIs(t, err, final)
+			e.done()
+		})
+	}
 }

@@ -8,6 +8,7 @@ package sqllock
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 	"net"
 	"os"
@@ -132,4 +133,94 @@ func TestClassify_realServerErrors(t *testing.T) {
 			})
 		}
 	})
+}
+
+// classify adds this package's own errors to fault.Classify.
+func TestClassify_ownErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want fault.Outcome
+	}{
+		{fmt.Errorf("acquire: %w", ErrClosed), fault.Final},
+		{fmt.Errorf("acquire: %w", errReadOnlyServer), fault.Refused},
+		{errDeadlock, fault.RolledBack},
+	} {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("classify(%v): got %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Every error path says "sqllock:" once per message, and still wraps what
+// it wraps.
+func TestErrors_prefixOnce(t *testing.T) {
+	errAccess := mysqlErr(1045, "28000", "Access denied for user 'app'@'localhost' (using password: YES)")
+	tests := []struct {
+		name string
+		run  func(t *testing.T, e *mockEnv) error
+		is   []error
+		want string
+	}{
+		{"not acquired", func(t *testing.T, e *mockEnv) error {
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, &tokenArg{}), okReply(0, 0))
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{ErrNotAcquired}, "not acquired"},
+		{"acquire gave up at the deadline", func(t *testing.T, e *mockEnv) error {
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, &tokenArg{}), okReply(0, 0))
+			e.c.retry = LinearBackoff(time.Hour) // the context ends first
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			_, err := e.c.Acquire(ctx, "job", time.Minute)
+			return err
+		}, []error{ErrNotAcquired, context.DeadlineExceeded}, `acquire "job": not acquired`},
+		{"refresh of a lost lease", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), okReply(0, 0))
+			return l.Refresh(t.Context(), time.Minute)
+		}, []error{ErrNotHeld}, "not held"},
+		{"release after Close", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+			if err := e.c.Close(); err != nil {
+				t.Fatalf("Close: got %v, want nil", err)
+			}
+			return l.Release(t.Context())
+		}, []error{ErrClosed, ErrNotHeld}, "client closed: not held"},
+		{"Do that lost its lease", func(t *testing.T, e *mockEnv) error {
+			tok := &tokenArg{}
+			e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+			return e.c.Do(t.Context(), "job", time.Minute, func(_ context.Context, _ *Lock) error { return nil })
+		}, []error{ErrLockLost, ErrNotHeld}, "lock lost: not held"},
+		{"Once record refused", func(t *testing.T, e *mockEnv) error {
+			l, tok := e.acquired("job")
+			e.expectExec("once_record", []driver.Value{"job", tok}, okReply(0, 1))
+			return l.recordOnce(t.Context())
+		}, []error{ErrLockLost, ErrNotHeld}, "lock lost: not held"},
+		{"missing table", func(t *testing.T, e *mockEnv) error {
+			e.expectPrepareError("acquire", errNoSuchTable)
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{errNoSuchTable}, "CreateTable"},
+		{"wrong password", func(t *testing.T, e *mockEnv) error {
+			e.mock.ExpectQuery(firstUseSQL(e.table)).WillReturnError(errAccess)
+			_, err := e.c.TryAcquire(t.Context(), "job", time.Minute)
+			return err
+		}, []error{errAccess}, `acquire "job": connect to the server: Error 1045`},
+		{"wrong password at prepare", func(t *testing.T, e *mockEnv) error {
+			e.expectPrepareError("inspect", errAccess)
+			_, err := e.c.Inspect(t.Context(), "job")
+			return err
+		}, []error{errAccess}, `inspect "job": connect to the server: Error 1045`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			err := tt.run(t, e)
+			assertPrefixOnce(t, err)
+			assertErrIs(t, err, tt.is...)
+			assertErrContains(t, err, tt.want)
+		})
+	}
 }

@@ -417,3 +417,20 @@ func TestLock_KeepAlive_duringReleaseHasEnded(t *testing.T) {
 		}
 	}
 }
+
+// After a Release, a KeepAlive's context ends with the cause a call on the
+// released Lock returns: the same words, wrapping ErrNotHeld.
+func TestLock_KeepAlive_afterReleaseCause(t *testing.T) {
+	e := newMockEnv(t)
+	l, tok := e.acquired("job")
+	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release: got %v, want nil", err)
+	}
+	cause := context.Cause(l.KeepAlive(t.Context()))
+	assertErrIs(t, cause, ErrNotHeld)
+	if got, want := fmt.Sprint(cause), fmt.Sprint(l.releasedErr()); got != want {
+		t.Errorf("cause: got %q, want %q", got, want)
+	}
+	e.done()
+}

@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -544,5 +545,236 @@ func TestLock_Release_afterContextEnded(t *testing.T) {
 				t.Errorf("Release against a server that does not answer, ctx canceled: got %v, want an error wrapping context.Canceled", err)
 			}
 		})
+	})
+}
+
+func TestLock_Refresh_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(1_500_250, "job", tok), okReply(1, 1))
+		if err := l.Refresh(t.Context(), 1500*time.Millisecond+250*time.Microsecond); err != nil {
+			t.Errorf("Refresh: got %v, want nil", err)
+		}
+	})
+}
+
+func TestLock_Release_args(t *testing.T) {
+	eachMockTable(t, func(t *testing.T, e *mockEnv) {
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("Release: got %v, want nil", err)
+		}
+	})
+}
+
+func TestLock_Refresh_result(t *testing.T) {
+	t.Run("extended", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(3_600_000_000, "job", tok), okReply(1, 1))
+		before := time.Now()
+		if err := l.Refresh(t.Context(), time.Hour); err != nil {
+			t.Fatalf("Refresh: got %v, want nil", err)
+		}
+		after := time.Now()
+		if v := l.ValidUntil(); v.Before(before.Add(time.Hour)) || v.After(after.Add(time.Hour)) {
+			t.Errorf("ValidUntil: got %v, want between %v and %v", v, before.Add(time.Hour), after.Add(time.Hour))
+		}
+		e.done()
+	})
+	for _, rows := range []int64{0, 1} {
+		t.Run(fmt.Sprintf("insert id 0, %d rows", rows), func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			valid := l.ValidUntil()
+			e.expectExec("refresh", refreshArgs(3_600_000_000, "job", tok), okReply(0, rows))
+			assertErrIs(t, l.Refresh(t.Context(), time.Hour), ErrNotHeld)
+			if got := l.ValidUntil(); !got.Equal(valid) {
+				t.Errorf("ValidUntil: got %v, want %v (unchanged)", got, valid)
+			}
+			e.done()
+		})
+	}
+	t.Run("after Release, no SQL", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("Release: got %v, want nil", err)
+		}
+		assertErrIs(t, l.Refresh(t.Context(), time.Hour), ErrNotHeld)
+		e.done()
+	})
+}
+
+func TestLock_Release_result(t *testing.T) {
+	tests := []struct {
+		name    string
+		rows    int64
+		wantErr error
+	}{
+		{"deleted", 1, nil},
+		{"not ours", 0, ErrNotHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			e.expectExec("release", releaseArgs("job", tok), okReply(0, tt.rows))
+			if err := l.Release(t.Context()); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Release: got %v, want %v", err, tt.wantErr)
+			}
+			// The second call sends nothing: the mock expects nothing more.
+			err := l.Release(t.Context())
+			assertErrIs(t, err, ErrNotHeld)
+			assertErrContains(t, err, "already released")
+			e.done()
+		})
+	}
+}
+
+// A Release called while another release of the Lock is on its way sends
+// nothing: it waits for that one and returns its result (the first waiter
+// makes the flight's channel).
+func TestLock_Release_waitsForTheOneUnderWay(t *testing.T) {
+	e := newMockEnv(t)
+	l, tok := e.acquired("job")
+	r := okReply(0, 1)
+	r.delay = 300 * time.Millisecond
+	e.expectExec("release", releaseArgs("job", tok), r)
+	first := make(chan error, 1)
+	go func() { first <- l.Release(t.Context()) }()
+	for {
+		l.mu.Lock()
+		underWay := l.releaseUnderWay
+		l.mu.Unlock()
+		if underWay {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Errorf("second Release: got %v, want nil", err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("first Release: got %v, want nil", err)
+	}
+	e.done() // one release sent
+}
+
+func TestLock_Refresh_retries(t *testing.T) {
+	for _, tc := range transientErrors {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Run("then success", func(t *testing.T) {
+				e := newMockEnv(t)
+				l, tok := e.acquired("job")
+				failures := 1
+				if tc.rolledBack {
+					failures = manyConflicts
+				}
+				e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), append(repeatReply(errReply(tc.err), failures), okReply(1, 1))...)
+				if err := l.Refresh(t.Context(), time.Minute); err != nil {
+					t.Errorf("Refresh: got %v, want nil", err)
+				}
+				e.done()
+			})
+			t.Run("bounded", func(t *testing.T) {
+				e := newMockEnv(t)
+				l, tok := e.acquired("job")
+				ctx := t.Context()
+				if tc.rolledBack {
+					// Conflicts go on past the lease: the retries stop
+					// when it could expire.
+					l.mu.Lock()
+					l.validUntil = time.Now().Add(200 * time.Millisecond)
+					l.mu.Unlock()
+					e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), repeatReply(errReply(tc.err), 10_000)...)
+				} else {
+					e.expectExec("refresh", refreshArgs(60_000_000, "job", tok),
+						repeatReply(errReply(tc.err), fault.MaxTransientAttempts)...)
+				}
+				err := l.Refresh(ctx, time.Minute)
+				assertErrIs(t, err, tc.err)
+				if errors.Is(err, ErrNotHeld) {
+					t.Errorf("got %v, want an error not wrapping %v: the outcome is unknown", err, ErrNotHeld)
+				}
+				if !tc.rolledBack {
+					e.done()
+				}
+			})
+		})
+	}
+	t.Run("final error", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("refresh", refreshArgs(60_000_000, "job", tok), errReply(errSyntax))
+		assertErrIs(t, l.Refresh(t.Context(), time.Minute), errSyntax)
+		e.done()
+	})
+}
+
+func TestLock_Release_retries(t *testing.T) {
+	lost := mysql.ErrInvalidConn
+	tests := []struct {
+		name    string
+		replies []reply
+		expired bool // the lease's ValidUntil has passed
+		wantErr error
+	}{
+		{"lost, then 1 row", []reply{errReply(lost), okReply(0, 1)}, false, nil},
+		{"lost, then 0 rows while valid", []reply{errReply(lost), okReply(0, 0)}, false, nil},
+		{"lost, then 0 rows after expiry", []reply{errReply(lost), okReply(0, 0)}, true, ErrNotHeld},
+		{"deadlock, then 1 row", []reply{errReply(errDeadlock), okReply(0, 1)}, false, nil},
+		// A rolled-back attempt deleted nothing: 0 rows means not ours.
+		{"deadlock, then 0 rows while valid", []reply{errReply(errDeadlock), okReply(0, 0)}, false, ErrNotHeld},
+		{"lost every time", repeatReply(errReply(lost), fault.MaxTransientAttempts), false, lost},
+		{"final error", []reply{errReply(errSyntax)}, false, errSyntax},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newMockEnv(t)
+			l, tok := e.acquired("job")
+			if tt.expired {
+				l.mu.Lock()
+				l.validUntil = time.Now().Add(-time.Millisecond)
+				l.mu.Unlock()
+			}
+			e.expectExec("release", releaseArgs("job", tok), tt.replies...)
+			if err := l.Release(t.Context()); !errors.Is(err, tt.wantErr) {
+				t.Errorf("Release: got %v, want %v", err, tt.wantErr)
+			}
+			e.done()
+		})
+	}
+	// A Release whose every attempt was lost may have deleted the row: a
+	// later Release that finds nothing while the lease was valid succeeds.
+	t.Run("lost every time, then a second Release finds 0 rows", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), repeatReply(errReply(lost), fault.MaxTransientAttempts)...)
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+		assertErrIs(t, l.Release(t.Context()), lost)
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("second Release: got %v, want nil", err)
+		}
+		e.done()
+	})
+	t.Run("cancelled in flight, then a second Release finds 0 rows", func(t *testing.T) {
+		e := newMockEnv(t)
+		l, tok := e.acquired("job")
+		e.expectExec("release", releaseArgs("job", tok), reply{rows: 1, delay: time.Minute})
+		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))
+		// Long enough for the statement to be sent on a loaded machine; it
+		// then hangs for a minute, so the context ends while it is in flight.
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		if err := l.Release(ctx); err == nil {
+			t.Errorf("Release: got nil, want an error")
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Errorf("second Release: got %v, want nil", err)
+		}
+		e.done()
 	})
 }

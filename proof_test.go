@@ -558,3 +558,14 @@ func TestClient_firstUse_proofDeadlockSentAgain(t *testing.T) {
 		})
 	}
 }
+
+func TestClient_firstUseCheckFails(t *testing.T) {
+	e := newMockEnv(t)
+	boom := errors.New("boom")
+	e.mock.ExpectQuery(firstUseSQL(e.table)).WillReturnError(boom)
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrContains(t, err, "check the server and table")
+	assertErrIs(t, err, boom)
+	e.assertNothingPrepared()
+	e.done()
+}

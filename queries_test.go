@@ -2,6 +2,9 @@ package sqllock
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -77,4 +80,71 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 			rows.Close()
 		}
 	})
+}
+
+func TestSplitQueries_names(t *testing.T) {
+	got := slices.Sorted(maps.Keys(queries))
+	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "guard_applier_mysql", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least",
+		"server_mariadb", "server_mysql", "server_mysql_plain", "slot_acquire", "slot_list", "slot_release",
+		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_lock_delay", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
+		"wake_probe", "wake_release", "wake_wait"}
+	if !slices.Equal(got, want) {
+		t.Errorf("names in queries.sql: got %v, want %v", got, want)
+	}
+	for _, name := range stmtNames {
+		if _, ok := queries[name]; !ok {
+			t.Errorf("queries[%q]: got missing, want present", name)
+		}
+	}
+	for _, i := range tidbStmts {
+		if _, ok := queries[tidbPrefix+stmtNames[i]]; !ok {
+			t.Errorf("queries[%q]: got missing, want TiDB's form of %s", tidbPrefix+stmtNames[i], stmtNames[i])
+		}
+	}
+}
+
+func TestSplitQueries_statements(t *testing.T) {
+	// Placeholders per statement: the argument lists the Client sends.
+	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
+		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
+		"lease": 1, "lock_delay": 5, "tidb_lock_delay": 5, "once_reset": 1, "proof_clear": 1, "proof_engine": 1, "proof_overflow": 1,
+		"server_mysql": 0, "server_mysql_plain": 0, "server_mariadb": 0, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
+		"slot_acquire": 21, "slot_release": 3, "slot_list": 2,
+		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
+		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1,
+		// Sets: literal holes, which the Go side fills (acquire_all.go).
+		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,
+		"all_acquire_fence_write": 1, "all_refresh": 3, "all_release": 2, "all_release_at_least": 3,
+		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
+	for name, stmt := range queries {
+		t.Run(name, func(t *testing.T) {
+			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {
+				t.Errorf("placeholders: got %d, want %d", got, want)
+			}
+			if strings.Contains(stmt, ";") || strings.Contains(stmt, "--") {
+				t.Errorf("got %q, want one statement without semicolon or comments", stmt)
+			}
+			onTable := strings.Contains(stmt, "`sqllock`")
+			row := strings.HasPrefix(stmt, "(") // a row of a set's acquire
+			if want := name != "first_use" && name != "carries" && !strings.HasPrefix(name, "server_") && !row && !strings.HasPrefix(name, "wake_") && !strings.HasPrefix(name, "lock_wait_") && !strings.HasPrefix(name, "guard_"); onTable != want {
+				t.Errorf("names the table placeholder: got %v, want %v", onTable, want)
+			}
+		})
+	}
+}
+
+// Every TiDB statement that writes turns TiDB's own re-run of a conflicting
+// autocommit statement off for itself, so that its answer is that of the run
+// that committed (queries.sql); the reads need no hint.
+func TestQueries_TiDBWritesNotRerun(t *testing.T) {
+	const hint = "/*+ SET_VAR(tidb_retry_limit=0) */"
+	for _, i := range tidbStmts {
+		name := tidbPrefix + stmtNames[i]
+		stmt := queries[name]
+		verb, _, _ := strings.Cut(stmt, " ")
+		writes := verb == "INSERT" || verb == "UPDATE" || verb == "DELETE"
+		if got := strings.HasPrefix(stmt, verb+" "+hint+" "); got != writes {
+			t.Errorf("%s: starts with %s %s: got %v, want %v", name, verb, hint, got, writes)
+		}
+	}
 }

@@ -231,3 +231,19 @@ func TestClient_autocommitOff(t *testing.T) {
 		}
 	})
 }
+
+func TestClient_autocommitOff_noPrepare(t *testing.T) {
+	e := newMockEnv(t)
+	e.expectAutocommit(0)
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	assertErrContains(t, err, "autocommit off")
+	e.assertNothingPrepared()
+	e.done()
+
+	// The check is made again, not remembered as passed.
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), okReply(101, 2))
+	if _, err := e.c.TryAcquire(t.Context(), "job", time.Second); err != nil {
+		t.Errorf("TryAcquire with autocommit on: got %v, want nil", err)
+	}
+	e.done()
+}

@@ -356,3 +356,15 @@ func vtgateLacksColumn(err error) bool {
 	n, ok := fault.Errno(err)
 	return ok && n == 1054 && strings.Contains(err.Error(), "not found in table")
 }
+
+func TestSchema(t *testing.T) {
+	if !strings.HasPrefix(schema, "CREATE TABLE IF NOT EXISTS `sqllock` (") {
+		t.Errorf("schema: got %q, want a CREATE TABLE IF NOT EXISTS `sqllock`", schema)
+	}
+	if got := strings.Count(strings.ToUpper(schema), "CREATE "); got != 1 {
+		t.Errorf("CREATE statements: got %d, want 1", got)
+	}
+	if strings.Contains(schema, ";") || strings.Contains(schema, "--") {
+		t.Errorf("schema: got %q, want one statement without semicolon or comments", schema)
+	}
+}

@@ -1,0 +1,100 @@
+package sqllock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestNoRetry(t *testing.T) {
+	s := NoRetry()
+	for _, attempt := range []int{1, 2, 100} {
+		if _, ok := s.Backoff(attempt); ok {
+			t.Errorf("Backoff(%d): got ok true, want false", attempt)
+		}
+	}
+}
+
+func TestLinearBackoff(t *testing.T) {
+	tests := []struct {
+		d, want time.Duration
+	}{
+		{50 * time.Millisecond, 50 * time.Millisecond},
+		{time.Millisecond, time.Millisecond},
+		{0, time.Millisecond},
+		{-time.Second, time.Millisecond},
+	}
+	for _, tt := range tests {
+		s := LinearBackoff(tt.d)
+		for _, attempt := range []int{1, 2, 100} {
+			if got, ok := s.Backoff(attempt); got != tt.want || !ok {
+				t.Errorf("LinearBackoff(%v).Backoff(%d): got %v, %v, want %v, true", tt.d, attempt, got, ok, tt.want)
+			}
+		}
+	}
+}
+
+func TestExponentialBackoff(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name         string
+		first, limit time.Duration
+		steps        []time.Duration // the step of attempts 1, 2, ...; the last repeats
+	}{
+		{"doubling up to the limit", 10 * ms, 80 * ms, []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 80 * ms}},
+		{"capped between doublings", 7 * ms, 20 * ms, []time.Duration{7 * ms, 14 * ms, 20 * ms}},
+		{"limit below first raised to first", 10 * ms, 5 * ms, []time.Duration{10 * ms}},
+		{"zero first raised to 1ms", 0, 4 * ms, []time.Duration{ms, 2 * ms, 4 * ms}},
+		{"negatives raised to 1ms", -time.Second, -time.Second, []time.Duration{ms}},
+		{"defaults", defaultRetryMin, defaultRetryMax, []time.Duration{8 * ms, 16 * ms, 32 * ms, 64 * ms, 128 * ms, 256 * ms}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ExponentialBackoff(tt.first, tt.limit)
+			limit := tt.steps[len(tt.steps)-1]
+			for _, attempt := range []int{1, 2, 3, 4, 5, 6, 7, 10, 100, 1000} {
+				step := limit
+				if attempt <= len(tt.steps) {
+					step = tt.steps[attempt-1]
+				}
+				seen := map[time.Duration]bool{}
+				for range 200 {
+					got, ok := s.Backoff(attempt)
+					if !ok || got < step/2 || got > step {
+						t.Fatalf("Backoff(%d): got %v, %v, want within [%v, %v], true", attempt, got, ok, step/2, step)
+					}
+					seen[got] = true
+				}
+				if len(seen) < 2 {
+					t.Errorf("Backoff(%d): got %d distinct waits in 200, want jitter", attempt, len(seen))
+				}
+			}
+		})
+	}
+}
+
+func TestLimitRetry(t *testing.T) {
+	// attempts counts the attempts Acquire would make under s.
+	attempts := func(s RetryStrategy) int {
+		n := 1
+		for ; n < 1000; n++ {
+			if _, ok := s.Backoff(n); !ok {
+				break
+			}
+		}
+		return n
+	}
+	for _, n := range []int{1, 2, 3, 10} {
+		s := LimitRetry(LinearBackoff(5*time.Millisecond), n)
+		if got := attempts(s); got != n {
+			t.Errorf("LimitRetry(s, %d): got %d attempts, want %d", n, got, n)
+		}
+		for attempt := 1; attempt < n; attempt++ {
+			if got, ok := s.Backoff(attempt); got != 5*time.Millisecond || !ok {
+				t.Errorf("LimitRetry(s, %d).Backoff(%d): got %v, %v, want 5ms, true", n, attempt, got, ok)
+			}
+		}
+	}
+	if got := attempts(LimitRetry(NoRetry(), 5)); got != 1 {
+		t.Errorf("LimitRetry(NoRetry(), 5): got %d attempts, want 1", got)
+	}
+}
