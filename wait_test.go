@@ -328,3 +328,112 @@ func TestClient_Acquire_recheckBeforeWait(t *testing.T) {
 		wantErrIs(t, <-done, context.Canceled)
 	})
 }
+
+// The look statement answers for many names at once, as the acquire would
+// decide: held while a live lease stands, free when the name was never
+// taken, was released, or its lease expired. 150 names, asked at once, go
+// in more than one statement.
+func TestLook_answersForEveryName(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		holder := e.client(t, e.openDB(t), table)
+		c := e.client(t, e.openDB(t), table)
+		ctx := testCtx(t)
+		const n = 150
+		want := make(map[string]bool)
+		var lapsing []*Lock
+		for i := range n {
+			name := fmt.Sprintf("k%03d\x00ü", i) // any bytes
+			switch i % 4 {
+			case 0: // live
+				mustAcquire(t, holder, name, time.Minute)
+				want[name] = true
+			case 1: // released
+				if err := mustAcquire(t, holder, name, time.Minute).Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case 2: // expires
+				lapsing = append(lapsing, mustAcquire(t, holder, name, 50*time.Millisecond))
+			} // 3: never taken
+		}
+		time.Sleep(100 * time.Millisecond)
+		for _, l := range lapsing {
+			if l.ValidUntil().After(time.Now()) {
+				t.Fatal("a lease meant to expire is still valid")
+			}
+		}
+		var wg sync.WaitGroup
+		for i := range n {
+			name := fmt.Sprintf("k%03d\x00ü", i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, err := c.wait.Looks.Held(ctx, name)
+				if err != nil || got != want[name] {
+					t.Errorf("lookHeld(%q): got %v, %v, want %v", name, got, err, want[name])
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// A look asked after Close started ends with ErrClosed, and Close waits for
+// the look under way, which ends with it.
+func TestLook_close(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c := e.newClient(t)
+		ctx := testCtx(t)
+		if _, err := c.wait.Looks.Held(ctx, "x"); err != nil {
+			t.Fatalf("lookHeld before Close: %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.wait.Looks.Held(ctx, "x"); !errors.Is(err, ErrClosed) {
+			t.Errorf("lookHeld after Close: got %v, want ErrClosed", err)
+		}
+	})
+}
+
+// Close racing a Client that waits for many names (its heads polling with
+// looks) ends every wait with ErrClosed, and no look is left running: the
+// sender goroutine has returned when Close does.
+func TestLook_closeRacesManyWaiters(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		const names = 40
+		table := e.newTable(t)
+		holder := e.client(t, e.openDB(t), table)
+		for i := range names {
+			mustAcquire(t, holder, fmt.Sprintf("n%02d", i), time.Minute)
+		}
+		for round := range 3 {
+			c, err := New(e.openDB(t), WithTable(table), WithRetry(LinearBackoff(time.Millisecond)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, names)
+			for i := range names {
+				go func() {
+					_, err := c.Acquire(testCtx(t), fmt.Sprintf("n%02d", i), time.Minute)
+					got <- err
+				}()
+			}
+			waitFor(t, time.Minute, "every name is waited for", func() bool {
+				return c.wait.Queues.Len() == names
+			})
+			time.Sleep(time.Duration(round) * 7 * time.Millisecond)
+			if err := within(t, "Close", c.Close); err != nil {
+				t.Fatal(err)
+			}
+			if c.wait.Looks.Sending() {
+				t.Error("a look sender still runs after Close returned")
+			}
+			for range names {
+				if err := <-got; !errors.Is(err, ErrClosed) {
+					t.Errorf("Acquire when Close ended its wait: got %v, want ErrClosed", err)
+				}
+			}
+		}
+	})
+}

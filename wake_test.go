@@ -709,3 +709,82 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 		}
 	})
 }
+
+// Issue 22, point 1. A Client with default options, on a pool left
+// unlimited, whose goroutines wait for 100 names another process holds,
+// holds at most 16 connections at once (defaultWakeups channels, the
+// waiting calls' acquire slots and one look: 13), and once the names are
+// released, hands every one of them over. Without the bound, every name's
+// queue polled on its own, and such a Client opened 75 connections.
+func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		const names = 100
+		table := e.newTable(t)
+		holder := e.client(t, e.openDB(t), table, WithHolder("holder"))
+		ctx := testCtx(t)
+		var held []*Lock
+		for i := range names {
+			held = append(held, mustAcquire(t, holder, fmt.Sprintf("n%03d", i), time.Minute))
+		}
+		db, cc := e.countedDB(t)
+		c := e.client(t, db, table, WithHolder("waiter"))
+		var mostChannels atomic.Int64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() { // the channels in use, sampled
+			defer close(sampled)
+			for {
+				if n := int64(c.wait.Channels.InUse()); n > mostChannels.Load() {
+					mostChannels.Store(n)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}()
+		got := make(chan acquired, names)
+		for i := range names {
+			go func() {
+				l, err := c.Acquire(ctx, fmt.Sprintf("n%03d", i), time.Minute)
+				got <- acquired{l, err}
+			}()
+		}
+		waitFor(t, time.Minute, "every name is waited for", func() bool {
+			for i := range names {
+				if headAttempts(c, fmt.Sprintf("n%03d", i)) < 1 {
+					return false
+				}
+			}
+			return true
+		})
+		time.Sleep(2 * time.Second) // several polls of every name
+		waiting := cc.most.Load()
+		released := time.Now()
+		for _, l := range held {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var last time.Time
+		for range names {
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("Acquire: %v", r.err)
+			}
+			last = time.Now()
+			defer r.l.Release(context.Background())
+		}
+		close(stop)
+		<-sampled
+		t.Logf("100 names: at most %d connections while waiting, %d in all, %d dials; at most %d channels; the last name taken %v after the releases began",
+			waiting, cc.most.Load(), cc.dials.Load(), mostChannels.Load(), last.Sub(released).Round(time.Millisecond))
+		if most := cc.most.Load(); most > 16 {
+			t.Errorf("connections open at once: got %d, want at most 16", most)
+		}
+		if n := mostChannels.Load(); n > defaultWakeups {
+			t.Errorf("wake-up channels at once: got %d, want at most %d", n, defaultWakeups)
+		}
+	})
+}
