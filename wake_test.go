@@ -5,13 +5,17 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/wait"
 )
 
 // These tests run against a real server: Clients on *sql.DBs of their own
@@ -785,6 +789,128 @@ func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
 		}
 		if n := mostChannels.Load(); n > defaultWakeups {
 			t.Errorf("wake-up channels at once: got %d, want at most %d", n, defaultWakeups)
+		}
+	})
+}
+
+// Issue 20, point 4. Close lets go of every channel its Client holds, even a
+// free one it reaches after its own time is up: the server named lock would
+// otherwise stay held, on a connection checked out of the pool, until the
+// server drops the idle session. Ten channels, so that a pass that skipped
+// each with even odds would leave some.
+func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c := e.client(t, e.openDB(t), table, WithWakeups(10))
+		ctx := testCtx(t)
+		var names []string
+		for i := range 10 {
+			name := fmt.Sprintf("n%d", i)
+			// Nobody holds the channel: the wait is granted at once, and
+			// the name's queue keeps it, idle.
+			st, _, err := c.wait.Channels.Wait(ctx, name, time.Second)
+			if err != nil || st != wait.Granted {
+				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
+			}
+			names = append(names, name)
+		}
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		c.wait.Channels.Stop()
+		c.wait.Channels.CloseAll(ended)
+		for _, name := range names {
+			wantChannelFree(t, e.db, table, name, "after Close")
+		}
+	})
+}
+
+// Issue 20, point 5. A wait on a channel whose connection went silent (a
+// NAT or a load balancer dropped it; here a proxy that holds all traffic)
+// ends on the client a little after the server's GET_LOCK timeout, not when
+// TCP gives up minutes later.
+func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		c, p := e.proxiedClient(t, table)
+		mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		done := make(chan wait.State, 1)
+		go func() {
+			st, _, _ := c.wait.Channels.Wait(context.Background(), "silent", time.Second)
+			done <- st
+		}()
+		// The bound: GET_LOCK's second plus wakeWaitSlack; a minute is
+		// what TCP would take, at the least.
+		select {
+		case st := <-done:
+			if st != wait.Failed {
+				t.Errorf("wait on a silent connection: got state %v, want failed (poll)", st)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the wait on a silent connection did not end within 30s")
+		}
+	})
+}
+
+// Issue 20, point 5. A DSN readTimeout shorter than a channel's wait cuts
+// every wait: the Client notices after two cut alike, says so once, and
+// waits less from then on.
+func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		rec, logOpt := newRecorder()
+		db := e.openDBWith(t, func(c *mysql.Config) { c.ReadTimeout = 3 * time.Second })
+		c := e.client(t, db, table, logOpt)
+		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table), table, "n")
+		defer holder.Release(testCtx(t))
+		for i := range 2 {
+			st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute)
+			if err != nil || st != wait.Failed {
+				t.Fatalf("wait %d: got %v, %v, want failed (cut by the read timeout)", i, st, err)
+			}
+		}
+		if got := c.wait.Channels.MaxWait(); got != 2*time.Second {
+			t.Errorf("longest wait after two cut at 3s: got %v, want 2s", got)
+		}
+		warned := slices.ContainsFunc(rec.atLeast(slog.LevelWarn), func(s string) bool { return strings.Contains(s, "readTimeout") })
+		if !warned {
+			t.Errorf("no warning about readTimeout; logged: %v", rec.atLeast(slog.LevelWarn))
+		}
+		// Now shorter than the read timeout, a wait times out on the server.
+		if st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute); err != nil || st != wait.TimedOut {
+			t.Errorf("wait after the change: got %v, %v, want timed out", st, err)
+		}
+	})
+}
+
+// Issue 22, point 3. A channel's connection that the server drops after it
+// idled (a short wait_timeout) wedges nobody: the Lock holding it releases
+// without error, and a process waiting for the name gets it.
+func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		short := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "wait_timeout", "1") })
+		c := e.client(t, short, table)
+		l := holdAfterWaiting(t, e, c, table, "n")
+		// The idle channel connection outlives the server's patience.
+		waitFor(t, 10*time.Second, "the server drops the idle channel", func() bool {
+			return channelHolder(t, e.db, table, "n") == 0
+		})
+		ctx := testCtx(t)
+		other := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(20*time.Millisecond)))
+		got := acquireAsync(ctx, other, "n")
+		waitFor(t, time.Minute, "the other process waits", func() bool { return headAttempts(other, "n") > 0 })
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release of a Lock whose channel the server dropped: %v", err)
+		}
+		w := mustGet(t, got)
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
