@@ -368,31 +368,6 @@ func TestWakeups_fullPoolPolls(t *testing.T) {
 	})
 }
 
-// A process that took a name without waiting, and releases and acquires it
-// again at once, queues behind the process that polls for it (which holds
-// the channel): its release asks whether anyone waits.
-func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
-	eachEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		ctx := testCtx(t)
-		h := e.client(t, e.openDB(t), table)
-		held, err := h.Acquire(ctx, "n", wakeTTL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := e.client(t, e.openDB(t), table, WithRetry(LinearBackoff(200*time.Millisecond)))
-		got := acquireAsync(ctx, w, "n")
-		waitFor(t, time.Minute, "the waiter holds the channel and polls", func() bool {
-			return headAttempts(w, "n") > 1 && w.wait.Channels.Holds("n")
-		})
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		waiterFirst(t, got, acquireAsync(ctx, h, "n"))
-	})
-}
-
 // Close racing Acquire and Release of processes that hand a name around on
 // the channel leaves nothing held: no lease, no channel, no waiter.
 func TestWakeups_closeRacesHandoffs(t *testing.T) {
@@ -474,59 +449,6 @@ func TestWakeups_serverRefusesGetLock(t *testing.T) {
 		t.Error("wake-ups after the refusal: got on, want off")
 	}
 	e.done()
-}
-
-// A holder stuck with the channel (it neither releases nor refreshes) does
-// not keep a waiter from the name once its lease lapses: the waiter's
-// GET_LOCK times out and it polls. The stuck process is a lease that is
-// never refreshed and a session that holds the channel and sends nothing
-// more, so that nothing lets the channel go (a Client's own holder would,
-// once its lease lapsed, and race the waiter's poll).
-func TestWakeups_stuckHolderLapses(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		ctx := testCtx(t)
-		stuck := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Second) // never refreshed
-		channel, err := e.db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { channel.Close() })
-		hex := "X'" + fmt.Sprintf("%x", "n") + "'"
-		text := func(stmt string) string {
-			q := strings.ReplaceAll(queries[stmt], "'sqllock'", "'"+table+"'")
-			q = strings.Replace(q, "?", hex, 2)
-			return strings.Replace(q, "?", "1", 1)
-		}
-		var wasFree, granted int
-		if err := channel.QueryRowContext(ctx, text("wake_wait")).Scan(&wasFree, &granted); err != nil || granted != 1 {
-			t.Fatalf("taking the channel by hand: got granted %d, %v; want 1", granted, err)
-		}
-		t.Cleanup(func() { _, _ = channel.ExecContext(context.Background(), text("wake_release")) })
-		holder := channelHolder(t, e.db, table, "n")
-		if holder == 0 {
-			t.Fatal("the stuck holder: got no channel, want it held")
-		}
-		r := newEventRecorder()
-		w := e.client(t, e.openDB(t), table, WithObserver(r.observer()))
-		l, err := w.Acquire(ctx, "n", time.Second)
-		if err != nil {
-			t.Fatalf("Acquire behind a stuck holder: %v", err)
-		}
-		if l.Fence() <= stuck.Fence() {
-			t.Errorf("fence: got %d, want more than %d", l.Fence(), stuck.Fence())
-		}
-		r.mu.Lock()
-		timedOut := r.counts["wakeup n timed_out"]
-		r.mu.Unlock()
-		if timedOut == 0 {
-			t.Errorf("the waiter's waits on the channel: got none timed out, want it to have waited there and polled")
-		}
-		if got := channelHolder(t, e.db, table, "n"); got != holder {
-			t.Errorf("the stuck holder's channel: got held by session %d, want still by %d (the waiter polled past it)", got, holder)
-		}
-	})
 }
 
 // skipChannelsOnTiDB skips a test of the wake-up channels on TiDB, where a
