@@ -476,3 +476,17 @@ func TestDo_badOptions(t *testing.T) {
 	e.assertNothingPrepared()
 	e.done()
 }
+
+// heldLock returns the Lock c holds on name, as Do keeps it to itself.
+func heldLock(t *testing.T, c *Client, name string) *Lock {
+	t.Helper()
+	c.held.mu.Lock()
+	defer c.held.mu.Unlock()
+	for l := range c.held.locks {
+		if l.name == name {
+			return l
+		}
+	}
+	t.Fatalf("%q is not held", name)
+	return nil
+}

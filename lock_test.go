@@ -778,3 +778,15 @@ func TestLock_Release_retries(t *testing.T) {
 		e.done()
 	})
 }
+
+// waitServerExpired returns once the server's clock has passed the expiry of
+// name's lease on c's table. Inspect is a plain read: it takes no row lock,
+// so it does not wait on a transaction that wrote the row.
+func waitServerExpired(t *testing.T, c *Client, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); inspect(t, c, name).Held; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of %q is still live by the server's clock 10s on", name)
+		}
+	}
+}

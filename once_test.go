@@ -2,8 +2,10 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,5 +223,119 @@ func TestClient_Once_args(t *testing.T) {
 			assertErrIs(t, err, tt.wantErr...)
 			e.done()
 		})
+	}
+}
+
+// waitForStatements waits until n statements that mention table are running
+// on other sessions, stably: that many are waiting for a row lock. (On
+// MariaDB an acquire starts with SET STATEMENT: queries.sql, lock_wait_mariadb.
+// Through Vitess the server runs vttablet's rewriting, which does not quote
+// the table's name; vttestserver's one mysqld serves every shard.)
+func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
+	t.Helper()
+	ctx := testCtx(t)
+	stable := 0
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d statements on %s waiting", n, table), func() bool {
+		var got int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%INSERT %INTO %', ?, '%')", table).Scan(&got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got >= n {
+			stable++
+		} else {
+			stable = 0
+		}
+		time.Sleep(50 * time.Millisecond)
+		return stable >= 3
+	})
+}
+
+// onceRecordRace runs TestClient_Once_recordOnlyWhileLeaseHeld's race with
+// both Clients' sessions at level.
+func onceRecordRace(t *testing.T, e *testEnv, level string) {
+	table := e.newTable(t)
+	a := e.client(t, e.isolated(t, level), table, WithHolder("a"))
+	b := e.client(t, e.isolated(t, level), table, WithHolder("b"),
+		WithRetry(LinearBackoff(10*time.Millisecond)))
+	ctx := testCtx(t)
+
+	// Another session holds the lock of the record's key until rollback (in
+	// a pessimistic transaction on TiDB, whose optimistic ones lock nothing
+	// before commit).
+	blocker, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close()
+	begin := "START TRANSACTION" // BEGIN opens a block under MariaDB's sql_mode=ORACLE
+	if e.server.TiDB {
+		begin = "BEGIN PESSIMISTIC"
+	}
+	if _, err := blocker.ExecContext(ctx, begin); err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	if _, err := blocker.ExecContext(ctx, "INSERT INTO `"+table+"` (name, kind, owner, holder, fence, acquired_at, expires_at) VALUES ('job', 'D', 'x', 'blocker', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"); err != nil {
+		t.Fatal(err)
+	}
+
+	var runs atomic.Int32
+	type result struct {
+		who string
+		ran bool
+		err error
+	}
+	results := make(chan result, 2)
+	go func() {
+		ran, err := a.Once(ctx, "job", func(ctx context.Context, _ *Lock) error {
+			runs.Add(1)
+			// The lease lapses, as if this process had stalled.
+			_, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'job' AND kind = 'L'")
+			return err
+		})
+		results <- result{"a", ran, err}
+	}()
+	waitForStatements(t, e.db, table, 1) // a's record waits
+	go func() {
+		ran, err := b.Once(ctx, "job", func(_ context.Context, _ *Lock) error {
+			runs.Add(1)
+			return nil
+		})
+		results <- result{"b", ran, err}
+	}()
+	// b waits too: for the lease row, or for the record's key.
+	waitForStatements(t, e.db, table, 2)
+	if _, err := blocker.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	reported, ran := 0, 0
+	for range 2 {
+		r := <-results
+		if r.ran {
+			ran++
+		}
+		if r.ran && r.err == nil {
+			reported++
+		} else if r.ran && !errors.Is(r.err, ErrLockLost) || !r.ran && r.err != nil {
+			t.Errorf("%s: Once returned %v, %v", r.who, r.ran, r.err)
+		}
+	}
+	// MySQL and MariaDB lock the lease row when the record's statement reads
+	// it, so the takeover waits, finds the record and does not run fn. TiDB
+	// locks nothing before commit: the takeover goes ahead and runs fn, and
+	// the first record's commit must then fail, so that its call reports the
+	// lost lease (ErrLockLost) rather than a second success.
+	wantRuns := 1
+	if e.server.TiDB {
+		wantRuns = 2
+	}
+	if reported != 1 || runs.Load() != int32(ran) || ran != wantRuns {
+		t.Fatalf("got %d calls reporting a run, %d saying fn ran, and fn run %d times, want 1, %d and %d", reported, ran, runs.Load(), wantRuns, wantRuns)
+	}
+	var owners int
+	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"` WHERE name = 'job' AND kind = 'D'").Scan(&owners); err != nil || owners != 1 {
+		t.Fatalf("got %d records, %v, want 1", owners, err)
 	}
 }
