@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,80 +13,6 @@ import (
 )
 
 // These tests run against a real server; see server_test.go for which.
-
-func mustAcquire(t testing.TB, c *Client, name string, ttl time.Duration) *Lock {
-	t.Helper()
-	l, err := c.TryAcquire(testCtx(t), name, ttl)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q): %v", name, err)
-	}
-	return l
-}
-
-func wantErrIs(t testing.TB, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("got %v, want an error wrapping %v", err, target)
-	}
-}
-
-// checkedTx begins a transaction on c's pool and runs l.Check in it, as a
-// holder does before its protected writes: l's lease row stays locked
-// until the transaction ends. The test's end rolls it back, if the test
-// has not ended it.
-func checkedTx(t testing.TB, c *Client, l *Lock) *sql.Tx {
-	t.Helper()
-	ctx := testCtx(t)
-	tx, err := c.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback() })
-	if err := l.Check(ctx, tx); err != nil {
-		t.Fatalf("Check: %v", err)
-	}
-	return tx
-}
-
-func inspect(t testing.TB, c *Client, name string) Info {
-	t.Helper()
-	info, err := c.Inspect(testCtx(t), name)
-	if err != nil {
-		t.Fatalf("Inspect(%q): %v", name, err)
-	}
-	return info
-}
-
-// twoClients returns two Clients on one fresh table, each with a *sql.DB of
-// its own, as two processes would have, holding as "a" and "b"; b has
-// bOpts too.
-func (e *testEnv) twoClients(t testing.TB, bOpts ...Option) (a, b *Client) {
-	t.Helper()
-	table := e.newTable(t)
-	return e.client(t, e.db, table, WithHolder("a")), e.client(t, e.openDB(t), table, append([]Option{WithHolder("b")}, bOpts...)...)
-}
-
-// openDBWith opens a *sql.DB on the environment's DSN changed by f.
-func (e *testEnv) openDBWith(t testing.TB, f func(*mysql.Config)) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("mysql", e.dsnWith(t, f))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// serverAddr is the host:port of the environment's server.
-func (e *testEnv) serverAddr(t testing.TB) string {
-	t.Helper()
-	skipFakeFor(t, e, "it needs the server's TCP address")
-	cfg, err := mysql.ParseDSN(e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg.Addr
-}
 
 // Point 6: names and tokens compare byte for byte.
 func TestClient_names_byteForByte(t *testing.T) {

@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
@@ -14,60 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
 )
-
-// expectServerProof expects the proof of the server (proof_server.go) on
-// the mock's one connection, answered as MariaDB answers it: its facts,
-// then the takeover of an expired lease with fence 8, the row it wrote, and
-// error 1690 on the overflow.
-func (e *mockEnv) expectServerProof(version, acquire string, acquireArgs int) {
-	anyArgs := slices.Repeat([]driver.Value{sqlmock.AnyArg()}, acquireArgs)
-	// Each statement prepared, as the Client sends it. The owner's lease
-	// deleted, if it held one (neither its acquire nor its refresh moves
-	// its expiry earlier), then taken a second into the past.
-	e.mock.ExpectPrepare(e.proofSQL("release")).ExpectExec().WithArgs(sqlmock.AnyArg(), sqlmock.AnyArg()).
-		WillReturnResult(sqlmock.NewResult(0, 0))
-	e.mock.ExpectPrepare(acquire).ExpectExec().WithArgs(anyArgs...).WillReturnResult(sqlmock.NewResult(7, 1))
-	// The row read back has the taker's owner token, seen as it is sent.
-	row := sqlmock.NewRows([]string{"owner", "length", "one"})
-	takeover := slices.Clone(anyArgs)
-	seen := false
-	takeover[1] = argFunc(func(v driver.Value) bool {
-		if !seen {
-			seen = true
-			row.AddRow(v, proofEngineTTL.Microseconds(), 1)
-		}
-		return true
-	})
-	e.mock.ExpectPrepare(acquire).ExpectExec().WithArgs(takeover...).WillReturnResult(sqlmock.NewResult(8, 2))
-	e.mock.ExpectPrepare(e.sql("proof_engine")).ExpectQuery().WithArgs(sqlmock.AnyArg()).WillReturnRows(row)
-	e.mock.ExpectPrepare(e.sql("proof_overflow")).ExpectExec().WithArgs(sqlmock.AnyArg()).
-		WillReturnError(errors.New("Error 1690 (22003): BIGINT UNSIGNED value is out of range in '`fence` + 1 + 18446744073709551615'"))
-	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
-}
-
-// expectServerFacts expects the query of the server's facts (proof_server.go),
-// made before the proof's first write, answered as a writable server.
-func (e *mockEnv) expectServerFacts(version string) {
-	if q := factsQuery(version); q != "" {
-		e.mock.ExpectQuery(q).WithoutArgs().
-			WillReturnRows(sqlmock.NewRows([]string{"ro", "sro", "id", "cluster"}).AddRow(0, 0, "1 mock 3306 /data/", ""))
-	}
-}
-
-// wakeupConns lifts the mock's one-connection pool for a test of the
-// wake-up channels, whose channel holds a connection of its own while the
-// acquire sends on another, and takes the proof as made: with a second
-// connection the proof would prove the row lock between two connections,
-// which a mock cannot show.
-func (e *mockEnv) wakeupConns() {
-	e.db.SetMaxOpenConns(0)
-	e.c.markProven()
-	e.proven = true
-}
 
 // gmsEnv names the DSN of a go-mysql-server (scripts/gms up; scripts/gms
 // dsn), which TestClient_firstUse_refusesGoMySQLServer holds a Client to.
