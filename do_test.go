@@ -188,7 +188,7 @@ func TestLock_Do_stalledRenewal_noNilLastError(t *testing.T) {
 
 // (a) With renewals blocked, fn's context is cancelled before another
 // Client, polling the server directly, can take the name.
-func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
+func TestClient_Do_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
@@ -242,7 +242,7 @@ func TestDo_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 
 // (b) One renewal fails, the network recovers: fn runs on, the lease and its
 // fence unchanged.
-func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
+func TestClient_Do_renewalFailsOnce_leaseKept(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
@@ -301,7 +301,7 @@ func TestDo_renewalFailsOnce_leaseKept(t *testing.T) {
 }
 
 // (c) Do releases with a context of its own after the caller's ended.
-func TestDo_releasesAfterCallerCancel(t *testing.T) {
+func TestClient_Do_releasesAfterCallerCancel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx, cancel := context.WithCancel(testCtx(t))
@@ -325,7 +325,7 @@ func TestDo_releasesAfterCallerCancel(t *testing.T) {
 }
 
 // TryAcquire then Lock.Do does not wait and does not run fn when the name is held; Do waits.
-func TestTryDo_notAcquired(t *testing.T) {
+func TestLock_Do_notAcquired(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
@@ -344,7 +344,7 @@ func TestTryDo_notAcquired(t *testing.T) {
 }
 
 // A panic in fn releases the lease and goes on.
-func TestDo_panicReleases(t *testing.T) {
+func TestClient_Do_panicReleases(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		func() {
@@ -366,7 +366,7 @@ func TestDo_panicReleases(t *testing.T) {
 
 // (f) WithMinHold keeps another host out until acquired-at + d, then lets
 // it in; a minimum that has passed releases at once.
-func TestDo_WithMinHold(t *testing.T) {
+func TestClient_Do_WithMinHold(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		ctx := testCtx(t)
@@ -413,7 +413,7 @@ func TestDo_WithMinHold(t *testing.T) {
 }
 
 // Many Do calls leave no goroutine behind.
-func TestDo_noGoroutineLeak(t *testing.T) {
+func TestClient_Do_noGoroutineLeak(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
@@ -435,7 +435,7 @@ func TestDo_noGoroutineLeak(t *testing.T) {
 	})
 }
 
-func TestDo_WithMinHold_args(t *testing.T) {
+func TestLock_Do_WithMinHold_args(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
 		tok := &tokenArg{}
 		e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), okReply(42, 1))
@@ -446,7 +446,7 @@ func TestDo_WithMinHold_args(t *testing.T) {
 	})
 }
 
-func TestDo_WithMinHold_result(t *testing.T) {
+func TestLock_Do_WithMinHold_result(t *testing.T) {
 	for _, rows := range []int64{0, 1} {
 		e := newMockEnv(t)
 		tok := &tokenArg{}
@@ -459,7 +459,7 @@ func TestDo_WithMinHold_result(t *testing.T) {
 	}
 }
 
-func TestDo_badOptions(t *testing.T) {
+func TestClient_Do_badOptions(t *testing.T) {
 	e := newMockEnv(t)
 	for _, opts := range [][]DoOption{
 		{WithMinHold(-time.Second)},

@@ -13,7 +13,7 @@ import (
 
 // Elect whose server is down the whole time returns its context's error
 // wrapping the last error it met: the caller learns why it never led.
-func TestElect_serverDown_returnsLastError(t *testing.T) {
+func TestClient_Elect_serverDown_returnsLastError(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		db := e.openDBWith(t, func(c *mysql.Config) { c.Addr = closedAddr(t) })
 		c := e.client(t, db, "sqllock")
@@ -72,7 +72,7 @@ func TestClient_Elect_readOnlyServer_leadsAfter(t *testing.T) {
 
 // A candidate whose server turns read-only during a failover keeps
 // campaigning, and leads once the server takes writes again.
-func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
+func TestClient_Elect_readOnlyServer_campaignGoesOn(t *testing.T) {
 	for _, tc := range passableErrors {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newMockEnv(t)
@@ -109,7 +109,7 @@ func TestClient_readOnlyServer_campaignGoesOn(t *testing.T) {
 
 // Elect whose server never answered returns its context's error wrapping
 // the last error it met, so the caller learns why it never led.
-func TestElect_returnsLastError(t *testing.T) {
+func TestClient_Elect_returnsLastError(t *testing.T) {
 	e := newMockEnv(t)
 	// The proof taken as made: its thirty statements through the mock's
 	// unordered matching, under -race on a loaded machine, could use up
@@ -131,9 +131,9 @@ func TestElect_returnsLastError(t *testing.T) {
 // before the context says it ended, still returns the attempt's error, with
 // the last refusal: the campaign reads the context once, as Acquire does,
 // and the refusal is not mistaken for another leader's lease.
-func TestElect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
+func TestClient_Elect_deadlinePassingMidAttempt_keepsLastError(t *testing.T) {
 	e := newMockEnv(t)
-	// The proof taken as made, as in TestElect_returnsLastError: under
+	// The proof taken as made, as in TestClient_Elect_returnsLastError: under
 	// load its statements could use up the 300ms, and its cut would be
 	// the last error.
 	e.c.markProven()

@@ -153,7 +153,7 @@ func TestClassify_ownErrors(t *testing.T) {
 
 // Every error path says "sqllock:" once per message, and still wraps what
 // it wraps.
-func TestErrors_prefixOnce(t *testing.T) {
+func TestClient_errors_prefixOnce(t *testing.T) {
 	errAccess := mysqlErr(1045, "28000", "Access denied for user 'app'@'localhost' (using password: YES)")
 	tests := []struct {
 		name string

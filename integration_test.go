@@ -94,7 +94,7 @@ func TestClient_oneRoundTrip(t *testing.T) {
 // Mutual exclusion under contention: several Clients on separate *sql.DBs,
 // standing in for processes, do a non-atomic read-modify-write of a counter
 // under the lock. A lost update, or a fence out of order, fails the test.
-func TestMutualExclusion_stress(t *testing.T) {
+func TestIntegration_mutualExclusion_stress(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		const clients, goroutines, rounds = 4, 16, 12
 		table := e.newTable(t)

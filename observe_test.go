@@ -89,7 +89,7 @@ func showCounts(m map[string]int) string {
 
 // An uncontended acquire and release: one attempt, the hold's start and
 // end, and the release, with the fence and times the Lock has.
-func TestObserver_uncontendedPair(t *testing.T) {
+func TestWithObserver_uncontendedPair(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		r := newEventRecorder()
 		c := e.newClient(t, WithObserver(r.observer()))
@@ -119,7 +119,7 @@ func TestObserver_uncontendedPair(t *testing.T) {
 
 // A TryAcquire refused, an Acquire that waits out its context, then a
 // TryAcquire that succeeds after the holder's Release.
-func TestObserver_refusedThenAcquired(t *testing.T) {
+func TestWithObserver_refusedThenAcquired(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		ctx := testCtx(t)
@@ -158,7 +158,7 @@ func TestObserver_refusedThenAcquired(t *testing.T) {
 
 // A lease taken over under KeepAlive: the renewal that finds it gone, one
 // end (lost), and a Release after that which ends nothing more.
-func TestObserver_leaseLostUnderKeepAlive(t *testing.T) {
+func TestWithObserver_leaseLostUnderKeepAlive(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		ctx := testCtx(t)
@@ -223,7 +223,7 @@ func TestObserver_leaseLostUnderKeepAlive(t *testing.T) {
 }
 
 // Close with three leases held: each is released, and ends as closed.
-func TestObserver_closeWithHeldLocks(t *testing.T) {
+func TestWithObserver_closeWithHeldLocks(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		r := newEventRecorder()
 		c := e.newClient(t, WithObserver(r.observer()))
@@ -253,7 +253,7 @@ func TestObserver_closeWithHeldLocks(t *testing.T) {
 
 // A release of one Client hands the name to another's Acquire waiting on
 // the wake-up channel: the waiter's wait ends granted.
-func TestObserver_wakeupHandoff(t *testing.T) {
+func TestWithObserver_wakeupHandoff(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -278,7 +278,7 @@ func TestObserver_wakeupHandoff(t *testing.T) {
 
 // A deadlock rolls the acquire back twice; the third send takes the lease.
 // sqlmock, since a real server deadlocks only by chance.
-func TestObserver_retriedRollback(t *testing.T) {
+func TestWithObserver_retriedRollback(t *testing.T) {
 	r := newEventRecorder()
 	e := newMockEnv(t, WithObserver(r.observer()))
 	tok := &tokenArg{}
@@ -300,7 +300,7 @@ func TestObserver_retriedRollback(t *testing.T) {
 
 // A broken connection leaves an acquire's outcome unknown: the Client
 // retires its token and deletes its lease, which settles it.
-func TestObserver_unknownOutcomeSettled(t *testing.T) {
+func TestWithObserver_unknownOutcomeSettled(t *testing.T) {
 	r := newEventRecorder()
 	e := newMockEnv(t, WithObserver(r.observer()))
 	tok := &tokenArg{}
@@ -323,7 +323,7 @@ func TestObserver_unknownOutcomeSettled(t *testing.T) {
 
 // Several sends of unknown outcome: the DELETE that removes what one wrote
 // does not settle the token, which is remembered.
-func TestObserver_unknownOutcomeResent_notSettled(t *testing.T) {
+func TestWithObserver_unknownOutcomeResent_notSettled(t *testing.T) {
 	r := newEventRecorder()
 	e := newMockEnv(t, WithObserver(r.observer()))
 	tok := &tokenArg{}
@@ -344,7 +344,7 @@ func TestObserver_unknownOutcomeResent_notSettled(t *testing.T) {
 
 // An observer that panics in every func: each call goes on, the lease is
 // taken and given back, and the panics are logged.
-func TestObserver_panicking(t *testing.T) {
+func TestWithObserver_panicking(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		var logs bytes.Buffer
 		var mu sync.Mutex
@@ -396,7 +396,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // An acquire's error is read as the Outcome its event reports.
-func TestObserver_outcomeOfError(t *testing.T) {
+func TestWithObserver_outcomeOfError(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want observe.Outcome
@@ -417,7 +417,7 @@ func TestObserver_outcomeOfError(t *testing.T) {
 }
 
 // A lease left to lapse, which nobody took, ends as lapsed at its Release.
-func TestObserver_lapsed(t *testing.T) {
+func TestWithObserver_lapsed(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		r := newEventRecorder()
 		c := e.newClient(t, WithObserver(r.observer()))
@@ -433,7 +433,7 @@ func TestObserver_lapsed(t *testing.T) {
 // Observing costs no allocation: an acquire and release allocate as much
 // with an Observer whose funcs do nothing as with none (BenchmarkObserver
 // measures the time).
-func TestObserver_noAllocations(t *testing.T) {
+func TestWithObserver_noAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts vary under the race detector, which drops sync.Pool's items at random")
 	}
@@ -500,7 +500,7 @@ func BenchmarkObserver_calls(b *testing.B) {
 
 // A lease left to lapse ends as lapsed when the Client's registry of Locks
 // grows to its sweep.
-func TestObserver_lapsedSwept(t *testing.T) {
+func TestWithObserver_lapsedSwept(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		r := newEventRecorder()
 		c := e.newClient(t, WithObserver(r.observer()))
@@ -538,7 +538,7 @@ func TestObserver_lapsedSwept(t *testing.T) {
 // Goroutines acquire, keep alive and release while Close runs: every lease
 // whose start was told has its end told once, whichever call ends it
 // (run with -race).
-func TestObserver_racingClose(t *testing.T) {
+func TestWithObserver_racingClose(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		var mu sync.Mutex
 		held := map[uint64]int{} // fence: starts minus ends
@@ -612,7 +612,7 @@ func TestObserver_racingClose(t *testing.T) {
 
 // The Observer's fields in a Lock keep it in its allocation size class, so
 // that a Client without an Observer allocates no more bytes per acquire.
-func TestObserver_lockSize(t *testing.T) {
+func TestWithObserver_lockSize(t *testing.T) {
 	if got := unsafe.Sizeof(Lock{}); got > 208 {
 		t.Errorf("size of a Lock: got %d bytes, want at most 208 (its size class)", got)
 	}
@@ -620,7 +620,7 @@ func TestObserver_lockSize(t *testing.T) {
 
 // A server that refuses GET_LOCK turns the channels off, which is told
 // once; the waiter's polls after it tell nothing of the channels.
-func TestObserver_wakeupsOff(t *testing.T) {
+func TestWithObserver_wakeupsOff(t *testing.T) {
 	r := newEventRecorder()
 	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(defaultWakeups), WithObserver(r.observer()))
 	e.wakeupConns()

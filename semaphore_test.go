@@ -18,7 +18,7 @@ import (
 // ---------------------------------------------------------------------------
 // Counting semaphores: pure logic
 
-func TestSlotNames(t *testing.T) {
+func TestSlotName_roundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		slot int
@@ -618,7 +618,7 @@ func TestSemaphore_TryAcquire_sentTwice_releaseRemembersToken(t *testing.T) {
 // binlog_format=STATEMENT), and slot_acquire is but for its session guard
 // (TestQueries_statementBinlogSafe); neither raises any other warning: no
 // truncating cast, no deprecated syntax.
-func TestSlotQueries_statementBinlogSafe(t *testing.T) {
+func TestSemaphore_TryAcquire_statementBinlogSafe(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		slotServer(t, e)
 		c := e.newClient(t)

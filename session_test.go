@@ -53,7 +53,7 @@ func wantFree(t *testing.T, c *Client, name string) {
 // clock of its own: without the guard, an hour behind made an acquire write a
 // lease that had ended an hour before, and an hour ahead took over another
 // owner's live lease. Every statement that takes or extends a lease refuses.
-func TestSession_timestamp(t *testing.T) {
+func TestSessionGuard_timestamp(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipOnVitess(t, e, vitessNoTimestamp)
 		ctx := testCtx(t)
@@ -105,7 +105,7 @@ func TestSession_timestamp(t *testing.T) {
 // A DSN's timestamp=... is a SET that go-sql-driver/mysql sends on every
 // connection it opens: the Client refuses from its first use, and takes
 // nothing.
-func TestSession_timestampDSN(t *testing.T) {
+func TestSessionGuard_timestampDSN(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipOnVitess(t, e, vitessNoTimestamp)
 		ctx := testCtx(t)
@@ -126,7 +126,7 @@ func TestSession_timestampDSN(t *testing.T) {
 // lease refuses; so does one in a transaction the application began on a
 // pooled connection and did not end, on MariaDB (MySQL has no variable
 // that tells).
-func TestSession_autocommit(t *testing.T) {
+func TestSessionGuard_autocommit(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := testCtx(t)
 		table := e.newTable(t)
@@ -182,7 +182,7 @@ func TestSession_autocommit(t *testing.T) {
 
 // A DSN's autocommit=0 is refused at the first use (tablecheck.go), before
 // the guard could be met.
-func TestSession_autocommitDSN(t *testing.T) {
+func TestSessionGuard_autocommitDSN(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		ctx := testCtx(t)
 		table := e.newTable(t)

@@ -112,7 +112,7 @@ func TestSemaphore_Acquire_fairAcrossProcesses(t *testing.T) {
 // Semaphore.Acquire, each for a name, set or semaphore of its own that another
 // process holds, holds no more connections than the bound of internal/wait/look.go
 // (13, and the pool's two idle ones: 16, as for single names in
-// TestWakeups_manyNamesBoundedConnections); and when the holder lets go,
+// TestWithWakeups_manyNamesBoundedConnections); and when the holder lets go,
 // every call acquires. Before sets and semaphores waited in Acquire's
 // path, each of their calls sent its own attempts: 40 connections.
 func TestClient_waitingKindsBoundedConnections(t *testing.T) {

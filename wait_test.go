@@ -333,7 +333,7 @@ func TestClient_Acquire_recheckBeforeWait(t *testing.T) {
 // decide: held while a live lease stands, free when the name was never
 // taken, was released, or its lease expired. 150 names, asked at once, go
 // in more than one statement.
-func TestLook_answersForEveryName(t *testing.T) {
+func TestClient_Acquire_look_answersForEveryName(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		table := e.newTable(t)
 		holder := e.client(t, e.openDB(t), table)
@@ -380,7 +380,7 @@ func TestLook_answersForEveryName(t *testing.T) {
 
 // A look asked after Close started ends with ErrClosed, and Close waits for
 // the look under way, which ends with it.
-func TestLook_close(t *testing.T) {
+func TestClient_Acquire_look_close(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
@@ -399,7 +399,7 @@ func TestLook_close(t *testing.T) {
 // Close racing a Client that waits for many names (its heads polling with
 // looks) ends every wait with ErrClosed, and no look is left running: the
 // sender goroutine has returned when Close does.
-func TestLook_closeRacesManyWaiters(t *testing.T) {
+func TestClient_Acquire_look_closeRacesManyWaiters(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		const names = 40
 		table := e.newTable(t)

@@ -14,7 +14,7 @@ import (
 // left to lapse, never released, lets go of the channel once its lease could
 // have expired: the connection goes back, the server named lock is freed,
 // and a process waiting for the name hears of it at once.
-func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
+func TestWithWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -50,7 +50,7 @@ func TestWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 // succeeds still gives its Lock the channel the queue held, so that the
 // Lock's release lets go of it. Ten names: a hand-over that depended on the
 // caller's context would fail about half of them.
-func TestWakeups_handOverAfterContextEnded(t *testing.T) {
+func TestWithWakeups_handOverAfterContextEnded(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -82,7 +82,7 @@ func TestWakeups_handOverAfterContextEnded(t *testing.T) {
 // A process that took a name without waiting, and releases and acquires it
 // again at once, queues behind the process that polls for it (which holds
 // the channel): its release asks whether anyone waits.
-func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
+func TestWithWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -110,7 +110,7 @@ func TestWakeups_holderThatNeverWaitedQueues(t *testing.T) {
 // never refreshed and a session that holds the channel and sends nothing
 // more, so that nothing lets the channel go (a Client's own holder would,
 // once its lease lapsed, and race the waiter's poll).
-func TestWakeups_stuckHolderLapses(t *testing.T) {
+func TestWithWakeups_stuckHolderLapses(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)

@@ -153,7 +153,7 @@ func holdAfterWaiting(t *testing.T, e *testEnv, c *Client, table, name string) *
 // A process waiting for a name another holds sends no statement while it
 // waits, though its strategy would poll every 10ms, and the release wakes it:
 // it takes the name with the one acquire its grant calls for.
-func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
+func TestWithWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -191,7 +191,7 @@ func TestWakeups_releaseWakesWaiterWithoutPolling(t *testing.T) {
 // Many goroutines of one process waiting for a name send nothing while they
 // wait: one waits on the channel, the others in the process's queue. Then
 // each takes the name in turn.
-func TestWakeups_localQueueSendsNothing(t *testing.T) {
+func TestWithWakeups_localQueueSendsNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -232,7 +232,7 @@ func TestWakeups_localQueueSendsNothing(t *testing.T) {
 
 // A process that releases a name and acquires it again at once queues
 // behind a process that was waiting for it.
-func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
+func TestWithWakeups_releaserQueuesBehindWaiter(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -250,7 +250,7 @@ func TestWakeups_releaserQueuesBehindWaiter(t *testing.T) {
 // its wake-up, never the lease: the waiter takes the channel, is refused,
 // polls, and takes the name once it is released; the Release reports no
 // error.
-func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
+func TestWithWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -277,7 +277,7 @@ func TestWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 
 // A waiter whose channel connection is killed while it waits in GET_LOCK
 // goes back to the channel and is still woken by the release.
-func TestWakeups_waiterKilledMidWait(t *testing.T) {
+func TestWithWakeups_waiterKilledMidWait(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -302,7 +302,7 @@ func TestWakeups_waiterKilledMidWait(t *testing.T) {
 
 // Close ends a wait on the channel at once and lets go of every channel,
 // and a waiter's context bounds its wait on the channel.
-func TestWakeups_closeAndCancel(t *testing.T) {
+func TestWithWakeups_closeAndCancel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -345,7 +345,7 @@ func TestWakeups_closeAndCancel(t *testing.T) {
 
 // A pool limited to one connection leaves it to the lease statements: the
 // waiter polls, and the holder's Release does not wait for a connection.
-func TestWakeups_fullPoolPolls(t *testing.T) {
+func TestWithWakeups_fullPoolPolls(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -370,7 +370,7 @@ func TestWakeups_fullPoolPolls(t *testing.T) {
 
 // Close racing Acquire and Release of processes that hand a name around on
 // the channel leaves nothing held: no lease, no channel, no waiter.
-func TestWakeups_closeRacesHandoffs(t *testing.T) {
+func TestWithWakeups_closeRacesHandoffs(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -429,7 +429,7 @@ func TestWakeups_closeRacesHandoffs(t *testing.T) {
 // The exact text a waiting Client sends on its channel, and a server that
 // refuses GET_LOCK (MariaDB Galera): the Client says so once and polls,
 // without asking for the channel again.
-func TestWakeups_serverRefusesGetLock(t *testing.T) {
+func TestWithWakeups_serverRefusesGetLock(t *testing.T) {
 	e := newMockEnv(t, WithRetry(LinearBackoff(time.Millisecond)), WithWakeups(defaultWakeups))
 	e.wakeupConns()
 	held, free := okReply(0, 1), okReply(7, 1)
@@ -452,21 +452,21 @@ func TestWakeups_serverRefusesGetLock(t *testing.T) {
 }
 
 // skipChannelsOnTiDB skips a test of the wake-up channels on TiDB, where a
-// Client keeps them off (TestWakeups_offOnTiDB).
+// Client keeps them off (TestWithWakeups_offOnTiDB).
 func skipChannelsOnTiDB(t *testing.T, e *testEnv) {
 	t.Helper()
 	if e.server.TiDB {
-		t.Skipf("%s is %s: the wake-up channels stay off on TiDB, whose GET_LOCK neither granted waiters in order nor freed a killed connection's lock at once (TestWakeups_offOnTiDB)", e.server.Label, e.server.Version)
+		t.Skipf("%s is %s: the wake-up channels stay off on TiDB, whose GET_LOCK neither granted waiters in order nor freed a killed connection's lock at once (TestWithWakeups_offOnTiDB)", e.server.Label, e.server.Version)
 	}
 	skipOnVitess(t, e, vitessNoChannels)
 }
 
 // On TiDB a Client asked for wake-up channels takes none: a waiting process
 // polls, holds no named lock, and takes the name once it is released.
-func TestWakeups_offOnTiDB(t *testing.T) {
+func TestWithWakeups_offOnTiDB(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		if !e.server.TiDB {
-			t.Skipf("%s is %s: the channels are on here (the other TestWakeups_ tests)", e.server.Label, e.server.Version)
+			t.Skipf("%s is %s: the channels are on here (the other TestWithWakeups_ tests)", e.server.Label, e.server.Version)
 		}
 		table := e.newTable(t)
 		ctx := testCtx(t)
@@ -542,7 +542,7 @@ func TestWithWakeups(t *testing.T) {
 // the channel's let-go included: the let-go is cut at the release's bound
 // and discards the channel's connection, with which its named lock dies.
 // Before, the let-go's own second came on top (6 s).
-func TestWakeups_releaseOnStalledServerWithinReleaseTimeout(t *testing.T) {
+func TestWithWakeups_releaseOnStalledServerWithinReleaseTimeout(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -568,7 +568,7 @@ func TestWakeups_releaseOnStalledServerWithinReleaseTimeout(t *testing.T) {
 // runs to its end. Before, the channel kept the second connection for the
 // Lock's life, the Refresh waited for one until its deadline, and fn was
 // cancelled 540 ms into a 600 ms lease.
-func TestWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
+func TestWithWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -610,7 +610,7 @@ func TestWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 // server named lock (or, when Close's pass has the channel, the pass does),
 // so Close's bound is not stretched by a round trip per channel. Five
 // channels: a let-go that won the channel and sent RELEASE_LOCK would show.
-func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
+func TestWithWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -642,7 +642,7 @@ func TestWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
 // waiting calls' acquire slots and one look: 13), and once the names are
 // released, hands every one of them over. Without the bound, every name's
 // queue polled on its own, and such a Client opened 75 connections.
-func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
+func TestWithWakeups_manyNamesBoundedConnections(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		const names = 100
 		table := e.newTable(t)
@@ -720,7 +720,7 @@ func TestWakeups_manyNamesBoundedConnections(t *testing.T) {
 // otherwise stay held, on a connection checked out of the pool, until the
 // server drops the idle session. Ten channels, so that a pass that skipped
 // each with even odds would leave some.
-func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
+func TestWithWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -751,7 +751,7 @@ func TestWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
 // NAT or a load balancer dropped it; here a proxy that holds all traffic)
 // ends on the client a little after the server's GET_LOCK timeout, not when
 // TCP gives up minutes later.
-func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
+func TestWithWakeups_silentConnectionWaitEnds(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -780,7 +780,7 @@ func TestWakeups_silentConnectionWaitEnds(t *testing.T) {
 // Issue 20, point 5. A DSN readTimeout shorter than a channel's wait cuts
 // every wait: the Client notices after two cut alike, says so once, and
 // waits less from then on.
-func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
+func TestWithWakeups_readTimeoutShortensWaits(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -812,7 +812,7 @@ func TestWakeups_readTimeoutShortensWaits(t *testing.T) {
 // Issue 22, point 3. A channel's connection that the server drops after it
 // idled (a short wait_timeout) wedges nobody: the Lock holding it releases
 // without error, and a process waiting for the name gets it.
-func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
+func TestWithWakeups_channelDroppedByWaitTimeout(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
@@ -842,7 +842,7 @@ func TestWakeups_channelDroppedByWaitTimeout(t *testing.T) {
 // left behind: the Client holds no channel and counts none in use, its pool
 // has no connection checked out, and the server named lock is free. Each
 // case runs with wake-up channels as they are by default.
-func TestWakeups_nothingLeftAfterEveryEnd(t *testing.T) {
+func TestWithWakeups_nothingLeftAfterEveryEnd(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
 		ends := []struct {
