@@ -15,7 +15,7 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
-// Benchmarks need a server, found as for the tests (server_test.go); without
+// Benchmarks need a server, found as for the tests (harness_servers_test.go); without
 // one they skip. Run them with
 //
 //	SQLLOCK_TEST_DSN='root@tcp(127.0.0.1:3306)/test' go test -run '^$' -bench . -benchmem

@@ -3,7 +3,7 @@ package sqllock
 // The loops that keep trying (Elect, Acquire's polling, Once, the
 // keep-alive) go on through errors that may pass and stop on final ones.
 // sqlmock gives the errors a failover produces, which a server cannot be
-// made to give on demand; errors_server_test.go checks the classification
+// made to give on demand; TestClassify_realServerErrors checks the classification
 // against the errors real servers give.
 
 import (

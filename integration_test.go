@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// These tests run against a real server; see server_test.go for which.
+// These tests run against a real server; see harness_servers_test.go for which.
 
 // Point 6: names and tokens compare byte for byte.
 func TestClient_names_byteForByte(t *testing.T) {

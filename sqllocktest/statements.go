@@ -13,7 +13,7 @@ import (
 // fake knows a statement by its text, exactly, with only the table's name
 // (and, in the statements the library sends as text, the literals it puts in
 // place of the placeholders) free. The library's tests hold the copies
-// against the originals (fake_test.go in the root package), so a statement
+// against the originals (fake_drift_test.go in the root package), so a statement
 // changed there and not here fails a test, and every statement the library
 // sends is one the fake recognises or refuses by name.
 
