@@ -110,10 +110,11 @@ func TestWithLogger_keepAliveFailureAndLoss(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		rec, opt := newRecorder()
 		c, p := e.proxiedClient(t, e.newTable(t), opt)
-		// Renewals at 1 s, each with 750 ms, the deadline at 2.7 s: a
+		// Renewals at 2 s, each with 1.5 s, the deadline at 5.4 s: a
 		// stalled renewal fails, and is logged, before the deadline, also
-		// on a loaded machine.
-		l := mustAcquire(t, c, "ka", 3*time.Second)
+		// at a load average of 13, where a 3 s lease let the deadline come
+		// first (the tests run in parallel: the wait costs little).
+		l := mustAcquire(t, c, "ka", 6*time.Second)
 		kctx := l.KeepAlive(testCtx(t))
 		p.Stall(true)
 		defer p.Stall(false)

@@ -316,7 +316,7 @@ func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
 	}
 	for _, w := range warmups {
 		t.Run(w.name, func(t *testing.T) {
-			t.Parallel() // each waits out Close's bound on its own tables
+			parallelTest(t) // each waits out Close's bound on its own tables
 			eachServerEnv(t, func(t *testing.T, e *testEnv) {
 				table := e.newTable(t)
 				a, p := e.proxiedClient(t, table)
