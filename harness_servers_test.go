@@ -13,7 +13,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,8 +40,8 @@ var (
 
 func TestMain(m *testing.M) {
 	findServers()
-	// Every server's subtests of several tests at once (parallelTest).
-	testdsn.AtLeastParallel(testsAtOnce * len(testServers))
+	// Several tests at once, each on every server at once.
+	testdsn.AtLeastParallel(testdsn.TestsAtOnce * len(testServers))
 	code := m.Run()
 	for _, purge := range dockerPurges {
 		purge()
@@ -143,7 +142,9 @@ func onServers(t *testing.T, parallel bool, f func(t *testing.T, s testServer)) 
 	t.Helper()
 	requireServers(t)
 	if parallel {
-		parallelTest(t)
+		// Side by side with the other tests on the servers: one after
+		// another they took over seven minutes, mostly waiting.
+		testdsn.ParallelTest(t)
 	}
 	for _, s := range testServers {
 		t.Run(s.Label, func(t *testing.T) {
@@ -159,37 +160,6 @@ func onServers(t *testing.T, parallel bool, f func(t *testing.T, s testServer)) 
 			f(t, s)
 		})
 	}
-}
-
-// The tests that run on the servers run in parallel with each other: most
-// of their time is spent waiting (for a lease to pass, a server to answer,
-// a proxy to stall), and one after another they took over seven minutes.
-// eachServer and eachEnv make the test that calls them parallel (the
-// subtest, when they are called in one), unless it said it must run
-// alone; the tests that do not call them run first, one at a time, as the
-// testing package runs tests that are not parallel.
-// parallelTests holds the tests made parallel, and those that must run
-// alone (with why).
-var parallelTests sync.Map // *testing.T → string
-
-// testsAtOnce is how many parallel tests run at once, each on every server.
-const testsAtOnce = 4
-
-// parallelTest makes t parallel, once: t.Parallel panics on a second call.
-func parallelTest(t *testing.T) {
-	if _, done := parallelTests.LoadOrStore(t, ""); !done {
-		t.Parallel()
-	}
-}
-
-// alone keeps t from running beside the other tests (eachServer then leaves
-// it serial): it measures or changes something that other tests' work
-// would disturb, which why names.
-func alone(t *testing.T, why string) {
-	if why == "" {
-		panic("alone: say why")
-	}
-	parallelTests.Store(t, why)
 }
 
 // soleServer fails t unless SQLLOCK_TEST_DSN names one server: the test does

@@ -15,6 +15,7 @@ import (
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 // ---------------------------------------------------------------------------
@@ -316,7 +317,7 @@ func TestClient_Close_racingAcquireReleasesItsLease(t *testing.T) {
 	}
 	for _, w := range warmups {
 		t.Run(w.name, func(t *testing.T) {
-			parallelTest(t) // each waits out Close's bound on its own tables
+			testdsn.ParallelTest(t) // each waits out Close's bound on its own tables
 			eachServerEnv(t, func(t *testing.T, e *testEnv) {
 				table := e.newTable(t)
 				a, p := e.proxiedClient(t, table)

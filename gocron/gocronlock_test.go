@@ -15,12 +15,14 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(schedulerMain(spec)) // a scheduler process of schedulers_test.go
 	}
+	testdsn.Parallel() // several tests at once on every server
 	os.Exit(m.Run())
 }
 

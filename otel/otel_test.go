@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -302,4 +303,9 @@ func TestObserver_eventsWithoutServer(t *testing.T) {
 	if p := m.Data.(metricdata.Histogram[float64]).DataPoints; len(p) != 1 || p[0].Sum != 0 || p[0].Count != 1 {
 		t.Errorf("sqllock.refresh.remaining: got %+v, want one measurement of 0", p)
 	}
+}
+
+func TestMain(m *testing.M) {
+	testdsn.Parallel() // several tests at once on every server
+	os.Exit(m.Run())
 }

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "-child=") {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	testdsn.Parallel() // several tests at once on every server
 	os.Exit(m.Run())
 }
 

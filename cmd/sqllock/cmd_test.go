@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asCommandEnv) == "1" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	testdsn.Parallel() // several tests at once on every server
 	os.Exit(m.Run())
 }
 

@@ -223,6 +223,45 @@ func AtLeastParallel(n int) {
 	}
 }
 
+// TestsAtOnce is how many tests run at once on every server (Parallel). The
+// real-server tests spend most of their time waiting (for a lease to pass,
+// a server to answer, a proxy to stall): one after another, the root
+// package's took over seven minutes on a 2-core machine, four at a time
+// under three (docs/testing.md).
+const TestsAtOnce = 4
+
+// Parallel raises -parallel so that TestsAtOnce tests run at once on each
+// server of Env, every server's subtest of each at once. Call it from
+// TestMain, before m.Run.
+func Parallel() {
+	AtLeastParallel(TestsAtOnce * max(1, len(Servers())))
+}
+
+// parallel holds the tests ParallelTest made parallel, and those Alone
+// keeps serial (with why).
+var parallel sync.Map // *testing.T → string
+
+// ParallelTest makes t parallel, once (t.Parallel panics on a second call),
+// unless Alone was called for it. Each calls it for the test it is given,
+// so that the tests on the servers run side by side; the tests that call
+// neither run first, one at a time, as the testing package runs tests that
+// are not parallel.
+func ParallelTest(t *testing.T) {
+	if _, done := parallel.LoadOrStore(t, ""); !done {
+		t.Parallel()
+	}
+}
+
+// Alone keeps t serial: it runs before the parallel tests, with none
+// beside it. For a test that measures or changes something other tests'
+// work would disturb, which why names. Call it before Each.
+func Alone(t *testing.T, why string) {
+	if why == "" {
+		panic("testdsn.Alone: say why the test must run alone")
+	}
+	parallel.Store(t, why)
+}
+
 // NoServer skips t, or fails it when CI is set, for want of any server.
 func NoServer(t testing.TB, why string) {
 	t.Helper()
@@ -233,14 +272,17 @@ func NoServer(t testing.TB, why string) {
 }
 
 // Each runs f as a subtest named by each server Env names, the servers'
-// subtests in parallel. A server that did not answer fails its subtest;
-// with Env unset, t skips (fails in CI) and says how to start servers.
+// subtests in parallel, and t in parallel with the other tests on the
+// servers (ParallelTest; Alone keeps it serial). A server that did not
+// answer fails its subtest; with Env unset, t skips (fails in CI) and says
+// how to start servers.
 func Each(t *testing.T, f func(t *testing.T, s Server)) {
 	t.Helper()
 	all := Servers()
 	if len(all) == 0 {
 		NoServer(t, fmt.Sprintf("%s is not set: %s", Env, StartHint))
 	}
+	ParallelTest(t)
 	for _, s := range all {
 		t.Run(s.Label, func(t *testing.T) {
 			t.Parallel()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -204,4 +205,9 @@ func used(t *testing.T, e *Engine) bool {
 		t.Fatal(err)
 	}
 	return id.Valid
+}
+
+func TestMain(m *testing.M) {
+	testdsn.Parallel() // several tests at once on every server
+	os.Exit(m.Run())
 }
