@@ -130,7 +130,7 @@ func (k *killEnv) waitRunning(t *testing.T, id int64) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var n int
-		if err := k.admin.QueryRowContext(testCtx(t), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND INFO IS NOT NULL", id).Scan(&n); err != nil {
+		if err := scanProcesslist(testCtx(t), k.admin, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ? AND INFO IS NOT NULL", []any{id}, &n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 1 {

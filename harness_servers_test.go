@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -546,4 +547,22 @@ func setGlobal(t *testing.T, e *testEnv, name, value, undo string) {
 			t.Errorf("SET GLOBAL %s back: %v", name, err)
 		}
 	})
+}
+
+// scanProcesslist runs q, a query of information_schema.PROCESSLIST, and
+// scans its row into dest. MySQL 8.0 and later fail such a query with 3854
+// ("Cannot convert string ... from utf8mb4 to utf8mb3") while any session's
+// statement text holds bytes it cannot convert, as other tests' names do
+// (TestClient_names_byteForByte's, cmd/sqllock's export test's) when they
+// run beside it: the query is sent again until it reads, for up to 10 s.
+func scanProcesslist(ctx context.Context, db *sql.DB, q string, args []any, dest ...any) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := db.QueryRowContext(ctx, q, args...).Scan(dest...)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 3854 || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

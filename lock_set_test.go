@@ -73,7 +73,7 @@ func TestLock_Refresh_setLocksNoFenceRow(t *testing.T) {
 		// Wait until the refresh waits for d2's lease row.
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			var n int
-			if err := other.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE %' AND INFO LIKE ? AND ID <> CONNECTION_ID()", "%"+table+"%").Scan(&n); err != nil {
+			if err := scanProcesslist(ctx, other, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE %' AND INFO LIKE ? AND ID <> CONNECTION_ID()", []any{"%" + table + "%"}, &n); err != nil {
 				t.Fatal(err)
 			}
 			if n > 0 {

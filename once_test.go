@@ -237,8 +237,8 @@ func waitForStatements(t *testing.T, db *sql.DB, table string, n int) {
 	stable := 0
 	waitFor(t, 30*time.Second, fmt.Sprintf("%d statements on %s waiting", n, table), func() bool {
 		var got int
-		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
-			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%INSERT %INTO %', ?, '%')", table).Scan(&got)
+		err := scanProcesslist(ctx, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST "+
+			"WHERE ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%INSERT %INTO %', ?, '%')", []any{table}, &got)
 		if err != nil {
 			t.Fatal(err)
 		}

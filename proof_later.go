@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
 )
@@ -102,7 +103,9 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	p := c.newProver(ctx, conn, "")
 	defer p.close()
 	err = steps(p, name, a, b)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	// Under ctx while it lasts: on a loaded server the DELETE took over
+	// cleanupTimeout, and a proof whose every step had passed failed.
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	for _, n := range names(name) {
 		cerr := retryRolledBack(cctx, func() error {
@@ -377,4 +380,30 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// cleanupContext returns the context of a cleanup after work under ctx: it
+// keeps ctx's values and ends once both ctx has ended and cleanupTimeout
+// has passed, so that a cleanup gets ctx's time when ctx has some left, and
+// cleanupTimeout of its own when it has none.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu   sync.Mutex
+		stop func() bool
+	)
+	timer := time.AfterFunc(cleanupTimeout, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stop = context.AfterFunc(ctx, cancel) // at once if ctx has ended
+	})
+	return cctx, func() {
+		timer.Stop()
+		mu.Lock()
+		if stop != nil {
+			stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }

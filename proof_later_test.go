@@ -68,3 +68,51 @@ func TestClient_laterProofs_atFirstUseOnce(t *testing.T) {
 		}
 	})
 }
+
+// A later proof's cleanup runs under the caller's context while it lasts,
+// past cleanupTimeout (a loaded server took over a second for the DELETE of
+// the proof name's rows, and a proof whose steps had passed failed), and
+// under cleanupTimeout of its own once the caller's context has ended.
+func TestCleanupContext(t *testing.T) {
+	type key struct{}
+	t.Run("caller's context alive", func(t *testing.T) {
+		ctx, cancelCaller := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if cctx.Value(key{}) != "v" {
+			t.Errorf("the cleanup's context lost the caller's values")
+		}
+		select {
+		case <-cctx.Done():
+			t.Fatal("the cleanup's context ended while the caller's lasted")
+		case <-time.After(cleanupTimeout + 200*time.Millisecond):
+		}
+		cancelCaller()
+		select {
+		case <-cctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cleanup's context outlived the caller's past cleanupTimeout")
+		}
+	})
+	t.Run("caller's context ended", func(t *testing.T) {
+		ctx, cancelCaller := context.WithCancel(context.Background())
+		cancelCaller()
+		start := time.Now()
+		cctx, cancel := cleanupContext(ctx)
+		defer cancel()
+		if cctx.Err() != nil {
+			t.Fatal("the cleanup's context ended at once: it must get cleanupTimeout of its own")
+		}
+		<-cctx.Done()
+		if took := time.Since(start); took < cleanupTimeout {
+			t.Fatalf("the cleanup's context ended after %v, before cleanupTimeout (%v)", took, cleanupTimeout)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cctx, cancel := cleanupContext(context.Background())
+		cancel()
+		if cctx.Err() == nil {
+			t.Fatal("cancel left the cleanup's context live")
+		}
+	})
+}

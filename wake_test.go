@@ -102,7 +102,7 @@ func channelWaiters(t *testing.T, e *testEnv, table string) int {
 		q += " AND INFO LIKE CONCAT('%''', ?, '''%')"
 		args = append(args, table)
 	}
-	if err := e.db.QueryRow(q, args...).Scan(&n); err != nil {
+	if err := scanProcesslist(testCtx(t), e.db, q, args, &n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -286,7 +286,7 @@ func TestWithWakeups_waiterKilledMidWait(t *testing.T) {
 		_, held, got := channelQueue(t, e, table, "n", w)
 		var id int64
 		// The waiter on this table's channel, not another test's.
-		if err := e.db.QueryRow("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%''', ?, '''%')", table).Scan(&id); err != nil {
+		if err := scanProcesslist(testCtx(t), e.db, "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%''', ?, '''%')", []any{table}, &id); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.db.Exec(fmt.Sprintf("KILL %d", id)); err != nil {
