@@ -160,8 +160,11 @@ func TestObserver_scripted(t *testing.T) {
 		wantCount(t, rm, 1, "sqllock.lease.duration", KeyLeaseEnd.String("released"))
 		wantCount(t, rm, 0, "sqllock.lease.lost")
 
-		// A lease taken over under its keep-alive.
-		const ttl = 600 * time.Millisecond
+		// A lease taken over under its keep-alive. Each renewal has ttl/4
+		// to answer: with 600 ms, a loaded machine (the tests of several
+		// packages beside it) timed the first one out and the lease lapsed
+		// before any renewal had passed.
+		const ttl = 3 * time.Second
 		d, err := s.c.TryAcquire(ctx, "d", ttl)
 		if err != nil {
 			t.Fatal(err)
