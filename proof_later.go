@@ -99,10 +99,10 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
 	p := c.newProver(ctx, conn, "")
-	defer p.close()
 	err = steps(p, name, a, b)
+	p.close()
+	_ = conn.Close() // before the cleanup, which a pool of one needs
 	// Under ctx while it lasts: on a loaded server the DELETE took over
 	// cleanupTimeout, and a proof whose every step had passed failed.
 	cctx, cancel := cleanupContext(ctx)
