@@ -167,6 +167,8 @@ func onServers(t *testing.T, parallel bool, f func(t *testing.T, s testServer)) 
 // something (restart it, change its globals) to the one server it is given.
 func soleServer(t *testing.T, what string) {
 	t.Helper()
+	// Alone, too: no other test may meet what it does to the server.
+	testdsn.Alone(t, what)
 	requireServers(t)
 	if len(testServers) != 1 {
 		t.Fatalf("this test %s: set %s to that one server's DSN (scripts/testdb dsn SERVER), not to %d servers", what, dsnEnv, len(testServers))
