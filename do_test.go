@@ -193,7 +193,9 @@ func TestClient_Do_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 		table := e.newTable(t)
 		a, p := e.proxiedClient(t, table, WithHolder("a"))
 		b := e.client(t, e.openDB(t), table, WithHolder("b"))
-		const ttl = 1500 * time.Millisecond
+		// Renewals every second, each with 750 ms: at a load average of
+		// 11 a 1.5 s lease saw no renewal pass in 5 s.
+		const ttl = 3 * time.Second
 		ctx := testCtx(t)
 
 		started := make(chan struct{})
@@ -213,7 +215,7 @@ func TestClient_Do_stalledRenewals_cancelBeforeTakeover(t *testing.T) {
 		// One renewal goes through, then the network stops.
 		l := heldLock(t, a, "job")
 		acquired := l.ValidUntil()
-		waitFor(t, 5*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
+		waitFor(t, 10*time.Second, "a renewal", func() bool { return l.ValidUntil().After(acquired) })
 		p.Stall(true)
 		stalled := time.Now()
 

@@ -62,7 +62,7 @@ func pausedPastLease(t *testing.T, e *env, whole bool) bool {
 		t.Fatal(err)
 	}
 	var pid int
-	waitFor(t, 10*time.Second, "the command to start", func() bool {
+	waitFor(t, 30*time.Second, "the command to start", func() bool {
 		b, _ := os.ReadFile(pidFile)
 		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return pid > 0
