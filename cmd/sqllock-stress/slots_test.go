@@ -23,7 +23,7 @@ func TestStress_slots(t *testing.T) {
 			t.Fatalf("got status %d, want 0 with no violations and 3 holders at once at the most", status)
 		}
 		status, out = stress(t, s.DSN, "-slots", "2", "-procs", "3", "-goroutines", "3", "-names", "1",
-			"-duration", "1s", "-ttl", "100ms", "-selftest-broken")
+			"-duration", "3s", "-ttl", "100ms", "-selftest-broken")
 		if status != 1 || strings.Contains(out, "violations:               0\n") {
 			t.Fatalf("self-test: got status %d, want 1 with violations found", status)
 		}

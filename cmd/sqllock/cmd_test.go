@@ -34,7 +34,13 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asCommandEnv) == "1" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
-	testdsn.Parallel() // several tests at once on every server
+	// One test at a time, each on every server at once: side by side,
+	// TestRun_pausedPastLease's command did not start within 30 s and
+	// TestRun_grandchildDiesWithSqllock's tree outlived sqllock by 10 s,
+	// on a quiet machine, though each passes alone; the cause is not
+	// found yet (docs/testing.md).
+	testdsn.Serial = true
+	testdsn.Parallel()
 	os.Exit(m.Run())
 }
 
