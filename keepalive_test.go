@@ -497,7 +497,11 @@ func wantLostAtOnce(t *testing.T, l *Lock, kctx, derived context.Context) {
 }
 
 // A probeCtx records whether its Done was called while its Lock's mutex
-// was held.
+// was held by the caller. A TryLock could not tell: the Lock's renewer and
+// timers take the mutex for a moment at any time, and CI's run of the
+// fake's suite met one. So Done waits up to a second for the mutex on
+// another goroutine: others let it go within that; a caller that holds it
+// across the call cannot, until Done has returned.
 type probeCtx struct {
 	context.Context
 	l          *Lock
@@ -505,9 +509,15 @@ type probeCtx struct {
 }
 
 func (c *probeCtx) Done() <-chan struct{} {
-	if c.l.mu.TryLock() {
+	got := make(chan struct{})
+	go func() {
+		c.l.mu.Lock()
 		c.l.mu.Unlock()
-	} else {
+		close(got)
+	}()
+	select {
+	case <-got:
+	case <-time.After(time.Second):
 		c.underMutex.Store(true)
 	}
 	return c.Context.Done()
