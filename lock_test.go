@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Point 3: Refresh extends from the server's now, only while the lease is
@@ -272,6 +274,61 @@ func TestLock_Fence_beyondInt64(t *testing.T) {
 
 // A Refresh for less than the lease has left keeps the lease as it is, and
 // ValidUntil with it.
+// A refresh that waits over a second for its row, here behind the holder's
+// own Lock.Check transaction, fails the session guard's clock test when it
+// runs at last (NOW(6) is the statement's start, SYSDATE(6) a second
+// later), as a statement a starved server started late does. It wrote
+// nothing: it is sent again at once, finds the row free, and Refresh
+// succeeds. (Before, the refresh failed, and a TryAcquire would have.)
+func TestLock_Refresh_waitedPastASecond(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipFakeFor(t, e, "it needs the server's row locks and reads the processlist")
+		if e.server.TiDB {
+			t.Skip("TiDB's autocommit statements do not wait for a row another transaction locked")
+		}
+		var clockRefusals atomic.Int32
+		table := e.newTable(t)
+		c := e.client(t, e.db, table, WithObserver(observe.Observer{Retried: func(ev observe.RetryEvent) {
+			t.Logf("sent again: %s: %v", ev.Statement, ev.Err)
+			if fault.ClockGuard(ev.Err) {
+				clockRefusals.Add(1)
+			}
+		}}))
+		ctx := testCtx(t)
+		l := mustAcquire(t, c, "late", time.Minute)
+		before := l.ValidUntil()
+		tx := checkedTx(t, c, l)
+		refreshed := make(chan error, 1)
+		go func() { refreshed <- l.Refresh(ctx, 2*time.Minute) }()
+
+		// Once the refresh waits for the row, a second and more.
+		other := e.openDB(t)
+		waitFor(t, 20*time.Second, "the refresh to wait for its row", func() bool {
+			var n int
+			if err := scanProcesslist(ctx, other, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'UPDATE %' AND INFO LIKE ? AND ID <> CONNECTION_ID()", []any{"%" + table + "%"}, &n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		})
+		time.Sleep(1200 * time.Millisecond)
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-refreshed; err != nil {
+			t.Fatalf("Refresh after a wait of over a second: got %v, want nil", err)
+		}
+		if n := clockRefusals.Load(); n < 1 {
+			t.Fatalf("the refresh met the clock test %d times, want at least once: the test did not make it wait long enough", n)
+		}
+		if !l.ValidUntil().After(before) {
+			t.Fatalf("ValidUntil: got %v, want after %v", l.ValidUntil(), before)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 func TestLock_Refresh_shorterKeepsTheLease(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)

@@ -27,8 +27,9 @@
 -- server's clock now, which no session timestamp moves (unless the server
 -- runs with --sysdate-is-now). The second counts the statement's own waits
 -- before the term (a table being altered; a row lock, in an UPDATE), so a
--- statement that waited past a second is refused too, and sent again by
--- the loops that wait. The Go side knows the guard by the first number in
+-- statement that waited past a second is refused too; having written
+-- nothing, it is sent again at once, a few times (internal/fault, Retry),
+-- and again by the loops that wait. The Go side knows the guard by the first number in
 -- the error's text, and which part failed by the name SYSDATE in it (MySQL
 -- does not print @@autocommit there). Lock.Check's statements carry no
 -- guard: they run inside the application's transaction by design.

@@ -1,10 +1,6 @@
 package sqllock
 
-import (
-	"strings"
-
-	"github.com/sqllock/sqllock/internal/fault"
-)
+import "github.com/sqllock/sqllock/internal/fault"
 
 // The session guard: every statement that takes or extends a lease fails
 // with error 1690, and writes nothing, when the session that runs it has
@@ -14,7 +10,10 @@ import (
 // Client's first use: only the statement itself can see the session it
 // runs in. A guarded failure is a refusal that may pass (classify), like a
 // read-only server's: another connection of the pool, or the same one once
-// the application has put its session back, may succeed.
+// the application has put its session back, may succeed. The clock test
+// also refuses a statement that waited over a second to start (a starved
+// server, a row another transaction held): that refusal is sent again at
+// once, a few times (fault.Retry), and the second send passes.
 
 // sessionGuard returns what the session guard of a statement found, when
 // err is the error it raised, and "" for any other error. Nothing was
@@ -23,11 +22,10 @@ func sessionGuard(err error) string {
 	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange {
 		return ""
 	}
-	expr := fault.GuardExpr(err.Error())
-	if expr == "" {
+	if fault.GuardExpr(err.Error()) == "" {
 		return ""
 	}
-	if strings.Contains(strings.ToLower(expr), "sysdate") {
+	if fault.ClockGuard(err) {
 		return "the session's clock is not the server's: NOW() lay more than 1s from SYSDATE() " +
 			"(a session timestamp, SET timestamp = ... on a connection of the pool or a DSN's timestamp=..., " +
 			"or a statement that waited over a second to start); nothing was written"

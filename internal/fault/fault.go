@@ -242,3 +242,16 @@ func GuardExpr(msg string) string {
 	}
 	return expr
 }
+
+// ClockGuard reports whether err is the session guard's 1690 for its clock
+// test: NOW(6), the statement's start on the session's clock, lay more than
+// a second from SYSDATE(6). The statement wrote nothing. A session with a
+// clock of its own fails it every time; a statement that waited over a
+// second before the test (a starved server, a row another transaction
+// locked) fails it once, and sent again need not wait.
+func ClockGuard(err error) bool {
+	if n, ok := Errno(err); !ok || n != OutOfRange {
+		return false
+	}
+	return strings.Contains(strings.ToLower(GuardExpr(err.Error())), "sysdate")
+}

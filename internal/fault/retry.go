@@ -26,8 +26,9 @@ func Transient(ctx context.Context, f func() error) error {
 
 // retry runs f again while it fails in a way the same statement may get
 // past at once: a rollback (deadlock, lock wait timeout, cluster
-// certification conflict) until the budget ends, a broken connection up to
-// MaxTransientAttempts times. The budget ends at ctx's deadline, at until
+// certification conflict) until the budget ends, a broken connection or the
+// session guard's clock refusal (ClockGuard) up to MaxTransientAttempts
+// times. The budget ends at ctx's deadline, at until
 // if that is sooner and set, and at the latest MaxRetryBudget from now; a
 // pause that would end past it is not taken. A refusal (a read-only
 // server, no server) is returned at once: a failover outlasts any pause
@@ -41,7 +42,7 @@ func Retry(ctx context.Context, until time.Time, f func() error) error {
 	if !until.IsZero() && until.Before(budget) {
 		budget = until
 	}
-	broken := 0
+	broken, late := 0, 0
 	var last error // of the attempt before, for when ctx cuts this one
 	for attempt := 1; ; attempt++ {
 		err := f()
@@ -49,7 +50,17 @@ func Retry(ctx context.Context, until time.Time, f func() error) error {
 			return nil
 		}
 		switch Classify(err) {
-		case Final, Refused:
+		case Refused:
+			// The session guard's clock test also refuses a statement that
+			// only started late, which sent again may not: as a broken
+			// connection, a few times.
+			if ClockGuard(err) {
+				if late++; late < MaxTransientAttempts {
+					break
+				}
+			}
+			fallthrough
+		case Final:
 			if last != nil && ctx.Err() != nil {
 				return fmt.Errorf("%w (last error: %w)", err, last)
 			}

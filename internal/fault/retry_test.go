@@ -11,8 +11,9 @@ import (
 )
 
 // Retry sends again after a rollback until the call succeeds, after a
-// broken connection at most MaxTransientAttempts times in all, and never
-// after a final error or a refusal; until ends the rollbacks' budget.
+// broken connection or the session guard's clock refusal at most
+// MaxTransientAttempts times in all, and never after a final error or
+// another refusal; until ends the rollbacks' budget.
 func TestRetry(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -26,6 +27,9 @@ func TestRetry(t *testing.T) {
 		{"broken every time", []error{mysql.ErrInvalidConn, mysql.ErrInvalidConn, mysql.ErrInvalidConn, mysql.ErrInvalidConn, mysql.ErrInvalidConn}, 0, MaxTransientAttempts, mysql.ErrInvalidConn},
 		{"final", []error{mysqlerr.Syntax, nil}, 0, 1, mysqlerr.Syntax},
 		{"refused", []error{mysqlerr.ReadOnly, nil}, 0, 1, mysqlerr.ReadOnly},
+		{"started late twice", []error{mysqlerr.GuardClock, mysqlerr.GuardClock, nil}, 0, 3, nil},
+		{"a clock of the session's own", []error{mysqlerr.GuardClock, mysqlerr.GuardClock, mysqlerr.GuardClock, mysqlerr.GuardClock, nil}, 0, MaxTransientAttempts, mysqlerr.GuardClock},
+		{"autocommit off", []error{mysqlerr.GuardAutocommit, nil}, 0, 1, mysqlerr.GuardAutocommit},
 		{"rolled back past until", []error{mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, mysqlerr.Deadlock, nil}, time.Millisecond, 1, mysqlerr.Deadlock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

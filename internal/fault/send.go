@@ -52,6 +52,10 @@ func Send(ctx context.Context, s Sending, do func() (sql.Result, error)) (res sq
 			s.Retried(err)
 		case RolledBack:
 			s.Retried(err)
+		case Refused:
+			if ClockGuard(err) {
+				s.Retried(err)
+			}
 		case Final:
 			if ctx.Err() != nil {
 				// A context that ended while the statement was on its

@@ -23,4 +23,7 @@ var (
 	ReadOnly      = New(1290, "HY000", "The MySQL server is running with the --super-read-only option so it cannot execute this statement")
 	Syntax        = New(1064, "42000", "You have an error in your SQL syntax")
 	NoSuchTable   = New(1146, "42S02", "Table 'test.my_locks' doesn't exist")
+	// The session guard's refusals (queries.sql), as MySQL words them.
+	GuardClock      = New(1690, "22003", "BIGINT UNSIGNED value is out of range in '((18446744073709551615 + (0 = 0)) + (abs(timestampdiff(MICROSECOND,now(6),sysdate(6))) > 1000000))'")
+	GuardAutocommit = New(1690, "22003", "BIGINT UNSIGNED value is out of range in '(18446744073709551615 + (1 = 0))'")
 )
