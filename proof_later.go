@@ -100,9 +100,13 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 		return err
 	}
 	p := c.newProver(ctx, conn, "")
+	closeConn := func() {
+		p.close()
+		_ = conn.Close() // a second time returns sql.ErrConnDone
+	}
+	defer closeConn() // should a step panic
 	err = steps(p, name, a, b)
-	p.close()
-	_ = conn.Close() // before the cleanup, which a pool of one needs
+	closeConn() // before the cleanup, which a pool of one needs
 	// Under ctx while it lasts: on a loaded server the DELETE took over
 	// cleanupTimeout, and a proof whose every step had passed failed.
 	cctx, cancel := cleanupContext(ctx)
