@@ -102,15 +102,16 @@ func (n *node) stmts(ctx context.Context) (clock, write *sql.Stmt, err error) {
 	return n.clock, n.write, nil
 }
 
-// runChild is the child process: cfg.child is its number.
-func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
+// runChild is the child process: cfg.child is its number. Once set up it
+// says so on stdout ({"ready":true}) and reads from stdin when the run
+// ends (unix ms), which the parent sends once every child is ready.
+func runChild(ctx context.Context, cfg config, stdin io.Reader, stdout io.Writer) error {
 	if cfg.cutChannels > 0 {
 		// The parent kills connections on purpose: the driver's log of
 		// each would drown the report.
 		_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	}
-	w := &worker{cfg: cfg, stop: time.UnixMilli(cfg.stopAt), out: json.NewEncoder(stdout),
-		report: childReport{Classes: map[string]int{}}}
+	w := &worker{cfg: cfg, out: json.NewEncoder(stdout), report: childReport{Classes: map[string]int{}}}
 	for _, dsn := range cfg.dsns {
 		n, err := openNode(cfg, dsn)
 		if err != nil {
@@ -119,6 +120,17 @@ func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
 		defer n.close()
 		w.nodes = append(w.nodes, n)
 	}
+	w.warmUp(ctx)
+	if err := w.out.Encode(struct {
+		Ready bool `json:"ready"`
+	}{true}); err != nil {
+		return err
+	}
+	var stopAt int64
+	if _, err := fmt.Fscan(stdin, &stopAt); err != nil {
+		return fmt.Errorf("read the run's end from the parent: %w", err)
+	}
+	w.stop = time.UnixMilli(stopAt)
 	var wg sync.WaitGroup
 	for g := range cfg.goroutines {
 		wg.Add(1)
@@ -136,6 +148,20 @@ func runChild(ctx context.Context, cfg config, stdout io.Writer) error {
 	defer w.mu.Unlock()
 	w.report.Done = true
 	return w.out.Encode(w.report)
+}
+
+// warmUp takes and releases a name of the child's own on the node it
+// starts on, so that its Client's first use (the proof: a few round trips,
+// and waits of up to half a second each) is over before the run starts; on
+// a loaded machine it took seconds of a short run. A failure is left to the
+// run, which meets the same server.
+func (w *worker) warmUp(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	n := w.nodes[w.cfg.child%len(w.nodes)]
+	if l, err := n.c.TryAcquire(ctx, fmt.Sprintf("warm-up-%d", w.cfg.child), time.Second); err == nil {
+		_ = l.Release(ctx)
+	}
 }
 
 func (w *worker) count(f func(r *childReport)) {

@@ -110,7 +110,7 @@ type config struct {
 	set         int           // take this many names at once with TryAcquireSet (sets.go)
 	// Hidden: set by the parent for its children.
 	child     int
-	stopAt    int64 // unix ms
+	stopAt    int64 // unix ms; the parent sends it to its children once all are ready
 	broken    bool  // -selftest-broken: children ignore refusals, to test the checker
 	skipCheck bool  // -selftest-skip-check: -check writes without Lock.Check, to test the checker
 	slots     int   // -slots N: the semaphore mode (slots.go)
@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runSlots(ctx, cfg, stdout, stderr)
 	}
 	if cfg.child >= 0 {
-		if err := runChild(ctx, cfg, stdout); err != nil {
+		if err := runChild(ctx, cfg, os.Stdin, stdout); err != nil {
 			fmt.Fprintf(stderr, "sqllock-stress child %d: %v\n", cfg.child, err)
 			return 1
 		}
@@ -200,7 +200,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.history, "history", "", "write every operation, with its invocation and response times, to this file as JSON lines, for the linearizability check of the linearize module")
 	fs.BoolVar(&cfg.keepAlive, "keepalive", false, "holders keep their lease with Lock.KeepAlive through the section (a stall too) instead of one Refresh; a keep-alive that has not reported a lost lease after another holder began is a violation")
 	fs.IntVar(&cfg.child, "child", -1, "internal: run as child number N")
-	fs.Int64Var(&cfg.stopAt, "stop-at", 0, "internal: when children stop, unix ms")
 	fs.BoolVar(&cfg.skipCheck, "selftest-skip-check", false, "internal: with -check, children write without Lock.Check, to show the checker catches it")
 	fs.BoolVar(&cfg.broken, "selftest-broken", false, "internal: children work on names they were refused, to show the checker catches it")
 	if err := fs.Parse(args); err != nil {
@@ -275,7 +274,7 @@ func resourceTable(t string) string { return t + "_res" }
 // summary is the outcome of a run.
 type summary struct {
 	findings
-	childErrors []string // a child that failed or did not report: always a failure
+	childErrors []string // a child that failed or did not report, or the channel cutter: always a failure
 	classes     map[string]int
 	errs        []string // the first errors operations returned, in full
 	resource    []string // mismatches between the resource table and the records
@@ -393,9 +392,11 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		}
 		defer hist.close()
 	}
-	var procs []*os.Process
-	startAt := time.Now()
-	cfg.stopAt = startAt.Add(cfg.duration).UnixMilli()
+	var (
+		procs  []*os.Process
+		starts []io.WriteCloser // each child's stdin
+		ready  = make(chan struct{}, cfg.procs)
+	)
 	var (
 		mu      sync.Mutex
 		records []record
@@ -414,22 +415,28 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		if err != nil {
 			return summary{}, err
 		}
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return summary{}, err
+		}
 		if err := cmd.Start(); err != nil {
 			return summary{}, err
 		}
-		procs = append(procs, cmd.Process)
+		procs, starts = append(procs, cmd.Process), append(starts, in)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var rs []record
 			var rep *childReport
+			isReady := false
 			sc := bufio.NewScanner(out)
 			sc.Buffer(nil, 1<<20)
 			for sc.Scan() {
 				var l struct {
 					record
 					childReport
-					H json.RawMessage `json:"h"` // an operation of the history
+					H     json.RawMessage `json:"h"` // an operation of the history
+					Ready bool            `json:"ready"`
 				}
 				if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 					mu.Lock()
@@ -438,6 +445,9 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 					continue
 				}
 				switch {
+				case l.Ready:
+					isReady = true
+					ready <- struct{}{}
 				case l.H != nil:
 					hist.add(l.H)
 				case l.Done:
@@ -445,6 +455,9 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 				default:
 					rs = append(rs, l.record)
 				}
+			}
+			if !isReady {
+				ready <- struct{}{} // it ended first: the run goes on without it, and fails
 			}
 			werr := cmd.Wait()
 			mu.Lock()
@@ -460,8 +473,32 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 			}
 		}()
 	}
-	cuts := make(chan int, 1)
-	go func() { cuts <- cutChannels(ctx, lockDB, cfg) }()
+	// The run starts once every child is set up: a process started, its
+	// Client's first use made. On a loaded machine that took seconds, which
+	// a short run's window lost.
+	for range cfg.procs {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			wg.Wait() // the children die with ctx
+			return summary{}, ctx.Err()
+		}
+	}
+	startAt := time.Now()
+	cfg.stopAt = startAt.Add(cfg.duration).UnixMilli()
+	for _, in := range starts {
+		_, _ = fmt.Fprintln(in, cfg.stopAt) // a child that ended has said why on stderr
+		_ = in.Close()
+	}
+	type cut struct {
+		n   int
+		err error
+	}
+	cuts := make(chan cut, 1)
+	go func() {
+		n, err := cutChannels(ctx, lockDB, cfg)
+		cuts <- cut{n, err}
+	}()
 	sum := summary{names: cfg.names, errorsAllowed: cfg.allowErrors || cfg.failover() || cfg.fault != ""}
 	switch {
 	case cfg.fault != "":
@@ -470,7 +507,11 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 		sum.killedAt, sum.killErr = kill(ctx, cfg, startAt)
 	}
 	wg.Wait()
-	sum.cuts = <-cuts
+	c := <-cuts
+	sum.cuts = c.n
+	if c.err != nil {
+		errs = append(errs, c.err.Error())
+	}
 
 	sum.findings = check(records)
 	if cfg.fault != "" {
@@ -565,7 +606,6 @@ func childArgs(cfg config, i int) []string {
 		"-ttl="+cfg.ttl.String(),
 		"-duration="+cfg.duration.String(),
 		"-stall-fraction="+strconv.FormatFloat(cfg.stallFraction, 'g', -1, 64),
-		"-stop-at="+strconv.FormatInt(cfg.stopAt, 10),
 	)
 	if cfg.broken {
 		args = append(args, "-selftest-broken")
@@ -621,50 +661,73 @@ func createTables(ctx context.Context, db *sql.DB, cfg config) error {
 // server connections that hold or wait for a wake-up channel of the run's
 // names, and returns how many it killed. The processes must go on safely,
 // polling where the channel would have woken them.
-func cutChannels(ctx context.Context, db *sql.DB, cfg config) int {
+//
+// A connection found holding or waiting may have let the channel go by the
+// time a KILL of its id arrives, and gone back to its pool to serve
+// another statement (a refresh, which the kill would fail with "invalid
+// connection": the run's fault, not the library's). So a procedure of the
+// run's kills it, on the server, only if it still holds or waits: the
+// check and the KILL are two statements a microsecond apart, where the
+// connection would need a round trip to the client to start another.
+func cutChannels(ctx context.Context, db *sql.DB, cfg config) (int, error) {
 	if cfg.cutChannels <= 0 {
-		return 0
+		return 0, nil
 	}
-	// Holders by IS_USED_LOCK of each name's channel (as queries.sql names
-	// it), waiters by the statement they run.
-	holders := "SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56)))"
-	// Only this run's table: other runs and test suites may wait on the
-	// same server, and killing their channels would be this run's fault.
-	waiters := "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' " +
-		"AND LOCATE(CONCAT(, ?, ), INFO) > 0 AND ID <> CONNECTION_ID()"
+	// The name of each name's channel, as queries.sql makes it; waiters by
+	// the statement they run, on this run's table only: other runs and test
+	// suites may wait on the same server, and killing their channels would
+	// be this run's fault.
+	channel := "CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), ?, ?), 256), 56))"
+	waitingOn := func(table string) string {
+		return "INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND LOCATE(CONCAT('''', " + table + ", ''''), INFO) > 0"
+	}
+	proc := "`" + cfg.table + "_cut`"
+	if _, err := db.ExecContext(ctx, "CREATE PROCEDURE "+proc+"(victim BIGINT UNSIGNED, ch VARCHAR(64), t VARCHAR(64)) "+
+		"BEGIN IF IS_USED_LOCK(ch) = victim OR EXISTS (SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = victim AND "+waitingOn("t")+") "+
+		"THEN KILL victim; SELECT 1; ELSE SELECT 0; END IF; END"); err != nil {
+		return 0, fmt.Errorf("-cut-channels: create its procedure: %w", err)
+	}
+	defer func() { _, _ = db.Exec("DROP PROCEDURE IF EXISTS " + proc) }()
+	waiters := "SELECT ID FROM information_schema.PROCESSLIST WHERE " + waitingOn("?") + " AND ID <> CONNECTION_ID()"
 	killed := 0
 	t := time.NewTicker(cfg.cutChannels)
 	defer t.Stop()
 	for time.Now().Before(time.UnixMilli(cfg.stopAt)) {
 		select {
 		case <-ctx.Done():
-			return killed
+			return killed, nil
 		case <-t.C:
 		}
-		var ids []int64
+		type victim struct {
+			id int64
+			ch string
+		}
+		var vs []victim
 		for i := range cfg.names {
+			var ch string
 			var id sql.NullInt64
-			if err := db.QueryRowContext(ctx, holders, cfg.table, nameOf(i)).Scan(&id); err == nil && id.Valid {
-				ids = append(ids, id.Int64)
+			if err := db.QueryRowContext(ctx, "SELECT "+channel+", IS_USED_LOCK("+channel+")", cfg.table, nameOf(i), cfg.table, nameOf(i)).Scan(&ch, &id); err == nil && id.Valid {
+				vs = append(vs, victim{id.Int64, ch})
 			}
 		}
 		if rows, err := db.QueryContext(ctx, waiters, cfg.table); err == nil {
 			for rows.Next() {
 				var id int64
 				if rows.Scan(&id) == nil {
-					ids = append(ids, id)
+					vs = append(vs, victim{id: id})
 				}
 			}
 			rows.Close()
 		}
-		for _, id := range ids {
+		for _, v := range vs {
 			// The connection may have ended meanwhile (1094: unknown thread).
-			if _, err := db.ExecContext(ctx, "KILL "+strconv.FormatInt(id, 10)); err == nil {
+			var n int
+			if err := db.QueryRowContext(ctx, "CALL "+proc+"(?, ?, ?)", v.id, v.ch, cfg.table).Scan(&n); err == nil && n == 1 {
 				killed++
 			}
 		}
 	}
-	return killed
+	return killed, nil
 }
 
 // checkResource compares the resource table with the records: every accepted
