@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,24 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// A syncBuffer is a bytes.Buffer a command writes while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // readPid waits for a pid written to file.
@@ -45,17 +65,28 @@ func TestRun_grandchildDiesWithSqllock(t *testing.T) {
 			t.Skip("reads processes' state in /proc")
 		}
 		e := newEnv(t, s.DSN)
-		cmd, wait := e.start("run", "tree", "--", "sh", "-c",
+		cmd := e.command("run", "-v", "tree", "--", "sh", "-c",
 			"echo $$ > "+e.path("pid")+"; sleep 60 & echo $! > "+e.path("grandchild")+"; wait")
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
 		pid, grandchild := readPid(t, e.path("pid")), readPid(t, e.path("grandchild"))
 		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 		if !alive(grandchild) {
 			t.Fatalf("the grandchild %d is not running before the kill", grandchild)
 		}
+		// sqllock names the command's group to the watchdog once the
+		// command has started, and then says it runs: a kill before that
+		// is the one moment the watchdog misses (watchdog.go), which a
+		// loaded machine stretched past the command's first writes.
+		waitFor(t, 30*time.Second, "sqllock to say the command runs", func() bool { return strings.Contains(stderr.String(), "running") })
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		wait()
+		err := cmd.Wait()
+		t.Logf("sqllock: %v; stderr:\n%s", err, stderr.String())
 		killed := time.Now()
 		// The watchdog polls its parent every few hundred milliseconds: 2 s
 		// was not enough beside other packages' tests on a loaded
