@@ -7,8 +7,9 @@
 //	    -procs 4 -goroutines 8 -names 4 -duration 60s -ttl 100ms -stall-fraction 0.1
 //
 // The parent process starts the children (itself, again, with a hidden
-// flag), gathers the critical sections they report as JSON lines, and
-// checks them: two holders of one name whose sections overlapped while both
+// flag), starts the run's clock once each has said it is ready (its Client
+// proven on its server: start-up does not eat a short run), gathers the
+// critical sections they report as JSON lines, and checks them: two holders of one name whose sections overlapped while both
 // leases were live by the server's clock, a fence issued twice, or fences
 // out of acquisition order are violations. It prints a summary, writes it to
 // the file -record names, and exits 1 on any violation, on a resource that
@@ -17,7 +18,10 @@
 // run.
 //
 // It creates two tables of its own (a lock table and its resource table,
-// named after -table with a random suffix) and drops them at the end.
+// named after -table with a random suffix) and drops them at the end; with
+// -cut-channels, a procedure too (named after them; it needs the CREATE
+// ROUTINE privilege), which kills a connection only while it still holds or
+// waits for a wake-up channel.
 //
 // On a cluster, give each node's DSN (-dsn repeated, or -dsns with commas):
 // process i starts on DSN i (modulo their number), and each goroutine moves
