@@ -629,39 +629,48 @@ func TestClient_acquire_cancelledInFlight(t *testing.T) {
 	tests := []struct {
 		name    string
 		acquire func(c *Client, ctx context.Context) (*Lock, error)
-		ctx     func(t *testing.T) (context.Context, context.CancelFunc)
+		ctx     func(t *testing.T, tok *tokenArg) (context.Context, context.CancelFunc)
 		wantCtx error
 	}{
 		{
 			"TryAcquire, deadline",
 			func(c *Client, ctx context.Context) (*Lock, error) { return c.TryAcquire(ctx, "job", time.Second) },
-			func(t *testing.T) (context.Context, context.CancelFunc) {
-				return context.WithTimeout(t.Context(), 500*time.Millisecond)
+			// Long enough for the statement to be sent on a loaded
+			// machine (the first use's proof taken as made); it then
+			// hangs for a minute, so the deadline passes in flight.
+			func(t *testing.T, _ *tokenArg) (context.Context, context.CancelFunc) {
+				return context.WithTimeout(t.Context(), 2*time.Second)
 			},
 			context.DeadlineExceeded,
 		},
 		{
 			"Acquire, cancel",
 			func(c *Client, ctx context.Context) (*Lock, error) { return c.Acquire(ctx, "job", time.Second) },
-			func(t *testing.T) (context.Context, context.CancelFunc) {
+			// Cancelled once the statement is in flight.
+			func(t *testing.T, tok *tokenArg) (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(t.Context())
-				time.AfterFunc(500*time.Millisecond, cancel)
+				go func() {
+					for !tok.sent.Load() && ctx.Err() == nil {
+						time.Sleep(time.Millisecond)
+					}
+					time.Sleep(10 * time.Millisecond) // into the mock's delay
+					cancel()
+				}()
 				return ctx, cancel
 			},
 			context.Canceled,
 		},
 	}
-	// The contexts end after 500ms: long enough for the statement to be sent
-	// on a loaded machine, and it then hangs for a minute, so they end while
-	// it is in flight.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newMockEnv(t)
+			e.c.markProven()
+			e.proven = true
 			tok := &tokenArg{}
 			e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), reply{id: 42, rows: 1, delay: time.Minute})
 			// The cleanup: the release statement with the same name and token.
 			e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
-			ctx, cancel := tt.ctx(t)
+			ctx, cancel := tt.ctx(t, tok)
 			defer cancel()
 			l, err := tt.acquire(e.c, ctx)
 			if l != nil {

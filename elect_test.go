@@ -118,10 +118,12 @@ func TestClient_Elect_returnsLastError(t *testing.T) {
 	e.proven = true
 	e.expectPrepareError("acquire", errReadOnly)
 	e.mock.MatchExpectationsInOrder(false)
-	for range 200 { // more than 200ms of campaigning sends
+	for range 1000 { // more than a second of campaigning sends
 		e.mock.ExpectPrepare(e.sql("acquire")).WillReturnError(errReadOnly)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	// Long enough for an attempt to be refused on a loaded machine (at a
+	// load average of 24, 200ms cut the first).
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	err := e.c.Elect(ctx, "leader", 40*time.Millisecond, Callbacks{OnStartedLeading: func(_ context.Context, _ *Lock) error { return nil }})
 	assertErrIs(t, err, context.DeadlineExceeded, errReadOnly)

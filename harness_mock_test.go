@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,7 +349,12 @@ var hexToken = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // tokenArg is a sqlmock.Argument for the owner token: 32 lowercase hex
 // digits, and the same token in every position and every statement it is
 // used for (one tokenArg per lease).
-type tokenArg struct{ token string }
+type tokenArg struct {
+	token string
+	// sent is set once a statement with the token reached the mock, where
+	// a delayed reply keeps it in flight.
+	sent atomic.Bool
+}
 
 func (a *tokenArg) Match(v driver.Value) bool {
 	s, ok := v.(string)
@@ -357,6 +363,7 @@ func (a *tokenArg) Match(v driver.Value) bool {
 	}
 	if a.token == "" {
 		a.token = s
+		a.sent.Store(true)
 	}
 	return s == a.token
 }
