@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -83,7 +82,7 @@ func (s childSpec) run() error {
 		// machine the run may start a second later.
 		askedAt atomic.Int64
 	)
-	insert := "INSERT INTO `" + s.Runs + "` (scheduler, at_ms, refused) VALUES (?, ?, ?)"
+	insert := "INSERT INTO `" + s.Runs + "` (scheduler, at_ms, kind, why) VALUES (?, ?, ?, ?)"
 	switch s.Mode {
 	case "locker":
 		// The defaults, as a user would, with a log of every skip, which
@@ -123,7 +122,7 @@ func (s childSpec) run() error {
 	_, err = sched.NewJob(def, gocron.NewTask(func() {
 		at := time.UnixMilli(askedAt.Load())
 		time.Sleep(10 * time.Millisecond) // a job that takes 10 ms
-		if _, err := db.Exec(insert, s.ID, at.UnixMilli(), nil); err != nil {
+		if _, err := db.Exec(insert, s.ID, at.UnixMilli(), ran, ""); err != nil {
 			mu.Lock()
 			defer mu.Unlock()
 			errs = append(errs, fmt.Errorf("record the run at %v: %w", at, err))
@@ -173,13 +172,17 @@ func (l *loggedLocker) Lock(ctx context.Context, key string) (gocron.Lock, error
 	lk, err := l.Locker.Lock(ctx, key)
 	fmt.Fprintf(os.Stderr, "%s Lock (called %s): %v\n", time.Now().Format("15:04:05.000"), called.Format("15:04:05.000"), err)
 	if err != nil {
-		if _, ierr := l.db.Exec(l.insert, l.id, called.UnixMilli(), err.Error()); ierr != nil {
-			fmt.Fprintf(os.Stderr, "record the refusal: %v\n", ierr)
-		}
+		l.record(called, refused, err.Error())
 		return nil, err
 	}
 	l.askedAt.Store(called.UnixMilli())
-	return loggedLock{lk}, nil
+	return loggedLock{Lock: lk, l: l}, nil
+}
+
+func (l *loggedLocker) record(at time.Time, kind, why string) {
+	if _, err := l.db.Exec(l.insert, l.id, at.UnixMilli(), kind, why); err != nil {
+		fmt.Fprintf(os.Stderr, "record %s at %v: %v\n", kind, at, err)
+	}
 }
 
 // A loggedElector is a scheduler process's Elector that records when
@@ -198,7 +201,7 @@ func (e *loggedElector) IsLeader(ctx context.Context) error {
 	called := time.Now()
 	err := e.Elector.IsLeader(ctx)
 	if err != nil {
-		if _, ierr := e.db.Exec(e.insert, e.id, called.UnixMilli(), err.Error()); ierr != nil {
+		if _, ierr := e.db.Exec(e.insert, e.id, called.UnixMilli(), refused, err.Error()); ierr != nil {
 			fmt.Fprintf(os.Stderr, "record the refusal: %v\n", ierr)
 		}
 		return err
@@ -207,40 +210,56 @@ func (e *loggedElector) IsLeader(ctx context.Context) error {
 	return nil
 }
 
-type loggedLock struct{ gocron.Lock }
+// A loggedLock records when gocron called its Unlock: the end of the run.
+type loggedLock struct {
+	gocron.Lock
+	l *loggedLocker
+}
 
 func (l loggedLock) Unlock(ctx context.Context) error {
 	called := time.Now()
 	err := l.Lock.Unlock(ctx)
 	fmt.Fprintf(os.Stderr, "%s Unlock (called %s): %v\n", time.Now().Format("15:04:05.000"), called.Format("15:04:05.000"), err)
+	l.l.record(called, unlocked, "") // after: its round trip is no part of the run
 	return err
 }
 
-// A runRow is one run of the job: the scheduler that ran it and when, on
-// the scheduler's clock (they share this machine's).
+// A runRow is what a scheduler process recorded, on its clock (they share
+// this machine's): a run of the job, at the moment gocron asked for it; a
+// refusal to run it, and why; or the Unlock that ended a run.
 type runRow struct {
 	scheduler int
 	at        time.Time
-	refused   string // a scheduler's Locker refused the run at at, and why
+	kind      string // ran, refused or unlocked
+	why       string // a refusal's error
 }
 
+// The kinds of runRow.
+const (
+	ran      = "R"
+	refused  = "N"
+	unlocked = "U"
+)
+
 func (r runRow) String() string {
-	if r.refused != "" {
-		return fmt.Sprintf("%d refused at %s: %s", r.scheduler, r.at.Format("15:04:05.000"), r.refused)
+	switch r.kind {
+	case refused:
+		return fmt.Sprintf("%d refused at %s: %s", r.scheduler, r.at.Format("15:04:05.000"), r.why)
+	case unlocked:
+		return fmt.Sprintf("%d unlocked at %s", r.scheduler, r.at.Format("15:04:05.000"))
 	}
 	return fmt.Sprintf("%d at %s", r.scheduler, r.at.Format("15:04:05.000"))
 }
 
-// ranAndRefused splits rows into runs and refusals.
-func ranAndRefused(rows []runRow) (runs, refused []runRow) {
+// only returns the rows of kind.
+func only(rows []runRow, kind string) []runRow {
+	var out []runRow
 	for _, r := range rows {
-		if r.refused != "" {
-			refused = append(refused, r)
-		} else {
-			runs = append(runs, r)
+		if r.kind == kind {
+			out = append(out, r)
 		}
 	}
-	return runs, refused
+	return out
 }
 
 // schedulersOnEachServer runs the job on a group of scheduler processes per
@@ -293,7 +312,7 @@ func startSchedulers(t *testing.T, dsn, mode, job string, starts []time.Duration
 	g := &schedulerGroup{db: openDB(t, dsn), cmds: make([]*exec.Cmd, len(starts)), outs: make([]bytes.Buffer, len(starts))}
 	g.runsTable = newTable(t, g.db, "gocron_runs_")
 	if _, err := g.db.Exec("CREATE TABLE `" + g.runsTable + "` (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, " +
-		"scheduler INT NOT NULL, at_ms BIGINT NOT NULL, refused VARCHAR(1000) NULL)"); err != nil {
+		"scheduler INT NOT NULL, at_ms BIGINT NOT NULL, kind CHAR(1) NOT NULL, why VARCHAR(1000) NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	g.startAt = time.Now().Add(schedulerLead).Truncate(time.Millisecond) // the processes get it in ms
@@ -348,7 +367,7 @@ func (g *schedulerGroup) wait(t *testing.T) []runRow {
 	if t.Failed() {
 		t.FailNow()
 	}
-	rows, err := g.db.Query("SELECT scheduler, at_ms, COALESCE(refused, '') FROM `" + g.runsTable + "` ORDER BY at_ms")
+	rows, err := g.db.Query("SELECT scheduler, at_ms, kind, why FROM `" + g.runsTable + "` ORDER BY at_ms, id")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +378,7 @@ func (g *schedulerGroup) wait(t *testing.T) []runRow {
 			r  runRow
 			ms int64
 		)
-		if err := rows.Scan(&r.scheduler, &ms, &r.refused); err != nil {
+		if err := rows.Scan(&r.scheduler, &ms, &r.kind, &r.why); err != nil {
 			t.Fatal(err)
 		}
 		r.at = time.UnixMilli(ms)
@@ -374,25 +393,34 @@ func (g *schedulerGroup) wait(t *testing.T) []runRow {
 // checkEverySecondAsked fails the test unless each whole second between
 // from and to ran the job once, as far as the schedulers' rows can tell:
 // they say when gocron asked each scheduler's Locker or Elector to run the
-// job, and why it refused. Each tick ran at most once, and a tick some
-// scheduler was asked for ran, unless the scheduler that holds the job
-// refused it because its previous run was still under way (gocron had not
-// yet called that run's Unlock). A tick no scheduler was asked for is
-// gocron's: it fires a job's next run only once the last Lock has
-// returned. Those two are a starved machine's doing, logged; at most a
-// third of the ticks may be missed so.
+// job, why it refused, and when a run ended (its Unlock). Each tick ran at
+// most once, and a tick some scheduler was asked for ran, unless a run of
+// an earlier tick was still under way as it began (gocron had not yet
+// called its Unlock: a job of 10 ms starved for a second or more, which
+// its scheduler does not run twice at once and the others find holding the
+// name). A tick no scheduler was asked for is gocron's: it fires a job's
+// next run only once the last Lock has returned. Those two are a starved
+// machine's doing, logged; at most a third of the ticks may be missed so.
 func checkEverySecondAsked(t *testing.T, rows []runRow, from, to time.Time) {
 	t.Helper()
-	runs, refused := ranAndRefused(rows)
+	runs := only(rows, ran)
 	first, last := from.Unix()+1, to.Unix() // from and to are on half seconds
 	ticks := ticksOf(t, runs, first, last)
 	refusals := make(map[int64][]runRow)
-	for _, r := range refused {
+	for _, r := range only(rows, refused) {
 		refusals[r.at.Unix()] = append(refusals[r.at.Unix()], r)
 	}
+	ends := runEnds(rows)
 	excused := 0
 	for tick := first; tick <= last; tick++ {
 		n, why := len(ticks[tick]), refusals[tick]
+		start := time.Unix(tick, 0)
+		var under []string
+		for i, r := range runs {
+			if r.at.Before(start) && ends[i].After(start) {
+				under = append(under, fmt.Sprintf("%v to %s", r, ends[i].Format("15:04:05.000")))
+			}
+		}
 		switch {
 		case n > 1:
 			t.Errorf("tick %d ran %d times %v, want once", tick, n, ticks[tick])
@@ -400,9 +428,9 @@ func checkEverySecondAsked(t *testing.T, rows []runRow, from, to time.Time) {
 		case len(why) == 0:
 			excused++
 			t.Logf("tick %d: no scheduler was asked to run it (gocron was late: a starved machine)", tick)
-		case slices.ContainsFunc(why, func(r runRow) bool { return strings.Contains(r.refused, "still under way") }):
+		case len(under) > 0:
 			excused++
-			t.Logf("tick %d: its holder's previous run was still under way (gocron's Unlock was late: a starved machine): %v", tick, why)
+			t.Logf("tick %d: a run of an earlier tick was still under way (%v; gocron's Unlock late: a starved machine): %v", tick, under, why)
 		default:
 			t.Errorf("tick %d did not run, refused by every scheduler asked: %v", tick, why)
 		}
@@ -411,6 +439,30 @@ func checkEverySecondAsked(t *testing.T, rows []runRow, from, to time.Time) {
 		t.Errorf("%d of %d ticks missed on a starved machine: too many to check the rest", excused, last-first+1)
 	}
 	t.Logf("%d runs for the %d ticks %d to %d, by schedulers %v", len(runs), last-first+1, first, last, bySchedulers(runs))
+}
+
+// runEnds returns, for each run among rows (in order), when it ended: its
+// scheduler's first Unlock after it, or, when its scheduler recorded no
+// Unlock at all (an Elector), its start; a run whose Unlock never came ran
+// on past the end.
+func runEnds(rows []runRow) []time.Time {
+	unlocks := make(map[int][]time.Time)
+	for _, r := range only(rows, unlocked) {
+		unlocks[r.scheduler] = append(unlocks[r.scheduler], r.at)
+	}
+	var ends []time.Time
+	for _, r := range only(rows, ran) {
+		us := unlocks[r.scheduler]
+		end := r.at
+		if len(us) > 0 {
+			end = time.Unix(1<<40, 0)
+			if i := slices.IndexFunc(us, func(u time.Time) bool { return !u.Before(r.at) }); i >= 0 {
+				end = us[i]
+			}
+		}
+		ends = append(ends, end)
+	}
+	return ends
 }
 
 // ticksOf groups runs by the whole second they ran in, failing the test
@@ -433,7 +485,7 @@ func ticksOf(t *testing.T, runs []runRow, first, last int64) map[int64][]runRow 
 // of the kth interval fall between startAt+k*interval and spread after it.
 func checkEveryInterval(t *testing.T, rows []runRow, startAt, stopAt time.Time, interval, spread time.Duration) {
 	t.Helper()
-	runs, _ := ranAndRefused(rows)
+	runs := only(rows, ran)
 	const slack = 400 * time.Millisecond // for a run's start to follow its tick
 	k := 0
 	for ; startAt.Add(time.Duration(k+1)*interval + spread + slack).Before(stopAt); k++ {
