@@ -89,11 +89,14 @@ func TestStress_badFaultFlags(t *testing.T) {
 }
 
 // faultRun runs the checker with a fault on a real server, and checks that
-// it passed with the fault injected, healed and recovered from.
+// it passed with the fault injected, healed and recovered from. The fault
+// is healed 2 s into the run, or up to a second later when no faulty
+// process held a name yet; the 4 s after are for every name to be taken
+// again (2 s were too few at a load average of 25).
 func faultRun(t *testing.T, dsn string, args ...string) string {
 	t.Helper()
 	status, out := stress(t, dsn, append([]string{"-procs", "3", "-goroutines", "3", "-names", "2",
-		"-duration", "4s", "-ttl", "200ms", "-stall-fraction", "0.1", "-fault-after", "1s", "-fault-for", "1s"}, args...)...)
+		"-duration", "6s", "-ttl", "200ms", "-stall-fraction", "0.1", "-fault-after", "1s", "-fault-for", "1s"}, args...)...)
 	if status != 0 {
 		t.Fatalf("exit status %d, want 0", status)
 	}
