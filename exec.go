@@ -270,6 +270,9 @@ func (c *Client) serverError(op string, err error) error {
 		return ErrClosed
 	}
 	if g := sessionGuard(err); g != "" {
+		if fault.ReadOnlyGuard(err) {
+			return errorf("%s: %w (%s): %w", op, errReadOnlyServer, g, err)
+		}
 		return errorf("%s: %s: %w", op, g, err)
 	}
 	if n, ok := fault.Errno(err); ok {

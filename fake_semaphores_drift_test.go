@@ -52,7 +52,7 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	// rows, under token.
 	take := func(token string, n, v int) {
 		s := &slotCall{acquireCall: acquireCall{c: c, name: p, ttl: ttl, token: token}, sem: sem, n: n}
-		answer(db.ExecContext(ctx, c.withGuard(slotSQL(c.table, f.lockWait, v)), s.args(v)...))
+		answer(db.ExecContext(ctx, slotSQL(c.learned().table, f.lockWait, v), s.args(v)...))
 	}
 	list := func() {
 		rows, err := db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, q)
@@ -172,12 +172,12 @@ func TestFake_semaphoresAsTheLibrarySends(t *testing.T) {
 	ctx := context.Background()
 	for v := 1; v <= MaxSlots; v++ {
 		s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows("v"), ttl: time.Minute, token: "T"}, sem: "v", n: v}
-		if _, err := db.ExecContext(ctx, c.withGuard(slotSQL(c.table, false, v)), s.args(v)...); err != nil {
+		if _, err := db.ExecContext(ctx, slotSQL(c.learned().table, false, v), s.args(v)...); err != nil {
 			t.Errorf("v=%d: %v", v, err)
 		}
 	}
 	s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows("m"), ttl: time.Minute, token: "T"}, sem: "m", n: 2}
-	_, err := db.ExecContext(ctx, slotSQL(c.table, true, 2), s.args(2)...)
+	_, err := db.ExecContext(ctx, slotSQL(c.learned().table, true, 2), s.args(2)...)
 	if errText(err) != "error 1064" {
 		t.Errorf("MariaDB's form: got %v, want error 1064, as MySQL answers it", err)
 	}

@@ -17,6 +17,10 @@ import (
 // never shows half of them.
 type forms struct {
 	sql [numStmts]string // statement text with the table name in place
+	// table is the Client's table, quoted, and in its database once the
+	// first use found it; name, its own name; db, the database as a
+	// string literal, or "" before (sqltext.Forms).
+	table, name, db string
 	// chosen: the first-use check has chosen these forms.
 	chosen bool
 	// tidb: the server is TiDB: sql holds its forms.
@@ -29,9 +33,6 @@ type forms struct {
 	// lockWait: MariaDB, whose acquires bound their wait for a row
 	// (queries.sql, lock_wait_mariadb).
 	lockWait bool
-	// mysqlGuard: MySQL itself, whose applier the session guard tests by a
-	// variable of its own (queries.sql, guard_applier_mysql).
-	mysqlGuard bool
 
 	// checked: the first-use check found the table as it should be
 	// (tablecheck.go). proven: the proof of the statements passed
@@ -41,15 +42,16 @@ type forms struct {
 	later           [numLaterProofs]bool
 }
 
-// text returns what sqltext needs of f for table.
-func (f *forms) text(table string) sqltext.Forms {
-	return sqltext.Forms{Q: queries, Table: table, MySQLGuard: f.mysqlGuard, TiDB: f.tidb, OneRow: f.oneRow, LockWait: f.lockWait}
+// text returns what sqltext needs of f.
+func (f *forms) text() sqltext.Forms {
+	return sqltext.Forms{Q: queries, Table: f.table, Name: f.name, DB: f.db, TiDB: f.tidb, OneRow: f.oneRow, LockWait: f.lockWait}
 }
 
-// initialForms returns the forms every server starts with, on table.
+// initialForms returns the forms every server starts with, on table
+// (quoted), in whichever database a connection has chosen.
 func initialForms(table string) *forms {
-	f := &forms{}
-	t := f.text(table)
+	f := &forms{table: table, name: strings.Trim(table, "`")}
+	t := f.text()
 	for i, name := range stmtNames {
 		f.sql[i] = t.Substitute(queries[name])
 	}
@@ -57,8 +59,11 @@ func initialForms(table string) *forms {
 }
 
 // serverForms returns the forms of the server that answered version, on
-// table; carries says whether LAST_INSERT_ID() there carried the value
-// its own statement set (the first-use check). On TiDB: its
+// table (quoted) in database db (its qualified name and its literal,
+// sqltext.Qualify): every statement names the table in that database, so
+// that a USE the application runs on a connection of the pool moves no
+// lease elsewhere. carries says whether LAST_INSERT_ID() there carried the
+// value its own statement set (the first-use check). On TiDB: its
 // LAST_INSERT_ID() does not see a value set earlier in the same
 // statement, which the two-row acquire relies on (queries.sql), so a name
 // has one row there. Elsewhere, where the first-use check saw
@@ -66,16 +71,19 @@ func initialForms(table string) *forms {
 // vtgate puts its session's value in its place, in front of MySQL), the
 // same one-row forms, without TiDB's hint. The proof then holds them to
 // what they must report (proof.go). On MariaDB: the acquire waits at most
-// a second for its row (queries.sql, lock_wait_mariadb). On MySQL (not
-// 5.7, which has no variable that tells its replica's applier): the
-// session guard lets its applier pass by a variable of its own.
-func serverForms(table, version string, carries bool) *forms {
+// a second for its row (queries.sql, lock_wait_mariadb).
+func serverForms(table, qualified, db, version string, carries bool) *forms {
 	f := initialForms(table)
+	f.table, f.db = qualified, db
 	f.chosen = true
+	t := f.text()
+	for i, name := range stmtNames {
+		f.sql[i] = t.Substitute(queries[name])
+	}
 	switch {
 	case strings.Contains(version, "TiDB"):
 		f.tidb, f.oneRow = true, true
-		t := f.text(table)
+		t := f.text()
 		for _, i := range tidbStmts {
 			f.sql[i] = t.Substitute(queries[tidbPrefix+stmtNames[i]])
 		}
@@ -85,7 +93,7 @@ func serverForms(table, version string, carries bool) *forms {
 		// takeover would leave the lease expired. There the two-row forms
 		// stay, and the proof refuses them.
 		f.oneRow, f.onceByRows = true, true
-		t := f.text(table)
+		t := f.text()
 		for _, i := range tidbStmts {
 			if i != qOnceRecord { // the plain once_record reads the one row as well
 				f.sql[i] = t.Substitute(strings.ReplaceAll(queries[tidbPrefix+stmtNames[i]], tidbHint, ""))
@@ -94,13 +102,6 @@ func serverForms(table, version string, carries bool) *forms {
 	case strings.Contains(version, "MariaDB"):
 		f.lockWait = true
 		f.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + f.sql[qAcquire]
-	case strings.HasPrefix(version, "5."):
-	default:
-		f.mysqlGuard = true
-		t := f.text(table)
-		for i := range f.sql {
-			f.sql[i] = t.Substitute(f.sql[i])
-		}
 	}
 	return f
 }
@@ -141,12 +142,12 @@ func (c *Client) mark(flag func(f *forms) *bool) {
 // a session on a connection it reserves on one shard, and the tests that
 // would show the channels right read the processlist and KILL connections,
 // which vtgate does not pass on. Waiters poll there.
-func (c *Client) chooseForms(version string, carries bool) {
+func (c *Client) chooseForms(version, qualified, db string, carries bool) {
 	c.learn(func(f *forms) bool {
 		if f.chosen {
 			return false // another call's check chose them first
 		}
-		s := serverForms(c.table, version, carries)
+		s := serverForms(c.table, qualified, db, version, carries)
 		s.checked, s.proven, s.later = f.checked, f.proven, f.later
 		*f = *s
 		return true

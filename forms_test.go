@@ -1,15 +1,18 @@
 package sqllock
 
 import (
+	"database/sql"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 // Each server's forms, as the first-use check chooses them: the text of
 // the statements and the flags read with them agree.
 func TestServerForms_byServer(t *testing.T) {
-	const table = "`t`"
+	const table, qualified, db = "`t`", "`app`.`t`", "'app'"
 	initial := initialForms(table)
 	for _, tc := range []struct {
 		version string
@@ -17,7 +20,7 @@ func TestServerForms_byServer(t *testing.T) {
 		check   func(t *testing.T, f *forms)
 	}{
 		{"8.0.11-TiDB-v9.0.0", false, func(t *testing.T, f *forms) {
-			if !f.tidb || !f.oneRow || f.lockWait || f.mysqlGuard {
+			if !f.tidb || !f.oneRow || f.lockWait {
 				t.Errorf("flags: %+v", *f)
 			}
 			if !strings.HasPrefix(f.sql[qAcquire], "INSERT "+tidbHint) || !strings.Contains(f.sql[qAcquire], table) {
@@ -31,45 +34,39 @@ func TestServerForms_byServer(t *testing.T) {
 			if strings.Contains(f.sql[qAcquire], tidbHint) || f.sql[qAcquire] == initial.sql[qAcquire] {
 				t.Errorf("acquire: got %q, want the one-row form without TiDB's hint", f.sql[qAcquire])
 			}
-			if f.sql[qOnceRecord] != initial.sql[qOnceRecord] {
+			if f.sql[qOnceRecord] != strings.ReplaceAll(initial.sql[qOnceRecord], table, qualified) {
 				t.Errorf("once_record: got the one-row form, want the plain one")
 			}
 		}},
 		{"10.11.19-MariaDB", true, func(t *testing.T, f *forms) {
-			if !f.lockWait || f.oneRow || f.mysqlGuard {
+			if !f.lockWait || f.oneRow {
 				t.Errorf("flags: %+v", *f)
 			}
-			if f.sql[qAcquire] != queries["lock_wait_mariadb"]+"\n"+initial.sql[qAcquire] || f.sql[qRefresh] != initial.sql[qRefresh] {
+			inDB := func(text string) string { return strings.ReplaceAll(text, table, qualified) }
+			if f.sql[qAcquire] != queries["lock_wait_mariadb"]+"\n"+inDB(initial.sql[qAcquire]) || f.sql[qRefresh] != inDB(initial.sql[qRefresh]) {
 				t.Errorf("acquire: got %q, want the lock wait bound before the initial form, and the rest as they were", f.sql[qAcquire])
 			}
 		}},
-		{"5.7.44", true, func(t *testing.T, f *forms) {
-			if f.sql != initial.sql || f.lockWait || f.mysqlGuard || f.oneRow {
-				t.Errorf("MySQL 5.7: got %+v, want the initial forms", *f)
-			}
-		}},
 		{"8.4.3", true, func(t *testing.T, f *forms) {
-			if !f.mysqlGuard || f.lockWait || f.oneRow {
+			if f.lockWait || f.oneRow || f.tidb {
 				t.Errorf("flags: %+v", *f)
 			}
-			guarded := 0
 			for i, text := range f.sql {
-				if strings.Contains(initial.sql[i], guardApplierMariaDB) {
-					guarded++
-					if !strings.Contains(text, guardApplierMariaDB+" "+queries["guard_applier_mysql"]) {
-						t.Errorf("%s: got %q, want MySQL's applier test in its guard", stmtNames[i], text)
-					}
+				if text != strings.ReplaceAll(initial.sql[i], table, qualified) {
+					t.Errorf("%s: got %q, want the initial form in the database", stmtNames[i], text)
 				}
-			}
-			if guarded == 0 {
-				t.Error("no statement carries the session guard: the test proves nothing")
 			}
 		}},
 	} {
 		t.Run(tc.version, func(t *testing.T) {
-			f := serverForms(table, tc.version, tc.carries)
-			if !f.chosen {
-				t.Error("chosen: got false")
+			f := serverForms(table, qualified, db, tc.version, tc.carries)
+			if !f.chosen || f.table != qualified || f.db != db {
+				t.Errorf("chosen %v, table %s, database %s: want true, %s, %s", f.chosen, f.table, f.db, qualified, db)
+			}
+			for i, text := range f.sql {
+				if strings.Contains(text, table) && !strings.Contains(text, qualified) {
+					t.Errorf("%s: got %q, want the table named in its database", stmtNames[i], text)
+				}
 			}
 			tc.check(t, f)
 		})
@@ -99,9 +96,9 @@ func TestClient_chooseForms_once(t *testing.T) {
 			}
 		}()
 	}
-	c.chooseForms("10.11.19-MariaDB", true)
+	c.chooseForms("10.11.19-MariaDB", "`test`.`sqllock`", "'test'", true)
 	wg.Wait()
-	c.chooseForms("8.0.11-TiDB-v9.0.0", false)
+	c.chooseForms("8.0.11-TiDB-v9.0.0", "`test`.`sqllock`", "'test'", false)
 	if f := c.learned(); !f.lockWait || f.tidb || c.wait.Channels.Refused() {
 		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wait.Channels.Refused())
 	}
@@ -130,7 +127,7 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		c.chooseForms("10.11.19-MariaDB", true)
+		c.chooseForms("10.11.19-MariaDB", "`test`.`sqllock`", "'test'", true)
 	}()
 	c.markProven()
 	wg.Wait()
@@ -144,3 +141,18 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 // markProven makes c take the proof of its statements as made, for tests
 // whose subject is not the proof.
 func (c *Client) markProven() { c.mark(func(f *forms) *bool { return &f.proven }) }
+
+// chooseFormsOn chooses c's forms for version as its first-use check
+// would, in the database db's connections have.
+func chooseFormsOn(t *testing.T, c *Client, db *sql.DB, version string, carries bool) {
+	t.Helper()
+	var name string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	qualified, lit, err := sqltext.Qualify(c.table, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.chooseForms(version, qualified, lit, carries)
+}

@@ -97,9 +97,14 @@ func (e *mockEnv) sql(name string) string {
 	return withTable(queries[name], e.table)
 }
 
+// withTable returns stmt as a Client sends it once its first use found
+// the mock's database, mockDatabase: the table named in it.
 func withTable(stmt, table string) string {
-	return strings.ReplaceAll(stmt, "`sqllock`", "`"+table+"`")
+	return strings.ReplaceAll(strings.ReplaceAll(stmt, "`sqllock`", "`"+mockDatabase+"`.`"+table+"`"), "DATABASE()", "'"+mockDatabase+"'")
 }
+
+// mockDatabase is the database the mock's server answers the first use.
+const mockDatabase = "test"
 
 // expectAutocommit expects the Client's first-use check, answered with
 // autocommit v, a MariaDB server and the table of schema.sql.
@@ -124,7 +129,7 @@ func expectCarries(mock sqlmock.Sqlmock, read int) {
 // version whose table is schema.sql's.
 func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 	rows := sqlmock.NewRows([]string{"what", "a", "b", "c", "d", "e", "f"}).
-		AddRow("server", autocommit, version, 0, nil, nil, nil).
+		AddRow("server", autocommit, version, 0, mockDatabase, nil, nil).
 		AddRow("table", table, "InnoDB", nil, nil, nil, nil)
 	for _, col := range schemaColumns {
 		typ := strings.ToLower(strings.TrimSuffix(col.def, " NOT NULL"))

@@ -43,7 +43,7 @@ const (
 // transaction. The row lock's proof sends the acquire inside one on
 // purpose, on a connection of its own that it commits itself, so there it
 // sends the acquire without that part (inTransaction).
-const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */"
+const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */"
 
 // inTransaction returns the acquire text for the row lock's transaction.
 func inTransaction(acquire string) string {

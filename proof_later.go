@@ -287,7 +287,7 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 	rows := func(sem string) []string { return []string{slotRows(sem), slotName(sem, 1)} }
 	return c.proveLater(ctx, proofSlots, rows, func(p *prover, name, a, b string) error {
 		sem := name
-		text := slotSQL(c.table, mariadb, 1)
+		text := slotSQL(c.learned().table, mariadb, 1)
 		take := func(step, token string) (uint64, error) {
 			s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows(sem), ttl: proofTTL, token: token}, sem: sem, n: 1}
 			id, err := p.id("slot_acquire", step, text, s.args(1)...)

@@ -145,8 +145,8 @@ func (p *prover) failed(stmt, step string, err error) error {
 				"drop interpolateParams=true from the DSN, or turn connection sharing off: %w", ErrUnsupportedServer, stmt, step, err)
 		case erUnknownVariable, fault.UnknownError:
 			// A server that calls itself MySQL without MySQL's variables
-			// (go-mysql-server: 1105), refusing the session guard's test
-			// for a replica's applier (queries.sql, guard_applier_mysql).
+			// (go-mysql-server: 1105), refusing one the session guard
+			// reads (queries.sql).
 			if n == erUnknownVariable || strings.Contains(err.Error(), "Unknown system variable") {
 				return errorf("%w: the server (%s), or a layer between it and this Client, does not know a system variable statement %s reads (%s), which MySQL does: %w",
 					ErrUnsupportedServer, p.version, stmt, step, err)

@@ -204,7 +204,7 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 				unproven.markProven()
 				unproven.mark(func(f *forms) *bool { return &f.checked })
 				if e.server.Vitess {
-					unproven.chooseForms(e.server.Version, false) // as its first-use check would
+					chooseFormsOn(t, unproven, db, e.server.Version, false) // as its first-use check would
 				}
 				switch m.mode {
 				case previous:

@@ -68,9 +68,8 @@ var stmtNames = [numStmts]string{
 
 // The forms' names and marks (sqltext).
 const (
-	guardApplierMariaDB = sqltext.GuardApplierMariaDB
-	tidbPrefix          = sqltext.TiDBPrefix
-	tidbHint            = sqltext.TiDBHint
+	tidbPrefix = sqltext.TiDBPrefix
+	tidbHint   = sqltext.TiDBHint
 )
 
 // tidbStmts are the statements with a TiDB form; the rest serve TiDB as
@@ -83,23 +82,21 @@ const tidbAcquireArgs = 4
 
 // textForms returns what the text of the Client's statements depends on,
 // as the first use has found it so far.
-func (c *Client) textForms() sqltext.Forms { return c.learned().text(c.table) }
+func (c *Client) textForms() sqltext.Forms { return c.learned().text() }
 
-// substitute puts the Client's quoted table name into a statement, and on
-// MySQL the applier test into its session guard.
+// substitute puts the Client's quoted table name into a statement, in the
+// database the first use found once it has (sqltext.Forms.Substitute).
 func (c *Client) substitute(stmt string) string { return c.textForms().Substitute(stmt) }
 
-// withGuard returns stmt, whose table is in place already, with MySQL's
-// test for a replica's applier in its session guard, on MySQL; as it is
-// elsewhere, or before the first use has found the server.
-func (c *Client) withGuard(stmt string) string { return c.textForms().Substitute(stmt) }
+// named returns statement name with the Client's table named in a string
+// in place of 'sqllock', and its database in place of DATABASE() once the
+// first use found it (sqltext.Forms.Named): the first use's query, the
+// wake-up channels'.
+func (c *Client) named(name string) string { return c.textForms().Named(name) }
 
-// firstUseSQL returns the first_use query about table.
-func firstUseSQL(table string) string { return tableNamedSQL("first_use", table) }
-
-// tableNamedSQL returns statement name with table in place of the string
-// 'sqllock' (sqltext.Statements.TableNamed).
-func tableNamedSQL(name, table string) string { return queries.TableNamed(name, table) }
+// firstUseSQL returns the first_use query about table as a Client sends it
+// at its first use, before it knows the database.
+func firstUseSQL(table string) string { return queries.TableNamed("first_use", table) }
 
 // acquireAllSQL returns the text of the acquire of set s for ttl.
 func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
@@ -119,7 +116,8 @@ func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
 // placeholders, on the Client's table.
 func (c *Client) setSQL(name string, lits ...string) string { return c.textForms().Set(name, lits...) }
 
-// slotSQL returns slot_acquire for table with its slot row written v times.
+// slotSQL returns slot_acquire for table (quoted, and qualified once the
+// first use found the database) with its slot row written v times.
 func slotSQL(table string, mariadb bool, v int) string { return queries.Slot(table, mariadb, v) }
 
 // bind puts literals in place of the placeholders of stmt, in order

@@ -227,7 +227,7 @@ func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, s.name) }
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
 	c := s.c
-	return c.execSlot(ctx, s.sem, c.withGuard(slotSQL(c.table, s.mariadb, s.v)), s.args(s.v))
+	return c.execSlot(ctx, s.sem, slotSQL(c.learned().table, s.mariadb, s.v), s.args(s.v))
 }
 
 func (s *slotCall) heldBy(_ context.Context, err error) error {

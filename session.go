@@ -5,7 +5,10 @@ import "github.com/sqllock/sqllock/internal/fault"
 // The session guard: every statement that takes or extends a lease fails
 // with error 1690, and writes nothing, when the session that runs it has
 // autocommit off, an open transaction (MariaDB), or a clock of its own (a
-// session timestamp); queries.sql says how. The pool is the application's,
+// session timestamp), or when the server is read-only; queries.sql says
+// how. The read-only refusal wraps errReadOnlyServer, as the first use's
+// does (proof_server.go): the waiting calls and the keep-alive pass over
+// it to another connection, as over the server's own 1290. The pool is the application's,
 // so such a setting may come to any connection at any time, after the
 // Client's first use: only the statement itself can see the session it
 // runs in. A guarded failure is a refusal that may pass (classify), like a
@@ -24,6 +27,10 @@ func sessionGuard(err error) string {
 	}
 	if fault.GuardExpr(err.Error()) == "" {
 		return ""
+	}
+	if fault.ReadOnlyGuard(err) {
+		return "read_only or super_read_only was set after this Client's first use (a demoted primary?), " +
+			"and an account with SUPER could still write there; nothing was written (another connection, or the new primary, may serve)"
 	}
 	if fault.ClockGuard(err) {
 		return "the session's clock is not the server's: NOW() lay more than 1s from SYSDATE() " +

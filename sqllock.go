@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,18 +141,14 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	}
 	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
-	raw := strings.Trim(c.table, "`")
 	c.wait.Init(wait.Config{
-		DB:         db,
-		Wakeups:    c.wakeups,
-		WaitSQL:    tableNamedSQL("wake_wait", raw),
-		ReleaseSQL: tableNamedSQL("wake_release", raw),
-		ProbeSQL:   tableNamedSQL("wake_probe", raw),
-		LookSQL:    c.substitute(queries["look"]),
-		Log:        c.log,
-		Woke:       c.channelTold,
-		Closing:    c.closing,
-		Closed:     ErrClosed,
+		DB:      db,
+		Wakeups: c.wakeups,
+		SQL:     c.named,
+		Log:     c.log,
+		Woke:    c.channelTold,
+		Closing: c.closing,
+		Closed:  ErrClosed,
 	})
 	return c, nil
 }

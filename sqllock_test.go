@@ -32,7 +32,8 @@ func TestNew_WithTable(t *testing.T) {
 		t.Fatalf("New: got %v, want nil", err)
 	}
 	for i, name := range stmtNames {
-		want := withTable(queries[name], "my_locks")
+		// Before the first use has found the database, the table alone.
+		want := strings.ReplaceAll(queries[name], "`sqllock`", "`my_locks`")
 		if c.learned().sql[i] != want {
 			t.Errorf("%s: got %q, want %q", name, c.learned().sql[i], want)
 		}
@@ -92,7 +93,8 @@ func TestNew_badOptions(t *testing.T) {
 
 func TestClient_CreateTable(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
-		e.mock.ExpectExec(withTable(schema, e.table)).WithoutArgs().WillReturnResult(sqlmock.NewResult(0, 0))
+		// Before the first use, in the connection's database.
+		e.mock.ExpectExec(strings.ReplaceAll(schema, "`sqllock`", "`"+e.table+"`")).WithoutArgs().WillReturnResult(sqlmock.NewResult(0, 0))
 		e.expectAutocommit(1) // the first-use check, made once
 		e.expectProof()       // and the proof, before any lease is taken
 		if err := e.c.CreateTable(t.Context()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 var (
@@ -56,6 +57,7 @@ var schemaKey = []string{"name", "kind"}
 type firstUse struct {
 	autocommit bool
 	version    string
+	database   sql.NullString // DATABASE(), or after the first use its literal
 	// carries: LAST_INSERT_ID() saw the value set earlier in the same
 	// statement, which the two-row acquire needs (queries.sql, carries)
 	carries bool
@@ -64,6 +66,11 @@ type firstUse struct {
 	columns map[string]foundColumn
 	indexes map[string]*foundIndex
 }
+
+// errNoDatabase is the first use's refusal of a connection with no
+// database: the Client's statements name the table in the database the
+// first use found, whatever USE a connection of the pool runs later.
+var errNoDatabase = errors.New("the connection has no database selected: name the table's database in the DSN (user@tcp(host:3306)/dbname)")
 
 // erNativeFunctionRefused is MySQL Router's refusal of LAST_INSERT_ID on a
 // connection that connection sharing may move (queries.sql, carries).
@@ -118,7 +125,14 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
-	c.chooseForms(fu.version, fu.carries)
+	if !fu.database.Valid {
+		return false, errNoDatabase
+	}
+	qualified, db, err := sqltext.Qualify(c.table, fu.database.String)
+	if err != nil {
+		return false, err
+	}
+	c.chooseForms(fu.version, qualified, db, fu.carries)
 	if err := c.refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
@@ -192,7 +206,7 @@ func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error
 
 // readFirstUse sends the first_use query and collects its rows about table.
 func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
-	rows, err := c.db.QueryContext(ctx, firstUseSQL(table))
+	rows, err := c.db.QueryContext(ctx, c.textForms().Named("first_use"))
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +228,7 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 			fu.autocommit = f[0].String == "1"
 			fu.version = f[1].String
 			foldNames = f[2].String != "0"
+			fu.database = f[3]
 			continue
 		}
 		if col := nullAnswer(what, f); col != "" {

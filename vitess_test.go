@@ -107,7 +107,7 @@ func TestVitess_twoRowFormsRefused(t *testing.T) {
 		ctx := testCtx(t)
 		table := e.newTable(t)
 		c := e.client(t, e.db, table)
-		c.chooseForms("9.7.4", true) // as if the first-use check had seen LAST_INSERT_ID() carry
+		chooseFormsOn(t, c, e.db, "9.7.4", true) // as if the first-use check had seen LAST_INSERT_ID() carry
 		_, err := c.TryAcquire(ctx, "job", time.Minute)
 		wantErrIs(t, err, ErrUnsupportedServer)
 		assertErrContains(t, err, "Vitess")

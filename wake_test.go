@@ -437,7 +437,7 @@ func TestWithWakeups_serverRefusesGetLock(t *testing.T) {
 	args := acquireArgs("job", mockHolder, 1_000_000, tok)
 	e.expectExec("acquire", args, held)
 	// The name as a hex literal, twice, and a timeout of a whole second.
-	wait := strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'")
+	wait := withTable(strings.ReplaceAll(queries["wake_wait"], "'sqllock'", "'"+DefaultTable+"'"), DefaultTable)
 	wait = strings.Replace(strings.Replace(wait, "?", "X'6a6f62'", 2), "?", "1", 1)
 	e.mock.ExpectQuery(wait).WithoutArgs().WillReturnError(mysqlErr(fault.NotSupportedYet, "42000", "This version of MariaDB doesn't yet support 'GET_LOCK in cluster (WSREP_ON=ON)'"))
 	e.expectExec("acquire", args, held, held, free)

@@ -503,7 +503,7 @@ func dropTable(x *call) (*outcome, error) {
 // describes it: schema.sql's, as MySQL 8.4 shows it.
 func firstUse(x *call) (*outcome, error) {
 	out := &outcome{cols: []string{"what", "f1", "f2", "f3", "f4", "f5", "f6"}}
-	out.rows = append(out.rows, []driver.Value{[]byte("server"), int64(1), []byte(x.s.version), int64(0), nil, nil, nil})
+	out.rows = append(out.rows, []driver.Value{[]byte("server"), int64(1), []byte(x.s.version), int64(0), []byte(Database), nil, nil})
 	if x.table == nil {
 		return out, nil
 	}

@@ -10,36 +10,51 @@
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
 -- statement and does not depend on the session time_zone.
 --
--- The session guard. The pool is the application's, and two settings of a
--- session, made on any of its connections at any time, would make a
--- statement lie: a session timestamp (SET timestamp = ..., or a DSN's
--- timestamp=...) replaces UTC_TIMESTAMP(6), so a live lease could be taken
--- over or a lease written to end early; and with autocommit off (or, on
--- MariaDB, an open transaction) a lease reported taken is undone by the
--- application's ROLLBACK. So every statement that takes or extends a lease
--- adds, once per row it writes, the term
+-- The session guard. The pool is the application's, and three things may
+-- change under a Client after its first use, on any of its connections at
+-- any time, that would make a statement lie: a session timestamp (SET
+-- timestamp = ..., or a DSN's timestamp=...) replaces UTC_TIMESTAMP(6), so a
+-- live lease could be taken over or a lease written to end early; with
+-- autocommit off (or, on MariaDB, an open transaction) a lease reported
+-- taken is undone by the application's ROLLBACK; and a primary made
+-- read-only (a demotion, its address moved to the new primary) still takes
+-- writes from an account with SUPER on MariaDB, or READ ONLY ADMIN, so two
+-- primaries would hand out one name. So every statement that takes or
+-- extends a lease adds, once per row it writes, the terms
 --   (18446744073709551615 + (@@autocommit = 0 ..) + (.. > 1000000)) * 0
--- which is 0, or fails the statement with error 1690 (an unsigned value out
--- of range, as all_acquire's refusal; no sql_mode turns it into a warning),
--- and the server undoes it: nothing is written. The first part is autocommit
--- off, or MariaDB's @@in_transaction; the second, NOW(6), the session's
--- clock at the statement's start, more than a second from SYSDATE(6), the
--- server's clock now, which no session timestamp moves (unless the server
--- runs with --sysdate-is-now). The second counts the statement's own waits
--- before the term (a table being altered; a row lock, in an UPDATE), so a
--- statement that waited past a second is refused too, and sent again by
--- the loops that wait. The Go side knows the guard by the first number in
--- the error's text, and which part failed by the name SYSDATE in it (MySQL
--- does not print @@autocommit there). Lock.Check's statements carry no
--- guard: they run inside the application's transaction by design.
--- Statement-based binary logging: the guard reads a system variable and
+--   + (9223372036854775807 + (.. @@global.read_only ..)) * 0
+-- which are 0, or fail the statement with error 1690 (a value out of range,
+-- as all_acquire's refusal; no sql_mode turns it into a warning), and the
+-- server undoes it: nothing is written. The first term's first part is
+-- autocommit off, or MariaDB's @@in_transaction; its second, NOW(6), the
+-- session's clock at the statement's start, more than a second from
+-- SYSDATE(6), the server's clock now, which no session timestamp moves
+-- (unless the server runs with --sysdate-is-now). The second counts the
+-- statement's own waits before the term (a table being altered; a row lock,
+-- in an UPDATE), so a statement that waited past a second is refused too;
+-- having written nothing, it is sent again at once, a few times
+-- (internal/fault, Retry), and again by the loops that wait. The second
+-- term is the server read-only now (read_only, which super_read_only sets
+-- too). The terms hold no quote, so that the error's text, which quotes
+-- the expression, shows all of it. The Go side knows the guard by the first number in the error's text (the
+-- unsigned one: the session; the signed one: read-only, a refusal like the
+-- server's own 1290), and which part of the first failed by the name
+-- SYSDATE in it (MySQL does not print @@autocommit there). Lock.Check's
+-- statements carry no guard: they run inside the application's transaction
+-- by design.
+-- Statement-based binary logging: the guard reads system variables and
 -- SYSDATE, which are unsafe there, so binlog_format=MIXED logs these
--- statements as rows; with STATEMENT a replica runs the guard again, where
--- MariaDB's @@session.server_id is the origin's, not its own, which the
--- /*M! */ parts use to let a replica's applier (inside a transaction, with
--- its own clock) pass; on MySQL the Client adds a test of MySQL's own
--- (guard_applier_mysql).
---
+-- statements as rows; with STATEMENT a replica runs the guard again, inside
+-- the transaction its binary log opens, with its own clock and on a
+-- read-only server. There every part but autocommit (which the binary log
+-- carries from the primary) is skipped for the replica's applier, told apart
+-- by USER(): a client's session is always user@host, with the host it
+-- connected from ('localhost' over a socket), while the applier runs with no
+-- account at all (MySQL, and MariaDB's parallel workers: ''; MariaDB's SQL
+-- thread: '<replication_slave>@'): its last character is none, or @ (64). No SET
+-- changes USER(), so no client session can pass itself off as the applier
+-- (docs/servers.md).
+
 -- Results are read from the OK packet's insert id, set with
 -- LAST_INSERT_ID(expr): the table has no AUTO_INCREMENT column, so the id is
 -- the last LAST_INSERT_ID(expr) the statement evaluated, or 0 if it evaluated
@@ -81,7 +96,7 @@
 INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES
   (?, 'L', ?, ?, LAST_INSERT_ID(1) * 0
-     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
   (?, 'F', '', '',
    IF(LAST_INSERT_ID() = 1, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))), 0),
@@ -111,17 +126,6 @@ ON DUPLICATE KEY UPDATE
 -- name: lock_wait_mariadb
 SET STATEMENT innodb_lock_wait_timeout = 1 FOR
 
--- The session guard's test for a replica's applier, on MySQL: put after
--- the MariaDB-only comment /*M! @@session.server_id = ... AND */ in every
--- guarded statement when the first use finds MySQL itself (not TiDB, not
--- through Vitess). A client's session reads 2^55 there, "undefined"; a
--- replica's applier, the source's commit time (measured on MySQL 9.7 with
--- binlog_format=STATEMENT), so the applier passes the clock test, which its
--- own clock and lag would fail.
-
--- name: guard_applier_mysql
-@@session.original_commit_timestamp = 36028797018963968 AND
-
 -- name: refresh
 -- Args: ttl µs, name, token. Insert id: 1 when extended, 0 when the lease is
 -- not ours or has expired (LAST_INSERT_ID in SET is evaluated only for a row
@@ -134,7 +138,7 @@ UPDATE `sqllock`
 SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     fence = LAST_INSERT_ID(fence + 1) * 0
 WHERE name = ? AND kind = 'L' AND owner = ?
-  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: release
@@ -162,13 +166,15 @@ WHERE f.name = ? AND f.kind = 'F';
 -- Client, before its first statement, and read by tablecheck.go: one row
 -- about the session and the server (autocommit: with it off, a DSN's
 -- autocommit=0 or the server's default, no statement here would ever
--- commit; the version: TiDB takes its own forms), then the table's engine,
+-- commit; the version: TiDB takes its own forms; the database, in which
+-- the Client names its table from then on, and which its later sends of
+-- this query read in place of DATABASE()), then the table's engine,
 -- columns and indexes as information_schema describes them, to hold against
 -- schema.sql. Each part reads one view filtered by constant schema and
 -- table names, which servers answer from the table's definition alone; no
 -- joins. TABLE_NAME comes back so that Go can compare it exactly (the views
 -- may compare names without regard to case).
-SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names, NULL, NULL, NULL
+SELECT 'server', @@SESSION.autocommit, VERSION(), @@lower_case_table_names, DATABASE(), NULL, NULL
 UNION ALL
 SELECT 'table', TABLE_NAME, ENGINE, NULL, NULL, NULL, NULL
 FROM information_schema.TABLES
@@ -271,7 +277,7 @@ UPDATE `sqllock` SET fence = fence + 1 + 18446744073709551615 WHERE name = ?;
 UPDATE `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     fence = LAST_INSERT_ID(fence + 1) * 0
-      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
 WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
 
@@ -380,7 +386,7 @@ UPDATE `sqllock`
 SET expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
       COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 3
                   + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 5, 6000000))
-      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0) MICROSECOND,
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0) MICROSECOND,
     owner = ?, holder = ?
 WHERE name = ? AND kind = 'L' AND owner = ?;
 
@@ -494,7 +500,7 @@ ON DUPLICATE KEY UPDATE
 -- name: all_acquire_lease
 -- A lease row of all_acquire. Holes: name, token, holder, ttl µs.
 (?, 'L', ?, ?, 0
-   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
  UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
 -- name: all_acquire_fence_first
@@ -539,7 +545,7 @@ UPDATE (SELECT NULL AS name UNION ALL SELECT ?) AS w
 LEFT JOIN `sqllock` AS l ON l.name = w.name AND l.kind = 'L'
 SET l.expires_at = GREATEST(l.expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     l.acquired_at = l.acquired_at + INTERVAL IF(MOD(MICROSECOND(l.acquired_at), 2) = 0, 1, -1) MICROSECOND
-WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND IF(l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6), 0, LENGTH(w.name) + 18446744073709551615) = 0;
 
 -- name: all_release
@@ -556,7 +562,7 @@ DELETE FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?);
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
-      + INTERVAL 0 + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 MICROSECOND,
+      + INTERVAL 0 + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 MICROSECOND,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
 WHERE kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))) AND name IN (?);
 
@@ -617,7 +623,7 @@ SELECT name, fence FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?)
 -- would have written, so the arguments are given once.
 INSERT /*+ SET_VAR(tidb_retry_limit=0) */ INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES (?, 'L', ?, ?, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))
-          + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+          + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
         UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 ON DUPLICATE KEY UPDATE
   fence = GREATEST(fence, LAST_INSERT_ID(
@@ -639,7 +645,7 @@ UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     fence = fence + LAST_INSERT_ID(fence + 1) * 0
 WHERE name = ? AND kind = 'L' AND owner = ?
-  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND expires_at > UTC_TIMESTAMP(6);
 
 -- name: tidb_release
@@ -656,7 +662,7 @@ WHERE name = ? AND kind = 'L' AND owner = ?;
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     fence = fence + LAST_INSERT_ID(fence + 1) * 0
-      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
 WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
 
@@ -691,7 +697,7 @@ UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
       COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 3
                   + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 5, 6000000))
-      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0) MICROSECOND,
+      + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0) MICROSECOND,
     owner = ?, holder = ?
 WHERE name = ? AND kind = 'L' AND owner = ?;
 
@@ -741,7 +747,7 @@ ON DUPLICATE KEY UPDATE
 -- name: tidb_all_acquire_row
 -- A row of tidb_all_acquire. Holes: name, token, holder, ttl µs.
 (?, 'L', ?, ?, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))
-   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0,
+   + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
  UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
 
 -- name: tidb_all_refresh
@@ -753,7 +759,7 @@ UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE kind = 'L'
-  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 = 0
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND IF(owner = ? AND expires_at > UTC_TIMESTAMP(6), 0, fence + 1 + 18446744073709551615) = 0
   AND name IN (?);
 
@@ -851,7 +857,7 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 INSERT INTO `sqllock` (fence, name, kind, owner, holder, acquired_at, expires_at)
 VALUES
   (LAST_INSERT_ID(?) * 0
-     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */) + (/*M! @@session.server_id = @@global.server_id AND */ ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
+     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0, ?, 'F', ?, '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6)),
   (LAST_INSERT_ID(IF(LAST_INSERT_ID() = 128, 128 + ?, LAST_INSERT_ID())) * 0, ?, 'L', IF(LAST_INSERT_ID() = 128 + ?, ?, ''), IF(LAST_INSERT_ID() = 128 + ?, ?, ''), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL IF(LAST_INSERT_ID() = 128 + ?, ?, 0) MICROSECOND),
   (LAST_INSERT_ID(LAST_INSERT_ID() + 65536) * 0, ?, 'F', '', '', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE

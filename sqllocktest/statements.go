@@ -28,8 +28,7 @@ var schemaSQL string
 // (a set's in sets.go, a semaphore's in semaphores.go), or is a row of
 // all_acquire (setRows).
 var notImplemented = map[string]string{
-	"lock_wait_mariadb":   "it is only a prefix of the acquire, run as part of it on MariaDB",
-	"guard_applier_mysql": "it is only a part of the session guard of the statements that take or extend a lease, which a Client adds on MySQL (mysqlGuard)",
+	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
 	// says it is MySQL, so a Client takes the two-row form, whose insert
@@ -54,21 +53,11 @@ var setRows = map[string]bool{
 // when the server says it is TiDB: the fake says it is MySQL.
 const tidbPrefix = "tidb_"
 
-// guardApplierMariaDB is the session guard's MariaDB-only test for a
-// replica's applier; a Client puts guard_applier_mysql after it when the
-// server is MySQL, as the fake says it is (the library's withGuard).
-const guardApplierMariaDB = "/*M! @@session.server_id = @@global.server_id AND */"
-
-// mysqlGuard returns text as a Client sends it to MySQL.
-func mysqlGuard(qs map[string]string, text string) string {
-	return strings.ReplaceAll(text, guardApplierMariaDB, guardApplierMariaDB+" "+qs["guard_applier_mysql"])
-}
-
 // inTransactionGuard is the session guard's MariaDB-only test for an open
 // transaction, which the first use's row-lock proof leaves out of the
 // acquire it sends inside a transaction of its own (the library's
 // inTransaction): the fake knows the acquire without it too.
-const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND @@session.server_id = @@global.server_id */"
+const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */"
 
 // tidbHint is the hint that only TiDB's statements keep.
 const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
@@ -103,6 +92,7 @@ const (
 	holeNone         hole = iota
 	holeTable             // `name`: the Client's table
 	holeTableString       // 'name': the table's name in a string literal
+	holeDatabase          // DATABASE(), or the database as a string literal, as a Client sends it once it knows it
 	holeLiteral           // X'hex' or a whole number, put in place of a placeholder
 	holeLiteralList       // one literal or more, separated by ", "
 	holeLiteralUnion      // one literal or more, separated by " UNION ALL SELECT "
@@ -186,12 +176,6 @@ func mustTemplates() []*template {
 		// statement without it to any other (queries.go, tidbHint).
 		text = strings.ReplaceAll(text, tidbHint, "")
 		addOne(name, text, mariadb)
-		if guarded := mysqlGuard(qs, text); guarded != text && !mariadb {
-			// MySQL runs the statement with MySQL's test for its applier
-			// (as a Client sends it once its first use found MySQL) and
-			// without (a comment to MySQL), so the fake does too.
-			addOne(name, guarded, mariadb)
-		}
 	}
 	addOne = func(name, text string, mariadb bool) {
 		t := newTemplate(name, text, textStatements[name], mariadb)
@@ -244,9 +228,6 @@ func mustTemplates() []*template {
 			continue
 		case setRows[name]:
 			rowTemplates = append(rowTemplates, newTemplate(name, text, true, false))
-			if guarded := mysqlGuard(qs, text); guarded != text {
-				rowTemplates = append(rowTemplates, newTemplate(name, guarded, true, false))
-			}
 			continue
 		case handlers[name] == nil:
 			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has no handler: implement it in handlers.go or say why in notImplemented", name))
@@ -317,6 +298,10 @@ func newTemplate(name, text string, literals, mariadb bool) *template {
 			flush()
 			t.segments = append(t.segments, segment{hole: holeTable})
 			rest = rest[len("`sqllock`"):]
+		case strings.HasPrefix(rest, "DATABASE()"):
+			flush()
+			t.segments = append(t.segments, segment{hole: holeDatabase})
+			rest = rest[len("DATABASE()"):]
 		case strings.HasPrefix(rest, "'sqllock'"):
 			flush()
 			t.segments = append(t.segments, segment{hole: holeTableString})
@@ -396,10 +381,23 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 			}
 			q = q[len(s.text):]
 			continue
+		case holeDatabase:
+			rest, ok := strings.CutPrefix(q, "DATABASE()")
+			if !ok {
+				rest, ok = strings.CutPrefix(q, "'"+Database+"'")
+			}
+			if !ok {
+				return "", false
+			}
+			q = rest
 		case holeTable, holeTableString:
 			quote := byte('`')
 			if s.hole == holeTableString {
 				quote = '\''
+			} else {
+				// A Client names its table in the database its first use
+				// found (the fake's only one).
+				q = strings.TrimPrefix(q, "`"+Database+"`.")
 			}
 			if q == "" || q[0] != quote {
 				return "", false

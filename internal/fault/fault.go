@@ -223,6 +223,10 @@ func IsConnectError(err error) bool {
 // clock's test.
 const guardMark = "18446744073709551615 + "
 
+// readOnlyMark begins the read-only term of the guard in the same way: a
+// signed number, so that the error names it apart from the session's.
+const readOnlyMark = "9223372036854775807 + "
+
 // GuardExpr returns the expression an error 1690's text says is out of
 // range, when it is the session guard's, and "" otherwise. Only that
 // quoted expression is read: through Vitess the text goes on with the
@@ -237,10 +241,21 @@ func GuardExpr(msg string) string {
 	if j := strings.IndexByte(expr, '\''); j >= 0 {
 		expr = expr[:j]
 	}
-	if !strings.HasPrefix(strings.TrimLeft(expr, "("), guardMark) {
+	if e := strings.TrimLeft(expr, "("); !strings.HasPrefix(e, guardMark) && !strings.HasPrefix(e, readOnlyMark) {
 		return ""
 	}
 	return expr
+}
+
+// ReadOnlyGuard reports whether err is the guard's 1690 for its read-only
+// term: the server was read-only (read_only, super_read_only) when the
+// statement ran, which wrote nothing; a refusal like the server's own
+// 1290, which an account with SUPER (MariaDB) would not have met.
+func ReadOnlyGuard(err error) bool {
+	if n, ok := Errno(err); !ok || n != OutOfRange {
+		return false
+	}
+	return strings.HasPrefix(strings.TrimLeft(GuardExpr(err.Error()), "("), readOnlyMark)
 }
 
 // ClockGuard reports whether err is the session guard's 1690 for its clock

@@ -98,11 +98,6 @@ func Split(text string) (Statements, error) {
 	return out, nil
 }
 
-// GuardApplierMariaDB is the session guard's test for a replica's applier
-// on MariaDB, a comment MySQL skips, in every guarded statement; on MySQL
-// guard_applier_mysql goes after it (Forms.Substitute).
-const GuardApplierMariaDB = "/*M! @@session.server_id = @@global.server_id AND */"
-
 // TiDBPrefix names, in queries.sql, the statements that take the place of
 // others on TiDB: a name has one row there.
 const TiDBPrefix = "tidb_"
@@ -116,10 +111,11 @@ const TiDBHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 // server.
 type Forms struct {
 	Q     Statements
-	Table string // quoted
-	// MySQLGuard: the server is MySQL, whose applier test goes into the
-	// session guard.
-	MySQLGuard bool
+	Table string // quoted: `name`, or `database`.`name` once the first use found the database
+	Name  string // the table's own name, unquoted
+	// DB is the database the first use found, as a string literal, in
+	// place of DATABASE() in the statements that read it; "" before.
+	DB string
 	// TiDB: the server is TiDB, whose forms keep their hint.
 	TiDB bool
 	// OneRow: the server takes the one-row forms (TiDB, Vitess): a name
@@ -129,14 +125,38 @@ type Forms struct {
 	LockWait bool
 }
 
-// Substitute puts the table into stmt and, on MySQL, the applier test into
-// its session guard.
+// database is what a statement that reads the connection's database
+// says, replaced by Forms.DB.
+const database = "DATABASE()"
+
+// Substitute puts the table into stmt, and the database in place of
+// DATABASE(), so that no statement depends on the database a connection
+// of the pool has chosen (USE).
 func (f Forms) Substitute(stmt string) string {
 	stmt = strings.ReplaceAll(stmt, Placeholder, f.Table)
-	if !f.MySQLGuard {
-		return stmt
+	if f.DB != "" {
+		stmt = strings.ReplaceAll(stmt, database, f.DB)
 	}
-	return strings.ReplaceAll(stmt, GuardApplierMariaDB, GuardApplierMariaDB+" "+f.Q["guard_applier_mysql"])
+	return stmt
+}
+
+// Qualify returns the quoted table, `table`, in database db: `db`.`table`,
+// and db as a string literal, which Forms.Table and Forms.DB then hold. It
+// fails for a name that no literal can hold the same under every sql_mode
+// (a quote, a backslash, a backtick, a control character).
+func Qualify(table, db string) (qualified, literal string, err error) {
+	if db == "" || strings.ContainsAny(db, "'\\`") || strings.ContainsFunc(db, func(r rune) bool { return r < ' ' }) {
+		return "", "", fmt.Errorf("sqllock: the database %q has a character sqllock cannot quote in every sql_mode (a quote, a backslash, a backtick, a control character): keep the table in a database of another name", db)
+	}
+	return "`" + db + "`." + table, "'" + db + "'", nil
+}
+
+// Named returns statement name with the table's name in place of the
+// string 'sqllock' (TableNamed) and the database in place of DATABASE():
+// the statements that name the table in a string (the first use's reads
+// of information_schema, the wake-up channels' lock names).
+func (f Forms) Named(name string) string {
+	return f.Substitute(f.Q.TableNamed(name, f.Name))
 }
 
 // Set returns set statement name with lits in place of its placeholders,

@@ -73,17 +73,35 @@ func TestBind(t *testing.T) {
 	}
 }
 
-// Substitute puts the table in, and MySQL's applier test into the guard
-// only on MySQL; Set drops the TiDB hint elsewhere than on TiDB.
+// Substitute puts the table in, and once the database is known, its
+// literal in place of DATABASE(); Set drops the TiDB hint elsewhere than
+// on TiDB.
 func TestForms_Substitute(t *testing.T) {
-	q := Statements{"guard_applier_mysql": "MYSQL_TEST AND", "s": "UPDATE " + TiDBHint + Placeholder + " SET x = ? WHERE " + GuardApplierMariaDB + " y"}
-	f := Forms{Q: q, Table: "`t`"}
-	if got, want := f.Set("s", "1"), "UPDATE `t` SET x = 1 WHERE "+GuardApplierMariaDB+" y"; got != want {
-		t.Errorf("MariaDB: got %q, want %q", got, want)
+	q := Statements{"s": "UPDATE " + TiDBHint + Placeholder + " SET x = ? WHERE y = DATABASE()", "n": "SELECT 'sqllock', DATABASE() FROM " + Placeholder}
+	f := Forms{Q: q, Table: "`t`", Name: "t"}
+	if got, want := f.Set("s", "1"), "UPDATE `t` SET x = 1 WHERE y = DATABASE()"; got != want {
+		t.Errorf("before the first use: got %q, want %q", got, want)
 	}
-	f.MySQLGuard, f.TiDB = true, true
-	if got, want := f.Set("s", "1"), "UPDATE "+TiDBHint+"`t` SET x = 1 WHERE "+GuardApplierMariaDB+" MYSQL_TEST AND y"; got != want {
-		t.Errorf("MySQL guard, TiDB: got %q, want %q", got, want)
+	var err error
+	if f.Table, f.DB, err = Qualify("`t`", "app-1"); err != nil {
+		t.Fatal(err)
+	}
+	f.TiDB = true
+	if got, want := f.Set("s", "1"), "UPDATE "+TiDBHint+"`app-1`.`t` SET x = 1 WHERE y = 'app-1'"; got != want {
+		t.Errorf("TiDB, the database known: got %q, want %q", got, want)
+	}
+	if got, want := f.Named("n"), "SELECT 't', 'app-1' FROM `app-1`.`t`"; got != want {
+		t.Errorf("Named: got %q, want %q", got, want)
+	}
+}
+
+// Qualify refuses a database no literal holds the same under every
+// sql_mode, naming it.
+func TestQualify_refused(t *testing.T) {
+	for _, db := range []string{"", "it's", `back\slash`, "tick`", "nl\n"} {
+		if _, _, err := Qualify("`t`", db); err == nil || !strings.Contains(err.Error(), "database") {
+			t.Errorf("Qualify(%q): got %v, want an error naming the database", db, err)
+		}
 	}
 }
 

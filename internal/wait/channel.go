@@ -75,17 +75,16 @@ const (
 // Channels are a Client's wake-up channels, one per key it waits for or
 // holds after waiting (Engine.Init readies them).
 type Channels struct {
-	on                  bool   // max > 0
-	max                 int    // channels held at once, at most
-	waitSQL, releaseSQL string // with the table's name in place
-	probeSQL            string
-	db                  *sql.DB
-	log                 *slog.Logger
-	told                func(key string, st State, wait time.Duration) // Config.Woke
-	closedErr           error                                          // Config.Closed
-	stop                context.Context                                // ends when Close starts
-	cancel              context.CancelFunc
-	refused             atomic.Bool // the server refuses GET_LOCK: poll, always
+	on        bool                     // max > 0
+	max       int                      // channels held at once, at most
+	sql       func(name string) string // Config.SQL
+	db        *sql.DB
+	log       *slog.Logger
+	told      func(key string, st State, wait time.Duration) // Config.Woke
+	closedErr error                                          // Config.Closed
+	stop      context.Context                                // ends when Close starts
+	cancel    context.CancelFunc
+	refused   atomic.Bool // the server refuses GET_LOCK: poll, always
 	// waitCap, when set, is the longest wait the connections' read timeout
 	// lets through (cut); zero: wakeRecheckMax.
 	waitCap atomic.Int64

@@ -48,8 +48,9 @@ func newEngine(t *testing.T, s testdsn.Server, table string, closed error) *Engi
 	t.Cleanup(func() { db.Close() })
 	closing := make(chan struct{})
 	w, r, p := channelSQL(table)
+	texts := map[string]string{"wake_wait": w, "wake_release": r, "wake_probe": p, "look": "SELECT 1 FROM DUAL WHERE 0 IN (?)"}
 	e := &Engine{}
-	e.Init(Config{DB: db, Wakeups: 2, WaitSQL: w, ReleaseSQL: r, ProbeSQL: p, LookSQL: "SELECT 1 FROM DUAL WHERE 0 IN (?)",
+	e.Init(Config{DB: db, Wakeups: 2, SQL: func(name string) string { return texts[name] },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Closing: closing, Closed: closed,
 		Woke: func(string, State, time.Duration) {}})
 	t.Cleanup(func() {
@@ -212,7 +213,7 @@ func TestChannels_Stop_endsWaits(t *testing.T) {
 func used(t *testing.T, e *Engine) bool {
 	t.Helper()
 	var id sql.NullInt64
-	if err := e.Channels.db.QueryRow(strings.Replace(e.Channels.probeSQL, "?", "'k'", 1)).Scan(&id); err != nil {
+	if err := e.Channels.db.QueryRow(strings.Replace(e.Channels.sql("wake_probe"), "?", "'k'", 1)).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id.Valid

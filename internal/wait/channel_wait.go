@@ -74,7 +74,7 @@ func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (s
 	}
 	lit := sqltext.Hex(name)
 	var free, got sql.NullInt64
-	err = conn.QueryRowContext(wctx, sqltext.Bind(ws.waitSQL, lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
+	err = conn.QueryRowContext(wctx, sqltext.Bind(ws.sql("wake_wait"), lit, lit, strconv.FormatInt(int64(secs), 10))).Scan(&free, &got)
 	if err != nil || got.Int64 != 1 {
 		// Timed out, or refused by the server: the lock is not ours. Any
 		// other failure leaves a connection we cannot trust: it goes.
@@ -145,7 +145,7 @@ func (ws *Channels) LetGo(ctx context.Context, name string, by any) {
 		return
 	}
 	var ok sql.NullInt64
-	if err := conn.QueryRowContext(ctx, sqltext.Bind(ws.releaseSQL, sqltext.Hex(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
+	if err := conn.QueryRowContext(ctx, sqltext.Bind(ws.sql("wake_release"), sqltext.Hex(name))).Scan(&ok); err != nil || ok.Int64 != 1 {
 		discardConn(conn) // the lock dies with the connection
 		return
 	}
@@ -166,7 +166,7 @@ func (ws *Channels) Probe(ctx context.Context, name string) {
 	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	var id sql.NullInt64
-	if err := ws.db.QueryRowContext(ctx, sqltext.Bind(ws.probeSQL, sqltext.Hex(name))).Scan(&id); err == nil && id.Valid {
+	if err := ws.db.QueryRowContext(ctx, sqltext.Bind(ws.sql("wake_probe"), sqltext.Hex(name))).Scan(&id); err == nil && id.Valid {
 		ws.Waited(name)
 	}
 }

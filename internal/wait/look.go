@@ -84,8 +84,8 @@ func (e *Engine) ExitAttempt() { <-e.attempts }
 // ready to use.
 type Looks struct {
 	db        *sql.DB
-	sql       string          // the look statement with the table's name in place
-	stop      context.Context // ends when Close starts
+	sql       func(name string) string // Config.SQL
+	stop      context.Context          // ends when Close starts
 	closing   <-chan struct{}
 	closedErr error
 
@@ -187,7 +187,7 @@ func (lk *Looks) look(batch []lookAsk) (map[string]bool, error) {
 func (lk *Looks) Holders(ctx context.Context, in string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
 	defer cancel()
-	rows, err := lk.db.QueryContext(ctx, strings.Replace(lk.sql, "?", in, 1))
+	rows, err := lk.db.QueryContext(ctx, strings.Replace(lk.sql("look"), "?", in, 1))
 	if err != nil {
 		return nil, err
 	}

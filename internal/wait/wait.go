@@ -77,11 +77,13 @@ type Config struct {
 	// Wakeups is how many wake-up channels the Client holds at once; 0
 	// turns them off.
 	Wakeups int
-	// The statements of queries.sql, with the table's name in place: the
-	// channel's wait, release and probe, and the look (whose one ? stands
-	// for the names' literals).
-	WaitSQL, ReleaseSQL, ProbeSQL, LookSQL string
-	Log                                    *slog.Logger
+	// SQL returns a statement of queries.sql by name, as the Client sends
+	// it now, with its table and database in place: wake_wait,
+	// wake_release and wake_probe (the channel's wait, release and probe)
+	// and look (whose one ? stands for the names' literals). It is asked at
+	// each send: the first use finds the table's database after Init.
+	SQL func(name string) string
+	Log *slog.Logger
 	// Woke is told of each wait on a channel that ended in Granted,
 	// TimedOut or Failed, with the key and how long it waited, and once of
 	// the channels turning off (Off, with no key). It runs on the waiting
@@ -100,10 +102,10 @@ func (e *Engine) Init(cfg Config) {
 	ws := &e.Channels
 	ws.max, ws.on = cfg.Wakeups, cfg.Wakeups > 0
 	ws.db, ws.log, ws.told, ws.closedErr = cfg.DB, cfg.Log, cfg.Woke, cfg.Closed
-	ws.waitSQL, ws.releaseSQL, ws.probeSQL = cfg.WaitSQL, cfg.ReleaseSQL, cfg.ProbeSQL
+	ws.sql = cfg.SQL
 	ws.stop, ws.cancel = context.WithCancel(context.Background())
 	lk := &e.Looks
-	lk.db, lk.sql, lk.stop = cfg.DB, cfg.LookSQL, ws.stop
+	lk.db, lk.sql, lk.stop = cfg.DB, cfg.SQL, ws.stop
 	lk.closing, lk.closedErr = cfg.Closing, cfg.Closed
 }
 
