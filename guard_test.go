@@ -2,9 +2,13 @@ package sqllock
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -310,4 +314,141 @@ func TestClient_USE_leasesStayInTheirDatabase(t *testing.T) {
 			}
 		}
 	})
+}
+
+// replicaEnv names the DSN of a read-only replica of the one server in
+// SQLLOCK_TEST_DSN that applies the tables test.trepl* (scripts/testdb up
+// SERVER-replica), which TestSessionGuard_statementReplica writes through.
+const replicaEnv = "SQLLOCK_TEST_REPLICA_DSN"
+
+// With binlog_format=STATEMENT a replica runs every statement again, the
+// session guard too, inside a transaction its binary log opens, with its
+// own clock, and read-only: the guard lets the applier pass (USER() has no
+// host there), so a replica whose applier lags past a second applies every
+// statement the library sends, and its table ends as the primary's.
+func TestSessionGuard_statementReplica(t *testing.T) {
+	dsn := os.Getenv(replicaEnv)
+	if dsn == "" {
+		t.Skipf("set %s to a replica of the one server in SQLLOCK_TEST_DSN (scripts/testdb up SERVER-replica; scripts/testdb dsn SERVER-replica)", replicaEnv)
+	}
+	soleServer(t, "reads the replica of the one server under "+replicaEnv)
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		ctx := testCtx(t)
+		replica, err := sql.Open("mysql", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { replica.Close() })
+		sqlThread := func(verb string) {
+			t.Helper()
+			stmt := verb + " SLAVE SQL_THREAD"
+			if !e.server.MariaDB {
+				stmt = verb + " REPLICA SQL_THREAD"
+			}
+			if _, err := replica.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		table := "trepl_" + hex.EncodeToString(b[:]) // the replica applies test.trepl* alone
+		db := e.openDBWith(t, func(c *mysql.Config) { setParam(c, "binlog_format", "'STATEMENT'") })
+		c := e.client(t, db, table, WithLockDelay(0))
+		if err := c.CreateTable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = e.db.Exec("DROP TABLE IF EXISTS `" + table + "`") })
+		waitFor(t, time.Minute, "the replica has the table", func() bool {
+			var n int
+			return replica.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&n) == nil
+		})
+
+		sqlThread("STOP")
+		stopped := time.Now()
+		l := mustAcquire(t, c, "name", time.Minute)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		set, err := c.TryAcquireSet(ctx, []string{"s1", "s2"}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := set.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		slot, err := c.Semaphore("sem", 2).TryAcquire(ctx, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran, err := c.Once(ctx, "once", func(context.Context, *Lock) error { return nil }); !ran || err != nil {
+			t.Fatalf("Once: %v, %v", ran, err)
+		}
+		if err := c.Do(ctx, "min-hold", time.Minute, func(context.Context, *Lock) error { return nil }, WithMinHold(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ForceRelease(ctx, "name"); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range []*Lock{set, slot} {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mustAcquire(t, c, "last", time.Minute)
+		if lag := time.Since(stopped); lag < 1500*time.Millisecond {
+			time.Sleep(1500*time.Millisecond - lag) // the applier replays past the clock test's second
+		}
+		sqlThread("START")
+
+		rows := func(db *sql.DB) string {
+			var sum sql.NullString
+			if err := db.QueryRowContext(ctx, "SELECT GROUP_CONCAT(CONCAT_WS(' ', HEX(name), kind, HEX(owner), fence, acquired_at, expires_at) ORDER BY name, kind SEPARATOR '\n') FROM `"+table+"`").Scan(&sum); err != nil {
+				t.Fatal(err)
+			}
+			return sum.String
+		}
+		want := rows(e.db)
+		waitFor(t, time.Minute, "the replica applies every statement", func() bool {
+			if errno, running := replicaStatus(t, replica); errno != 0 || !running {
+				t.Fatalf("the replica's applier: error %d, running %v; want it applying (SHOW REPLICA STATUS)", errno, running)
+			}
+			return rows(replica) == want
+		})
+	})
+}
+
+// replicaStatus reads the applier's last error number and whether it runs.
+func replicaStatus(t *testing.T, db *sql.DB) (errno int64, running bool) {
+	t.Helper()
+	q := "SHOW REPLICA STATUS"
+	var v string
+	if err := db.QueryRow("SELECT VERSION()").Scan(&v); err == nil && strings.Contains(v, "MariaDB") {
+		q = "SHOW SLAVE STATUS"
+	}
+	rows, err := db.Query(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if !rows.Next() {
+		t.Fatalf("%s: no row: the server is no replica", q)
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cols {
+		switch c {
+		case "Last_SQL_Errno":
+			errno, _ = strconv.ParseInt(vals[i].String, 10, 64)
+		case "Slave_SQL_Running", "Replica_SQL_Running":
+			running = vals[i].String == "Yes"
+		}
+	}
+	return errno, running
 }
