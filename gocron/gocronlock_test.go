@@ -20,6 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testdsn.QuietDriver() // the scheduler processes' too: the tests' own
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(schedulerMain(spec)) // a scheduler process of schedulers_test.go
 	}
