@@ -62,10 +62,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	start := c.obsNow(c.obs.AcquireDone != nil)
-	l, err := a.attempt(ctx)
-	c.acquireDone(ctx, &a, start, l, err)
-	return l, err
+	return a.try(ctx)
 }
 
 // Acquire takes the lease on name like [Client.TryAcquire], waiting between
@@ -149,6 +146,17 @@ func (c *Client) newAcquireCall(name string, ttl time.Duration) (acquireCall, er
 		return acquireCall{}, fmt.Errorf("sqllock: token: %w", err)
 	}
 	return acquireCall{c: c, name: name, ttl: ttl, token: token}, nil
+}
+
+// try makes one attempt, told to the Observer as one acquire call: a
+// TryAcquire's, or one of Elect's, whose campaign is a TryAcquire again and
+// again with the same call (elect.go).
+func (a *acquireCall) try(ctx context.Context) (*Lock, error) {
+	start := a.c.obsNow(a.c.obs.AcquireDone != nil)
+	a.attempts = 0 // this attempt's statements, not the campaign's
+	l, err := a.attempt(ctx)
+	a.c.acquireDone(ctx, a, start, l, err)
+	return l, err
 }
 
 // attempt sends one acquire statement, and cleans up after it when its

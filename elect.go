@@ -121,7 +121,7 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 		return nil, err
 	}
 	for {
-		l, err = a.attempt(ctx)
+		l, err = a.try(ctx) // observed as a TryAcquire is
 		// Read once, as the attempt read it: a deadline that passed during
 		// the attempt is no other owner's lease.
 		cerr := ctxErr(ctx)

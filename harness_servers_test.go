@@ -40,6 +40,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	testdsn.QuietDriver()
 	findServers()
 	// Several tests at once, each on every server at once.
 	testdsn.AtLeastParallel(testdsn.TestsAtOnce * len(testServers))

@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 func TestMain(m *testing.M) {
 	if childMain() { // the 4-process measure runs this binary as its children
 		return
 	}
+	testdsn.QuietDriver() // the children's log is the measure's own
 	os.Exit(m.Run())
 }
 

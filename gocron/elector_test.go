@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // IsLeader follows the lead: one of two Electors leads, and when it closes
@@ -29,6 +30,24 @@ func TestElector_handover(t *testing.T) {
 			t.Fatalf("a after Close: got %v, want ErrNotLeader", err)
 		}
 		waitUntil(t, "b to take over", func() bool { return b.IsLeader(ctx) == nil })
+	})
+}
+
+// The Elector's campaign is told to the Client's Observer as acquires
+// (issue 43): the attempt that took the lead, and the other scheduler's
+// while it leads. Before, a service that scheduled through an Elector
+// showed no acquire in metrics; otel's TestPrometheus_electAndOnceScraped
+// scrapes the same events through the Prometheus exporter.
+func TestElector_observed(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		var seen acquiresSeen
+		c, other := newClients(t, s.DSN, sqllock.WithObserver(seen.observer()))
+		leaderAndFollower(t, c, other)
+		name := DefaultPrefix + "lead"
+		waitUntil(t, "the follower's attempts to be told", func() bool { return seen.count(name, observe.OutcomeHeld) > 0 })
+		if n := seen.count(name, observe.OutcomeAcquired); n != 1 {
+			t.Errorf("acquires told acquired: got %d, want 1", n)
+		}
 	})
 }
 

@@ -16,9 +16,11 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 )
 
 func TestMain(m *testing.M) {
+	testdsn.QuietDriver() // the scheduler processes' too: the tests' own
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(schedulerMain(spec)) // a scheduler process of schedulers_test.go
 	}
@@ -133,4 +135,28 @@ func (b *logBuffer) Contains(s string) bool { return strings.Contains(b.String()
 
 func (b *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// acquiresSeen counts the acquire events a Client's Observer is told, by
+// name and outcome.
+type acquiresSeen struct {
+	mu sync.Mutex
+	n  map[string]int // name, " ", outcome
+}
+
+func (s *acquiresSeen) observer() observe.Observer {
+	return observe.Observer{AcquireDone: func(ev observe.AcquireEvent) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.n == nil {
+			s.n = map[string]int{}
+		}
+		s.n[ev.Name+" "+ev.Outcome.String()]++
+	}}
+}
+
+func (s *acquiresSeen) count(name string, o observe.Outcome) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[name+" "+o.String()]
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // A run's lease is kept alive while the job runs, and kept after it for the
@@ -62,6 +63,40 @@ func TestLocker_holdsWhileRunningAndAfter(t *testing.T) {
 			t.Fatalf("Lock right after a run with no minimum hold: %v", err)
 		}
 		_ = lk.Unlock(ctx)
+	})
+}
+
+// A Locker's Lock is told to the Client's Observer as an acquire, taken or
+// refused, as the TryAcquire under it is (issue 43).
+func TestLocker_Lock_observed(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		var seen acquiresSeen
+		c, other := newClients(t, s.DSN, sqllock.WithObserver(seen.observer()))
+		ctx := context.Background()
+		a, err := NewLocker(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewLocker(ctx, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk, err := a.Lock(ctx, "job")
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if _, err := b.Lock(ctx, "job"); !errors.Is(err, sqllock.ErrNotAcquired) {
+			t.Errorf("second Lock while the job runs: got %v, want ErrNotAcquired", err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		name := DefaultPrefix + "job"
+		for _, o := range []observe.Outcome{observe.OutcomeAcquired, observe.OutcomeHeld} {
+			if n := seen.count(name, o); n != 1 {
+				t.Errorf("acquires told %v: got %d, want 1", o, n)
+			}
+		}
 	})
 }
 

@@ -29,10 +29,11 @@ import (
 // so an observer's bug never leaves a lease half acquired or released.
 type Observer struct {
 	// AcquireDone is called when an acquire call of any kind returns
-	// (TryAcquire, Acquire, their All and Slot forms, the acquire of Do
-	// and its kin, and Once's), unless it refused its arguments. A set's
-	// event is named by the set's label, a semaphore's by its name. Elect's attempts are not acquire calls: their leases are
-	// told by HoldStart and HoldEnd.
+	// (TryAcquire, Acquire, their Set and Semaphore forms, the acquire of
+	// Do and its kin, and Once's), unless it refused its arguments, and
+	// for each attempt of Elect's campaign, as for a TryAcquire: a
+	// candidate while another leads is told Held at each attempt. A set's
+	// event is named by the set's label, a semaphore's by its name.
 	AcquireDone func(AcquireEvent)
 	// HoldStart is called when a lease is taken, by any call (also
 	// Elect's and Once's), before the call returns the Lock.

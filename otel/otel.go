@@ -8,7 +8,8 @@
 // The instruments, all under the meter "github.com/sqllock/sqllock/otel":
 //
 //   - sqllock.acquire.duration (histogram, s): how long each TryAcquire or
-//     Acquire call (also Do's) took, waits included, by sqllock.outcome
+//     Acquire call (also Do's and Once's) and each attempt of an Elect
+//     campaign took, waits included, by sqllock.outcome
 //     (acquired, held, canceled, closed, rolled_back, broken, refused,
 //     failed);
 //   - sqllock.acquire.attempts (counter, {attempt}): the acquire statements

@@ -309,6 +309,7 @@ func TestObserver_eventsWithoutServer(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	testdsn.QuietDriver()
 	testdsn.Parallel() // several tests at once on every server
 	os.Exit(m.Run())
 }

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/sqllock/sqllock"
 	"github.com/sqllock/sqllock/internal/testdsn"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -211,5 +212,71 @@ func TestPrometheus_firstLossScraped(t *testing.T) {
 		// Every series the dashboard reads is there, now that each kind of
 		// event has happened once.
 		checkDashboard(t, s)
+	})
+}
+
+// Every acquire is scraped alike (issue 43): Once's acquire, and each
+// attempt of an Elect campaign, a candidate's while another leads and the
+// one that takes the lead, count in the acquire series as TryAcquire's do.
+// Before, a service that only campaigned showed its acquire attempts at 0.
+func TestPrometheus_electAndOnceScraped(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, srv testdsn.Server) {
+		p := newPromSetup(t, srv.DSN, WithLockNames(func(n string) string { return n }))
+		ctx := t.Context()
+
+		if ran, err := p.c.Once(ctx, "once", func(context.Context, *sqllock.Lock) error { return nil }); !ran || err != nil {
+			t.Fatalf("Once: got %v, %v, want true, nil", ran, err)
+		}
+		s := p.scrape(t)
+		s.want(t, 1, "sqllock_acquire_attempts_total", "sqllock_lock_name", "once", "sqllock_outcome", "acquired")
+		s.want(t, 1, "sqllock_acquire_duration_seconds", "sqllock_lock_name", "once", "sqllock_outcome", "acquired")
+
+		// Another Client leads first, so that the campaign's attempts meet
+		// its lease, then gives the lead up.
+		const ttl = 3 * time.Second
+		held, err := p.other.TryAcquire(ctx, "leader", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ectx, cancel := context.WithCancel(ctx)
+		led := make(chan struct{})
+		elected := make(chan error, 1)
+		go func() {
+			elected <- p.c.Elect(ectx, "leader", ttl, sqllock.Callbacks{
+				OnStartedLeading: func(ctx context.Context, _ *sqllock.Lock) error {
+					close(led)
+					<-ctx.Done()
+					return nil
+				},
+			})
+		}()
+		defer func() {
+			cancel()
+			<-elected
+		}()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s = p.scrape(t)
+			if n, _ := s.value("sqllock_acquire_attempts_total", "sqllock_lock_name", "leader", "sqllock_outcome", "held"); n >= 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no campaign attempt scraped in 30s while another Client led")
+			}
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-led:
+		case err := <-elected:
+			t.Fatalf("Elect returned %v before leading", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the campaign did not lead within 30s of the release")
+		}
+		s = p.scrape(t)
+		// One statement: the attempt that took the lead, not the campaign's.
+		s.want(t, 1, "sqllock_acquire_attempts_total", "sqllock_lock_name", "leader", "sqllock_outcome", "acquired")
+		s.want(t, 1, "sqllock_acquire_duration_seconds", "sqllock_lock_name", "leader", "sqllock_outcome", "acquired")
+		s.want(t, 1, "sqllock_lease_held", "sqllock_lock_name", "leader")
 	})
 }

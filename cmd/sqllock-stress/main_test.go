@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "-child=") {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	testdsn.QuietDriver() // not the children's, which keep the command's own log
 	// One test at a time, each on every server at once: each runs three
 	// processes or more against one table, whose first uses wait for each
 	// other's gap locks; side by side with more, a wait passed a second

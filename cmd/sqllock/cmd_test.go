@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asCommandEnv) == "1" {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	testdsn.QuietDriver() // not the command's, whose stderr the tests read (TestCommands_silentServer)
 	// One test at a time, each on every server at once: side by side,
 	// TestRun_pausedPastLease's command did not start within 30 s and
 	// TestRun_grandchildDiesWithSqllock's tree outlived sqllock by 10 s,

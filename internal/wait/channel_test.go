@@ -220,6 +220,7 @@ func used(t *testing.T, e *Engine) bool {
 }
 
 func TestMain(m *testing.M) {
+	testdsn.QuietDriver()
 	// One test at a time: the tests share the channel names ("k"), whose
 	// GET_LOCK names are the server's, not a table's.
 	testdsn.Serial = true
