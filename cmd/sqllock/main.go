@@ -250,6 +250,11 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		op = "create table `" + co.table + "`"
 		err = createTableCmd(ctx, client, co.table, out)
 	}
+	var usageErr usageError
+	if errors.As(err, &usageErr) {
+		fmt.Fprintf(stderr, "%s: %v\n", header, usageErr)
+		return exitUsage
+	}
 	if err != nil {
 		msg := co.errText(err, op)
 		ended := ctx.Err() != nil || !time.Now().Before(deadline)

@@ -79,6 +79,18 @@ func releaseCmd(ctx context.Context, c *sqllock.Client, name string, slot int, o
 	if err != nil {
 		return err
 	}
+	if !released && slot == 0 {
+		// A semaphore's slots are no lease on its name: the operator meant
+		// one of them, and a script must not take "no lease" for done.
+		slots, err := semaphoreSlots(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		if len(slots) > 0 {
+			return usageError(fmt.Sprintf("%s is a semaphore of %d slots (%d held), with no lease of its own: name the slot to take with --slot K (sqllock inspect %s lists them)",
+				name, len(slots), heldCount(slots), name))
+		}
+	}
 	if out.json {
 		out.printJSON(struct {
 			Released bool   `json:"released"`
@@ -88,22 +100,19 @@ func releaseCmd(ctx context.Context, c *sqllock.Client, name string, slot int, o
 		}{released, leaseOrNil(released, info), info.LockDelay.Seconds()})
 		return nil
 	}
-	what, text := name, releasedText(released, info)
+	what := name
 	if slot > 0 {
 		what = fmt.Sprintf("%s slot %d", name, slot)
-	} else if !released {
-		// A semaphore's slots are no lease on its name: say how to name one.
-		slots, err := semaphoreSlots(ctx, c, name)
-		if err != nil {
-			return err
-		}
-		if len(slots) > 0 {
-			text += fmt.Sprintf("; %s is a semaphore of %d slots (%d held): name one with --slot K", name, len(slots), heldCount(slots))
-		}
 	}
-	fmt.Fprintf(out.w, "%s: %s\n", what, text)
+	fmt.Fprintf(out.w, "%s: %s\n", what, releasedText(released, info))
 	return nil
 }
+
+// usageError is a command's mistake found only at the server, such as
+// release --force without --slot on a semaphore: the command exits 64.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
 
 // releasedText says what release --force did.
 func releasedText(released bool, info sqllock.Info) string {
