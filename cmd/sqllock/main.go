@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,20 +119,21 @@ func (c *common) check() error {
 // connections is bounded by io unless the DSN bounds them itself, and each
 // dial by --timeout. Options come after the table's.
 func (c *common) open(io limit, opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) {
+	from := "--dsn"
 	if c.dsn == "" {
-		c.dsn = os.Getenv("SQLLOCK_DSN")
+		c.dsn, from = os.Getenv("SQLLOCK_DSN"), "SQLLOCK_DSN"
 	}
 	if c.dsn == "" {
-		return nil, nil, errors.New("no server: set --dsn or SQLLOCK_DSN (for example user:pass@tcp(db:3306)/app)")
+		return nil, nil, errors.New("no server: set --dsn or SQLLOCK_DSN (for example " + dsnForm + ")")
 	}
-	cfg, err := mysql.ParseDSN(c.dsn)
+	cfg, err := parseDSN(c.dsn, from)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--dsn: %w", err)
+		return nil, nil, err
 	}
 	c.limits = setLimits(cfg, c.timeout, io)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--dsn: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w; a DSN reads %s", from, err, dsnForm)
 	}
 	db := sql.OpenDB(connector)
 	client, err := sqllock.New(db, append([]sqllock.Option{sqllock.WithTable(c.table)}, opts...)...)
@@ -140,6 +142,29 @@ func (c *common) open(io limit, opts ...sqllock.Option) (*sql.DB, *sqllock.Clien
 		return nil, nil, err
 	}
 	return db, client, nil
+}
+
+// dsnForm is what a DSN looks like, for the messages about one that does not.
+const dsnForm = "user:password@tcp(host:3306)/dbname"
+
+// urlScheme matches the start of a URL: what people write for other
+// drivers (mysql://user@host:3306/db), which go-sql-driver/mysql reads as
+// a user and a network it does not know.
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// parseDSN parses dsn, which came from from (--dsn or SQLLOCK_DSN). Its
+// errors say what a DSN looks like, and never repeat dsn, which may hold a
+// password.
+func parseDSN(dsn, from string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	switch {
+	case err == nil:
+		return cfg, nil
+	case urlScheme.MatchString(dsn):
+		scheme, _, _ := strings.Cut(dsn, "://")
+		return nil, fmt.Errorf("%s is a URL (%s://...), which go-sql-driver/mysql does not read: write it as %s", from, scheme, dsnForm)
+	}
+	return nil, fmt.Errorf("%s: %w; a DSN reads %s", from, err, dsnForm)
 }
 
 // errText words an error of the library for the command's message: without
