@@ -199,10 +199,17 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 	})
 }
 
-// --wait waits for the holder to finish, up to its limit.
+// --wait waits for the holder to finish, up to its limit; -v says it
+// waited only when it did.
 func TestRun_wait(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
+		for _, args := range [][]string{{"run", "-v", "job", "--", "true"}, {"run", "-v", "--wait", "30s", "job", "--", "true"}} {
+			r := e.run(args...)
+			if r.status != 0 || !strings.Contains(r.stderr, "acquired job (fence ") || strings.Contains(r.stderr, "after waiting") {
+				t.Errorf("%s with the name free: got %d, %q, want 0 and the acquire, without a wait", strings.Join(args, " "), r.status, r.stderr)
+			}
+		}
 		_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
 		waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
 

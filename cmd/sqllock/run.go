@@ -11,10 +11,12 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Defaults of run's flags.
@@ -38,7 +40,23 @@ type runConfig struct {
 	slot         *sqllock.Lock
 	name         string
 	argv         []string
-	start        time.Time // when the wait for the lease began
+	start        time.Time    // when the wait for the lease began
+	attempts     atomic.Int64 // acquire statements the last acquire call sent
+}
+
+// countAttempts returns obs, which also counts in c.attempts the acquire
+// statements of each acquire call, so that -v says "after waiting" only
+// when the first was refused: the time before it is the connection's and
+// the Client's first use, not a wait.
+func (c *runConfig) countAttempts(obs observe.Observer) observe.Observer {
+	done := obs.AcquireDone
+	obs.AcquireDone = func(e observe.AcquireEvent) {
+		c.attempts.Store(int64(e.Attempts))
+		if done != nil {
+			done(e)
+		}
+	}
+	return obs
 }
 
 // margin is how long before the lease could expire the command is told to
@@ -193,6 +211,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	clientOpts := []sqllock.Option{sqllock.WithRetry(retry), sqllock.WithLogger(logger)}
+	var obs observe.Observer
 	if c.metrics != "" || c.textfile != "" {
 		m := newMetrics()
 		if c.textfile != "" {
@@ -215,8 +234,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 			}
 			defer stop()
 		}
-		clientOpts = append(clientOpts, sqllock.WithObserver(m.observer()))
+		obs = m.observer()
 	}
+	clientOpts = append(clientOpts, sqllock.WithObserver(c.countAttempts(obs)))
 	db, client, err := c.open(c.ioLimit(), clientOpts...)
 	if err != nil {
 		say("%v", err)
@@ -368,8 +388,12 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		return outcome{ownErr: context.Cause(lctx)}
 	}
 	dog.watch(child.Process.Pid)
-	verbose("acquired %s after waiting %v (fence %d, ttl %v); running %s as pid %d",
-		c.name, acquired.Sub(c.start).Round(time.Millisecond), info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
+	waited := ""
+	if c.attempts.Load() > 1 {
+		waited = fmt.Sprintf(" after waiting %v", acquired.Sub(c.start).Round(time.Millisecond))
+	}
+	verbose("acquired %s%s (fence %d, ttl %v); running %s as pid %d",
+		c.name, waited, info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
 	done := make(chan struct{})
 	go func() {
 		_ = child.Wait()
