@@ -480,19 +480,52 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 }
 
 // An operator's release --force takes the lease from a running command: its
-// next renewal finds the lease gone, and sqllock stops it and exits 124.
+// next renewal finds the lease gone, and sqllock stops it, exits 124 and
+// says that a forced release took it, with the lock-delay left, or that the
+// name is free; for a semaphore's slot too.
 func TestRun_forceReleaseStopsCommand(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
-		pidFile := e.path("pid")
-		_, wait := e.start("run", "--ttl", "10s", "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
-		waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-		if r := e.run("release", "--force", "evicted"); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
-			t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+		tests := []struct {
+			name    string
+			slots   bool // run -n 2, release --force --slot 1
+			release []string
+			want    string
+		}{
+			{"lock-delay", false, []string{"--lock-delay", "5m"}, "; the lock-delay keeps evicted from everyone for "},
+			{"no lock-delay", false, []string{"--lock-delay=0"}, "; with no lock-delay (--lock-delay=0): evicted is free\n"},
+			{"slot", true, []string{"--lock-delay", "5m", "--slot", "1"}, "; the lock-delay keeps evicted slot 1 from everyone for "},
 		}
-		r := wait()
-		if r.status != exitLost || !strings.Contains(r.stderr, "not held") {
-			t.Fatalf("got status %d, %q, want %d and the lease not held", r.status, r.stderr, exitLost)
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if tt.slots && (s.TiDB || s.Vitess) {
+					t.Skip("no semaphores on TiDB and Vitess")
+				}
+				name := "evicted"
+				run := []string{"run", "--ttl", "3s", "--kill-grace", "200ms"}
+				if tt.slots {
+					name = "evicted slot 1"
+					run = append(run, "-n", "2")
+				}
+				pidFile := e.path("pid" + strconv.Itoa(i))
+				_, wait := e.start(append(run, "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")...)
+				waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+				if r := e.run(append([]string{"release", "--force", "evicted"}, tt.release...)...); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
+					t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+				}
+				r := wait()
+				want := "sqllock: the lease on " + name + " was taken by a forced release (sqllock release --force) while sh -c "
+				if r.status != exitLost || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, " ran; killed it"+tt.want) ||
+					!strings.HasSuffix(r.stderr, "s more\n") && !strings.HasSuffix(r.stderr, " is free\n") || strings.Count(r.stderr, "\n") != 1 {
+					t.Errorf("got status %d, %q, want %d and one line %q...%q", r.status, r.stderr, exitLost, want, tt.want)
+				}
+				if strings.Contains(r.stderr, "expired") {
+					t.Errorf("got %q, which says the lease expired", r.stderr)
+				}
+				// Free the name for the next case.
+				e.run("release", "--force", "--lock-delay=0", "evicted")
+				e.run("release", "--force", "--lock-delay=0", "--slot", "1", "evicted")
+			})
 		}
 	})
 }

@@ -172,6 +172,7 @@ type outcome struct {
 	status    int      // its exit status, when it ran
 	leftovers []string // the signals that stopped what it left in its group
 	lost      error    // the loss that made sqllock kill it
+	evicted   string   // when a forced release was the loss: what evictedText says
 	ownErr    error    // what stopped sqllock from starting it
 	execErr   error    // why it could not start
 }
@@ -209,7 +210,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	if c.verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(skipLoss{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})})
 	clientOpts := []sqllock.Option{sqllock.WithRetry(retry), sqllock.WithLogger(logger)}
 	var obs observe.Observer
 	if c.metrics != "" || c.textfile != "" {
@@ -293,7 +294,11 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	}
 	switch {
 	case out.lost != nil:
-		say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
+		if out.evicted != "" {
+			say("the lease on %s %s", c.leaseName(), out.evicted)
+		} else {
+			say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
+		}
 		return exitLost
 	case out.started && errors.Is(err, sqllock.ErrLockLost):
 		say("%s finished, but the lease on %s was found lost at release (%v): its work may have overlapped another holder's", quoteArgs(c.argv), c.name, err)
@@ -329,6 +334,26 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	say("%s", msg)
 	return exitOwn
 }
+
+// lossRecord is the message of the library's record of a lost lease.
+const lossRecord = "sqllock: lease lost"
+
+// skipLoss drops the library's record of a lost lease: run says it once,
+// in its own line, with what the table tells of the cause.
+type skipLoss struct{ slog.Handler }
+
+func (h skipLoss) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == lossRecord {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h skipLoss) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return skipLoss{h.Handler.WithAttrs(attrs)}
+}
+
+func (h skipLoss) WithGroup(name string) slog.Handler { return skipLoss{h.Handler.WithGroup(name)} }
 
 // held describes the holder that kept the name from us, for the message.
 // It asks within what is left of the start bound.
@@ -400,6 +425,7 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		close(done)
 	}()
 	out := outcome{started: true}
+	var evicted chan string // what evictedText says, once the loss is seen
 	select {
 	case <-done:
 		out.leftovers = s.stopLeftovers(c.killGrace)
@@ -407,6 +433,12 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		out.lost = context.Cause(lctx)
 		verbose("lease on %s lost (%v); SIGTERM to process group %d", c.name, out.lost, child.Process.Pid)
 		s.kill(syscall.SIGTERM)
+		// Whether an operator took the lease, read while the command
+		// stops: a lock-delay may end soon after.
+		if errors.Is(out.lost, sqllock.ErrNotHeld) { // else the server did not answer
+			evicted = make(chan string, 1)
+			go func() { evicted <- c.evictedText(client, info) }()
+		}
 		grace := time.NewTimer(c.killGrace)
 		select {
 		case <-done:
@@ -418,6 +450,9 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		}
 		// Whatever the command left behind in its group goes too.
 		s.kill(syscall.SIGKILL)
+	}
+	if evicted != nil {
+		out.evicted = <-evicted
 	}
 	out.status = exitStatus(child.ProcessState)
 	verbose("%s exited with status %d after %v", quoteArgs(c.argv), out.status, time.Since(acquired).Round(time.Millisecond))
