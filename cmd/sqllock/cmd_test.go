@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,7 +168,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 
 // Cron fires on two hosts at once, and on a third a second later: with
 // --min-hold the short job runs once, and the others exit 75 saying who
-// holds the name.
+// holds the name, or whose ended run its minimum hold keeps it for.
 func TestRun_cronHostsFireTogether(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
@@ -185,7 +186,8 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 				ok++
 			case exitConflict:
 				conflicts++
-				if !strings.Contains(r.stderr, "nightly is held by") {
+				// The short job may have ended: its minimum hold keeps it.
+				if !strings.Contains(r.stderr, "nightly is held by") && !strings.Contains(r.stderr, " and ended; its minimum hold keeps the name taken for ") {
 					t.Errorf("conflict message: got %q, want it to name the holder", r.stderr)
 				}
 			}
@@ -195,6 +197,47 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 		}
 		if got := e.lines("runs"); len(got) != 1 {
 			t.Fatalf("the job ran %d times, want once", len(got))
+		}
+	})
+}
+
+// A name kept by --min-hold after its run ended is shown as such, not as
+// held by the process that has exited: by run's refusal, and by inspect,
+// whose JSON says min_hold.
+func TestRun_minHoldShownAsEnded(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		if r := e.run("run", "--min-hold", "10m", "nightly", "--", "true"); r.status != 0 {
+			t.Fatalf("the first run: got status %d, want 0", r.status)
+		}
+		info := e.inspect("nightly")
+		fence := strconv.FormatUint(info.Fence, 10)
+		if !info.Held || !info.MinHold {
+			t.Fatalf("Inspect after the run: got %+v, want held, by the minimum hold", info)
+		}
+		r := e.run("run", "nightly", "--", "true")
+		want := regexp.MustCompile(`^sqllock: nightly ran on ` + regexp.QuoteMeta(info.Holder) + ` and ended; its minimum hold keeps the name taken for 9m[0-5]\d(\.\d)?s more \(fence ` + fence + `\); not running true\n$`)
+		if r.status != exitConflict || !want.MatchString(r.stderr) {
+			t.Errorf("run while the minimum hold lasts: got %d, %q, want %d and %q", r.status, r.stderr, exitConflict, want)
+		}
+		r = e.run("inspect", "nightly")
+		want = regexp.MustCompile(`^nightly: released by ` + regexp.QuoteMeta(info.Holder) + `, whose run has ended; its minimum hold keeps the name taken, fence ` + fence + `: free in 9m[0-5]\d(\.\d)?s\n$`)
+		if r.status != 0 || !want.MatchString(r.stdout) {
+			t.Errorf("inspect: got %d, %q, want 0 and %q", r.status, r.stdout, want)
+		}
+		var got lease
+		e.runJSON(&got, "inspect", "--json", "nightly")
+		if !got.MinHold || !got.Held || got.Holder != info.Holder {
+			t.Errorf("inspect --json: got %+v, want held by %s with min_hold", got, info.Holder)
+		}
+		// A live holder is not shown as ended.
+		l, err := e.client(sqllock.WithHolder("live-host:1")).TryAcquire(context.Background(), "live", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if r := e.run("run", "live", "--", "true"); r.status != exitConflict || !strings.HasPrefix(r.stderr, "sqllock: live is held by live-host:1 (fence ") {
+			t.Errorf("run while another holds the name: got %d, %q, want %d, held by live-host:1", r.status, r.stderr, exitConflict)
 		}
 	})
 }

@@ -303,6 +303,9 @@ type lease struct {
 	// Slot is a semaphore's slot's number; Name is then the semaphore's
 	// and Fence its fence.
 	Slot int `json:"slot,omitempty"`
+	// MinHold, from inspect, says that the live lease is what a release
+	// with a minimum hold left: its holder's run has ended.
+	MinHold bool `json:"min_hold,omitempty"`
 }
 
 // inspected is how inspect prints NAME in JSON: its lease, and the slots
@@ -313,7 +316,7 @@ type inspected struct {
 }
 
 func leaseOf(info sqllock.Info) lease {
-	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds(), Slot: info.Slot}
+	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds(), Slot: info.Slot, MinHold: info.MinHold}
 }
 
 // printer writes either JSON or text for people.
@@ -384,6 +387,8 @@ func lockText(info sqllock.Info) string {
 	switch {
 	case info.Held && isLockDelay(info):
 		return fmt.Sprintf("under a %s, fence %d: nobody can take it for %v", info.Holder, info.Fence, roundTTL(info.TTL))
+	case info.MinHold:
+		return fmt.Sprintf("released by %s, whose run has ended; its minimum hold keeps the name taken, fence %d: free in %v", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Held:
 		return fmt.Sprintf("held by %s, fence %d, %v left", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Fence == 0:

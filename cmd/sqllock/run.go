@@ -365,7 +365,10 @@ func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
 	}
 	info, ierr := client.Inspect(ctx, c.name)
 	msg := c.name + " is held"
-	if ierr == nil && info.Held {
+	switch {
+	case ierr == nil && info.MinHold:
+		msg = fmt.Sprintf("%s ran on %s and ended; its minimum hold keeps the name taken for %v more (fence %d)", c.name, info.Holder, roundTTL(info.TTL), info.Fence)
+	case ierr == nil && info.Held:
 		msg = fmt.Sprintf("%s is held by %s (fence %d, %v left)", c.name, info.Holder, info.Fence, roundTTL(info.TTL))
 	}
 	if c.wait > 0 {
