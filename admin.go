@@ -36,6 +36,11 @@ type Info struct {
 	// LockDelay is, from [Client.ForceRelease], how long the name stays
 	// taken; 0 when it is free.
 	LockDelay time.Duration
+	// MinHold reports, from [Client.Inspect], that the live lease is what a
+	// release with a minimum hold left ([WithMinHold]): its holder's work
+	// has ended, and the lease keeps the name taken for TTL more, held by
+	// nobody.
+	MinHold bool
 }
 
 // leaseAge is the Age of a lease acquired aheadUs microseconds ahead of
@@ -56,11 +61,11 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	}
 	info := Info{Name: name}
 	var (
-		holder      sql.NullString
-		held        sql.NullBool
-		us, aheadUs sql.NullInt64
+		holder        sql.NullString
+		held, minHold sql.NullBool
+		us, aheadUs   sql.NullInt64
 	)
-	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us, &aheadUs)
+	err = st.QueryRowContext(ctx, name).Scan(&holder, &info.Fence, &held, &us, &aheadUs, &minHold)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return info, nil
@@ -73,6 +78,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if info.Held {
 		info.TTL = time.Duration(us.Int64) * time.Microsecond
 		info.Age = leaseAge(aheadUs.Int64)
+		info.MinHold = minHold.Bool
 	}
 	return info, nil
 }

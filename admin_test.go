@@ -414,7 +414,7 @@ func TestClient_ForceRelease_lockDelayReplyLost(t *testing.T) {
 
 func TestClient_Inspect_args(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {
-		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead"}))
+		e.expectInspect("job", sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead", "min_hold"}))
 		if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
 			t.Errorf("Inspect: got %v, want nil", err)
 		}
@@ -422,7 +422,7 @@ func TestClient_Inspect_args(t *testing.T) {
 }
 
 func TestClient_Inspect_result(t *testing.T) {
-	cols := []string{"holder", "fence", "held", "ttl", "ahead"}
+	cols := []string{"holder", "fence", "held", "ttl", "ahead", "min_hold"}
 	tests := []struct {
 		name string
 		rows *sqlmock.Rows
@@ -430,17 +430,22 @@ func TestClient_Inspect_result(t *testing.T) {
 	}{
 		{
 			"held",
-			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000), int64(-500_000)),
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000), int64(-500_000), int64(0)),
 			Info{Name: "job", Holder: "worker-1", Fence: 42, Held: true, TTL: 1500 * time.Millisecond, Age: 500 * time.Millisecond},
 		},
 		{
+			"kept by a minimum hold",
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(1), int64(1_500_000), int64(-500_000), int64(1)),
+			Info{Name: "job", Holder: "worker-1", Fence: 42, Held: true, TTL: 1500 * time.Millisecond, Age: 500 * time.Millisecond, MinHold: true},
+		},
+		{
 			"expired",
-			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000), int64(-4_000_000)),
+			sqlmock.NewRows(cols).AddRow([]byte("worker-1"), int64(42), int64(0), int64(-2_000_000), int64(-4_000_000), int64(1)),
 			Info{Name: "job", Holder: "worker-1", Fence: 42},
 		},
 		{
 			"released",
-			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil, nil),
+			sqlmock.NewRows(cols).AddRow(nil, int64(42), nil, nil, nil, nil),
 			Info{Name: "job", Fence: 42},
 		},
 		{"never taken", sqlmock.NewRows(cols), Info{Name: "job"}},

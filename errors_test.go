@@ -35,7 +35,7 @@ var passableErrors = []struct {
 }
 
 func emptyInspect() *sqlmock.Rows {
-	return sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead"})
+	return sqlmock.NewRows([]string{"holder", "fence", "held", "ttl", "ahead", "min_hold"})
 }
 
 // passedDeadline is a context whose deadline has passed while its timer has

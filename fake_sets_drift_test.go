@@ -45,7 +45,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 				live   sql.NullBool
 				left   sql.NullInt64
 			)
-			err := db.QueryRowContext(ctx, c.learned().sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64))
+			err := db.QueryRowContext(ctx, c.learned().sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64), new(sql.NullBool))
 			switch {
 			case err == sql.ErrNoRows:
 				cells = append(cells, n+" none")

@@ -209,7 +209,7 @@ func (e *mockEnv) proofSteps() []proofStep {
 		{"inspect", proofAnswer{fence, 0}, func(a proofAnswer) {
 			e.mock.ExpectPrepare(sql("inspect"))
 			e.mock.ExpectQuery(sql("inspect")).WithArgs(sqlmock.AnyArg()).
-				WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead"}).AddRow(mockHolder, a.id, 1, 60_000_000, -1))
+				WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead", "min_hold"}).AddRow(mockHolder, a.id, 1, 60_000_000, -1, 0))
 		}},
 		{"refresh", proofAnswer{0, 0}, exec("refresh", 3)},
 		{"acquire", proofAnswer{0, 0}, exec("acquire", acquireArgs)},

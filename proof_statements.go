@@ -203,9 +203,9 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	var stored uint64
 	err = retryRolledBack(ctx, func() error {
 		var holder sql.NullString
-		var held sql.NullBool
+		var held, minHold sql.NullBool
 		var left, ahead sql.NullInt64
-		return st.QueryRowContext(ctx, name).Scan(&holder, &stored, &held, &left, &ahead)
+		return st.QueryRowContext(ctx, name).Scan(&holder, &stored, &held, &left, &ahead, &minHold)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return p.unsupported("inspect", "it found no fence for a name an acquire had just taken (reported fence %d)", fence)

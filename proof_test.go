@@ -348,7 +348,7 @@ func TestClient_firstUse_readOnlyServerProvesLater(t *testing.T) {
 	}
 	assertErrContains(t, err, "read-only")
 
-	e.expectInspect("job", sqlmock.NewRows([]string{"h", "f", "l", "u", "a"}))
+	e.expectInspect("job", sqlmock.NewRows([]string{"h", "f", "l", "u", "a", "m"}))
 	if _, err := e.c.Inspect(t.Context(), "job"); err != nil {
 		t.Errorf("Inspect: got %v, want nil", err)
 	}
@@ -405,7 +405,7 @@ func TestClient_firstUse_proofNoRowSaysWhat(t *testing.T) {
 	steps[0].expect(steps[0].answer)
 	e.mock.ExpectPrepare(e.sql("inspect"))
 	e.mock.ExpectQuery(e.sql("inspect")).WithArgs(sqlmock.AnyArg()).
-		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead"}))
+		WillReturnRows(sqlmock.NewRows([]string{"holder", "fence", "held", "us", "ahead", "min_hold"}))
 	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
 	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
 	wantErrIs(t, err, ErrUnsupportedServer)

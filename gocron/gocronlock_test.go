@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(schedulerMain(spec)) // a scheduler process of schedulers_test.go
 	}
+	if spec := os.Getenv(unnamedEnv); spec != "" {
+		os.Exit(unnamedMain(spec)) // TestLocker_Lock_unnamedTaskJobPanics's
+	}
 	testdsn.Parallel() // several tests at once on every server
 	os.Exit(m.Run())
 }

@@ -105,7 +105,15 @@ func NewLocker(ctx context.Context, c *sqllock.Client, opts ...Option) (*Locker,
 // job made with [Locker.Task], and Unlock reports it. gocron gives a Locker
 // no other way to reach a running job: a task of another form runs on
 // unaware of the loss.
+//
+// Lock panics at the first run of a job made with [Locker.Task] but not
+// named with gocron.WithName: such a job could never run (see
+// [Locker.Task]), and gocron lets a Locker neither refuse the job when it
+// is made nor report a refused run anywhere but in a log.
 func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if key == taskName {
+		panic(errUnnamedTask)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err // the scheduler is shutting down
 	}
@@ -127,9 +135,6 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 }
 
 func (l *Locker) lock(ctx context.Context, key string, start time.Time) (*run, error) {
-	if key == taskName {
-		return nil, fmt.Errorf("gocronlock: the job has the name gocron gives every job made with Locker.Task: name it with gocron.WithName, or all such jobs share one lease")
-	}
 	jobCtx := ctx
 	l.mu.Lock()
 	jl := l.jobs[key]

@@ -28,7 +28,9 @@ import (
 //
 // Name the job with gocron.WithName. Otherwise gocron names it after the
 // function, which is the same for every job made with Task: they would
-// share one lease, so [Locker.Lock] refuses that name.
+// share one lease, so [Locker.Lock] panics at the job's first run, with
+// errUnnamedTask's message. gocron.NewJob cannot refuse it: gocron offers a
+// Locker no way to see a job before its first run.
 //
 //go:noinline
 func (l *Locker) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func(context.Context) error {
@@ -40,6 +42,12 @@ func (l *Locker) Task(fn func(ctx context.Context, l *sqllock.Lock) error) func(
 		return runTask(ctx, r.live, r.lock, r.expired, fn)
 	}
 }
+
+// errUnnamedTask is what [Locker.Lock] panics with for a job named
+// taskName.
+var errUnnamedTask = errors.New("gocronlock: a job made with Locker.Task has no name of its own, so it can never run " +
+	"(gocron names it after the function, which every such job shares, and they would share one lease): " +
+	"give it one with gocron.WithName(\"...\") in gocron.NewJob, the same on every scheduler")
 
 // taskName is the name gocron gives a job whose task is a Locker's Task and
 // whose name is not set: the function's. Task is not inlined, so that its

@@ -1,10 +1,13 @@
 package gocronlock
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -165,8 +168,7 @@ func TestLocker_Task_fencesTheRun(t *testing.T) {
 	})
 }
 
-// A Locker's Task runs fn only in a run it locked; a job left unnamed, whose
-// gocron name every Task shares, is refused, and said so.
+// A Locker's Task runs fn only in a run it locked.
 func TestLocker_Task_onlyUnderItsLock(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		c, _ := newClient(t, s.DSN)
@@ -199,26 +201,70 @@ func TestLocker_Task_onlyUnderItsLock(t *testing.T) {
 			t.Errorf("the task called in another Locker's run: got %v, want ErrNotHeld", err)
 		}
 		_ = lk.Unlock(ctx)
-
-		sched, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sched.Shutdown()
-		j, err := sched.NewJob(gocron.OneTimeJob(gocron.OneTimeJobStartImmediately()), gocron.NewTask(task))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j.Name() != taskName {
-			t.Fatalf("gocron named the job %q, want %q, the name Lock refuses", j.Name(), taskName)
-		}
-		sched.Start()
-		waitUntil(t, "the unnamed job's Lock to be refused and logged", func() bool { return log.Contains("WithName") })
-		if !log.Contains("level=ERROR") {
-			t.Errorf("logged %q, want an error", log.String())
-		}
 		if n := ran.Load(); n != 0 {
 			t.Errorf("fn ran %d times, want 0", n)
+		}
+	})
+}
+
+// unnamedEnv makes the test binary a scheduler process with one job made
+// with Locker.Task and no name, on the lock table it names (DSN, then the
+// table, separated by a space): it exits 0 if the job's first run did not
+// stop it within a minute.
+const unnamedEnv = "GOCRONLOCK_TEST_UNNAMED"
+
+func unnamedMain(spec string) int {
+	dsn, table, _ := strings.Cut(spec, " ")
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c, err := sqllock.New(db, sqllock.WithTable(table))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	locker, err := NewLocker(ctx, c)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := gocron.NewScheduler(gocron.WithDistributedLocker(locker))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	j, err := s.NewJob(gocron.DurationJob(100*time.Millisecond), gocron.NewTask(locker.Task(func(context.Context, *sqllock.Lock) error { return nil })),
+		gocron.WithStartAt(gocron.WithStartImmediately()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if j.Name() != taskName {
+		fmt.Fprintf(os.Stderr, "gocron named the job %q, want %q\n", j.Name(), taskName)
+		return 1
+	}
+	s.Start()
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// A job made with Locker.Task but no gocron.WithName could never run, and
+// gocron cannot refuse it when it is made: its first run stops the process
+// with a panic that says how to name it, where a log line went unnoticed.
+func TestLocker_Lock_unnamedTaskJobPanics(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		_, table := newClient(t, s.DSN)
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), unnamedEnv+"="+s.DSN+" "+table)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		// A panic ends a Go program with status 2.
+		if got := cmd.ProcessState.ExitCode(); got != 2 || !strings.Contains(out.String(), "panic: "+errUnnamedTask.Error()+"\n") {
+			t.Fatalf("the scheduler process: got status %d (%v) and output %q, want 2 and the panic %q", got, err, out.String(), errUnnamedTask)
 		}
 	})
 }

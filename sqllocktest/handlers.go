@@ -274,17 +274,18 @@ func inspect(x *call) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &outcome{cols: []string{"holder", "fence", "live", "left_us", "ahead_us"}}
+	out := &outcome{cols: []string{"holder", "fence", "live", "left_us", "ahead_us", "min_hold"}}
 	f := x.s.read(x.c, x.ref(name, 'F'))
 	if f == nil {
 		return out, nil
 	}
 	l := x.s.read(x.c, x.ref(name, 'L'))
 	if l == nil {
-		out.rows = append(out.rows, []driver.Value{nil, fenceValue(f.fence), nil, nil, nil})
+		out.rows = append(out.rows, []driver.Value{nil, fenceValue(f.fence), nil, nil, nil, nil})
 		return out, nil
 	}
-	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now, l.acquired - x.now})
+	out.rows = append(out.rows, []driver.Value{[]byte(l.holder), fenceValue(f.fence), boolValue(l.expires > x.now), l.expires - x.now, l.acquired - x.now,
+		boolValue(len(l.owner) == 24)})
 	return out, nil
 }
 

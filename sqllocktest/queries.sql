@@ -149,13 +149,17 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
 
 -- name: inspect
 -- Args: name. No row when the name was never taken; the lease columns are
--- NULL when it was released. The last column is how far the lease's
+-- NULL when it was released. The fifth column is how far the lease's
 -- acquired_at lies ahead of this server's clock: negative (its age) unless
 -- the lease was written on a node whose clock is ahead of this one's, which
--- the Client warns of (clock.go).
+-- the Client warns of (clock.go). The last says whether the lease is what a
+-- release with a minimum hold left (release_at_least): its owner is then a
+-- token's released form, 24 characters, which neither a token (32) nor a
+-- lock-delay's owner (31, admin.go) is.
 SELECT l.holder, f.fence, l.expires_at > UTC_TIMESTAMP(6),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at),
+       LENGTH(l.owner) = 24
 FROM `sqllock` AS f
 LEFT JOIN `sqllock` AS l ON l.name = f.name AND l.kind = 'L'
 WHERE f.name = ? AND f.kind = 'F';
@@ -672,7 +676,8 @@ WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
 SELECT IF(owner = '', NULL, holder), fence,
        IF(owner = '', NULL, expires_at > UTC_TIMESTAMP(6)),
        IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)),
-       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at))
+       IF(owner = '', NULL, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), acquired_at)),
+       IF(owner = '', NULL, LENGTH(owner) = 24)
 FROM `sqllock`
 WHERE name = ? AND kind = 'L';
 

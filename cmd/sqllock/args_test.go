@@ -179,3 +179,35 @@ func TestCommands_badArguments(t *testing.T) {
 		t.Errorf("a command with bad arguments ran")
 	}
 }
+
+// A DSN in another driver's URL form (mysql://user@host:3306/db), from
+// --dsn or SQLLOCK_DSN, is refused with status 64 and one line that names
+// the problem and the form to write, without the password; so is any DSN
+// the driver cannot parse, with the driver's reason.
+func TestCommands_badDSN(t *testing.T) {
+	url := "sqllock list: --dsn is a URL (mysql://...), which go-sql-driver/mysql does not read: write it as user:password@tcp(host:3306)/dbname\n"
+	tests := []struct {
+		args   []string
+		envDSN string
+		want   string
+	}{
+		{[]string{"list", "--dsn", "mysql://root:s3cret@db:3306/app"}, "", url},
+		{[]string{"list", "--dsn=mysql://root@127.0.0.1/app?parseTime=true"}, "", url},
+		{[]string{"inspect", "job"}, "mariadb://root:s3cret@db/app",
+			"sqllock inspect: SQLLOCK_DSN is a URL (mariadb://...), which go-sql-driver/mysql does not read: write it as user:password@tcp(host:3306)/dbname\n"},
+		{[]string{"run", "job", "--", "true"}, "mysql://root:s3cret@db:3306/app",
+			"sqllock: SQLLOCK_DSN is a URL (mysql://...), which go-sql-driver/mysql does not read: write it as user:password@tcp(host:3306)/dbname\n"},
+		{[]string{"metrics", "--dsn", "root:s3cret@db:3306/app"}, "",
+			"sqllock metrics: --dsn: default addr for network 'db:3306' unknown; a DSN reads user:password@tcp(host:3306)/dbname\n"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(os.Args[0], tt.args...)
+		cmd.Env = append(os.Environ(), asCommandEnv+"=1", "SQLLOCK_DSN="+tt.envDSN)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		_ = cmd.Run()
+		if got := cmd.ProcessState.ExitCode(); got != exitUsage || stderr.String() != tt.want {
+			t.Errorf("%q with SQLLOCK_DSN=%q: got %d, %q, want %d and %q", tt.args, tt.envDSN, got, stderr.String(), exitUsage, tt.want)
+		}
+	}
+}

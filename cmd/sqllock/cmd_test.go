@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -168,7 +169,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 
 // Cron fires on two hosts at once, and on a third a second later: with
 // --min-hold the short job runs once, and the others exit 75 saying who
-// holds the name.
+// holds the name, or whose ended run its minimum hold keeps it for.
 func TestRun_cronHostsFireTogether(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
@@ -186,7 +187,8 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 				ok++
 			case exitConflict:
 				conflicts++
-				if !strings.Contains(r.stderr, "nightly is held by") {
+				// The short job may have ended: its minimum hold keeps it.
+				if !strings.Contains(r.stderr, "nightly is held by") && !strings.Contains(r.stderr, " and ended; its minimum hold keeps the name taken for ") {
 					t.Errorf("conflict message: got %q, want it to name the holder", r.stderr)
 				}
 			}
@@ -200,10 +202,58 @@ func TestRun_cronHostsFireTogether(t *testing.T) {
 	})
 }
 
-// --wait waits for the holder to finish, up to its limit.
+// A name kept by --min-hold after its run ended is shown as such, not as
+// held by the process that has exited: by run's refusal, and by inspect,
+// whose JSON says min_hold.
+func TestRun_minHoldShownAsEnded(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		e := newEnv(t, s.DSN)
+		if r := e.run("run", "--min-hold", "10m", "nightly", "--", "true"); r.status != 0 {
+			t.Fatalf("the first run: got status %d, want 0", r.status)
+		}
+		info := e.inspect("nightly")
+		fence := strconv.FormatUint(info.Fence, 10)
+		if !info.Held || !info.MinHold {
+			t.Fatalf("Inspect after the run: got %+v, want held, by the minimum hold", info)
+		}
+		r := e.run("run", "nightly", "--", "true")
+		want := regexp.MustCompile(`^sqllock: nightly ran on ` + regexp.QuoteMeta(info.Holder) + ` and ended; its minimum hold keeps the name taken for 9m[0-5]\d(\.\d)?s more \(fence ` + fence + `\); not running true\n$`)
+		if r.status != exitConflict || !want.MatchString(r.stderr) {
+			t.Errorf("run while the minimum hold lasts: got %d, %q, want %d and %q", r.status, r.stderr, exitConflict, want)
+		}
+		r = e.run("inspect", "nightly")
+		want = regexp.MustCompile(`^nightly: released by ` + regexp.QuoteMeta(info.Holder) + `, whose run has ended; its minimum hold keeps the name taken, fence ` + fence + `: free in 9m[0-5]\d(\.\d)?s\n$`)
+		if r.status != 0 || !want.MatchString(r.stdout) {
+			t.Errorf("inspect: got %d, %q, want 0 and %q", r.status, r.stdout, want)
+		}
+		var got lease
+		e.runJSON(&got, "inspect", "--json", "nightly")
+		if !got.MinHold || !got.Held || got.Holder != info.Holder {
+			t.Errorf("inspect --json: got %+v, want held by %s with min_hold", got, info.Holder)
+		}
+		// A live holder is not shown as ended.
+		l, err := e.client(sqllock.WithHolder("live-host:1")).TryAcquire(context.Background(), "live", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(context.Background())
+		if r := e.run("run", "live", "--", "true"); r.status != exitConflict || !strings.HasPrefix(r.stderr, "sqllock: live is held by live-host:1 (fence ") {
+			t.Errorf("run while another holds the name: got %d, %q, want %d, held by live-host:1", r.status, r.stderr, exitConflict)
+		}
+	})
+}
+
+// --wait waits for the holder to finish, up to its limit; -v says it
+// waited only when it did.
 func TestRun_wait(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
+		for _, args := range [][]string{{"run", "-v", "job", "--", "true"}, {"run", "-v", "--wait", "30s", "job", "--", "true"}} {
+			r := e.run(args...)
+			if r.status != 0 || !strings.Contains(r.stderr, "acquired job (fence ") || strings.Contains(r.stderr, "after waiting") {
+				t.Errorf("%s with the name free: got %d, %q, want 0 and the acquire, without a wait", strings.Join(args, " "), r.status, r.stderr)
+			}
+		}
 		_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
 		waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
 
@@ -474,19 +524,52 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 }
 
 // An operator's release --force takes the lease from a running command: its
-// next renewal finds the lease gone, and sqllock stops it and exits 124.
+// next renewal finds the lease gone, and sqllock stops it, exits 124 and
+// says that a forced release took it, with the lock-delay left, or that the
+// name is free; for a semaphore's slot too.
 func TestRun_forceReleaseStopsCommand(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
-		pidFile := e.path("pid")
-		_, wait := e.start("run", "--ttl", "10s", "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")
-		waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-		if r := e.run("release", "--force", "evicted"); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
-			t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+		tests := []struct {
+			name    string
+			slots   bool // run -n 2, release --force --slot 1
+			release []string
+			want    string
+		}{
+			{"lock-delay", false, []string{"--lock-delay", "5m"}, "; the lock-delay keeps evicted from everyone for "},
+			{"no lock-delay", false, []string{"--lock-delay=0"}, "; with no lock-delay (--lock-delay=0): evicted is free\n"},
+			{"slot", true, []string{"--lock-delay", "5m", "--slot", "1"}, "; the lock-delay keeps evicted slot 1 from everyone for "},
 		}
-		r := wait()
-		if r.status != exitLost || !strings.Contains(r.stderr, "not held") {
-			t.Fatalf("got status %d, %q, want %d and the lease not held", r.status, r.stderr, exitLost)
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				if tt.slots && (s.TiDB || s.Vitess) {
+					t.Skip("no semaphores on TiDB and Vitess")
+				}
+				name := "evicted"
+				run := []string{"run", "--ttl", "3s", "--kill-grace", "200ms"}
+				if tt.slots {
+					name = "evicted slot 1"
+					run = append(run, "-n", "2")
+				}
+				pidFile := e.path("pid" + strconv.Itoa(i))
+				_, wait := e.start(append(run, "evicted", "--", "sh", "-c", "echo $$ > "+pidFile+"; while :; do sleep 0.05; done")...)
+				waitFor(t, 10*time.Second, "the command to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+				if r := e.run(append([]string{"release", "--force", "evicted"}, tt.release...)...); r.status != 0 || !strings.Contains(r.stdout, "released the lease of") {
+					t.Fatalf("release --force: got %d, %q", r.status, r.stdout)
+				}
+				r := wait()
+				want := "sqllock: the lease on " + name + " was taken by a forced release (sqllock release --force) while sh -c "
+				if r.status != exitLost || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, " ran; killed it"+tt.want) ||
+					!strings.HasSuffix(r.stderr, "s more\n") && !strings.HasSuffix(r.stderr, " is free\n") || strings.Count(r.stderr, "\n") != 1 {
+					t.Errorf("got status %d, %q, want %d and one line %q...%q", r.status, r.stderr, exitLost, want, tt.want)
+				}
+				if strings.Contains(r.stderr, "expired") {
+					t.Errorf("got %q, which says the lease expired", r.stderr)
+				}
+				// Free the name for the next case.
+				e.run("release", "--force", "--lock-delay=0", "evicted")
+				e.run("release", "--force", "--lock-delay=0", "--slot", "1", "evicted")
+			})
 		}
 	})
 }

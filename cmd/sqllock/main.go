@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -118,20 +119,21 @@ func (c *common) check() error {
 // connections is bounded by io unless the DSN bounds them itself, and each
 // dial by --timeout. Options come after the table's.
 func (c *common) open(io limit, opts ...sqllock.Option) (*sql.DB, *sqllock.Client, error) {
+	from := "--dsn"
 	if c.dsn == "" {
-		c.dsn = os.Getenv("SQLLOCK_DSN")
+		c.dsn, from = os.Getenv("SQLLOCK_DSN"), "SQLLOCK_DSN"
 	}
 	if c.dsn == "" {
-		return nil, nil, errors.New("no server: set --dsn or SQLLOCK_DSN (for example user:pass@tcp(db:3306)/app)")
+		return nil, nil, errors.New("no server: set --dsn or SQLLOCK_DSN (for example " + dsnForm + ")")
 	}
-	cfg, err := mysql.ParseDSN(c.dsn)
+	cfg, err := parseDSN(c.dsn, from)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--dsn: %w", err)
+		return nil, nil, err
 	}
 	c.limits = setLimits(cfg, c.timeout, io)
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--dsn: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w; a DSN reads %s", from, err, dsnForm)
 	}
 	db := sql.OpenDB(connector)
 	client, err := sqllock.New(db, append([]sqllock.Option{sqllock.WithTable(c.table)}, opts...)...)
@@ -140,6 +142,29 @@ func (c *common) open(io limit, opts ...sqllock.Option) (*sql.DB, *sqllock.Clien
 		return nil, nil, err
 	}
 	return db, client, nil
+}
+
+// dsnForm is what a DSN looks like, for the messages about one that does not.
+const dsnForm = "user:password@tcp(host:3306)/dbname"
+
+// urlScheme matches the start of a URL: what people write for other
+// drivers (mysql://user@host:3306/db), which go-sql-driver/mysql reads as
+// a user and a network it does not know.
+var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// parseDSN parses dsn, which came from from (--dsn or SQLLOCK_DSN). Its
+// errors say what a DSN looks like, and never repeat dsn, which may hold a
+// password.
+func parseDSN(dsn, from string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	switch {
+	case err == nil:
+		return cfg, nil
+	case urlScheme.MatchString(dsn):
+		scheme, _, _ := strings.Cut(dsn, "://")
+		return nil, fmt.Errorf("%s is a URL (%s://...), which go-sql-driver/mysql does not read: write it as %s", from, scheme, dsnForm)
+	}
+	return nil, fmt.Errorf("%s: %w; a DSN reads %s", from, err, dsnForm)
 }
 
 // errText words an error of the library for the command's message: without
@@ -250,6 +275,11 @@ func adminCmd(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		op = "create table `" + co.table + "`"
 		err = createTableCmd(ctx, client, co.table, out)
 	}
+	var usageErr usageError
+	if errors.As(err, &usageErr) {
+		fmt.Fprintf(stderr, "%s: %v\n", header, usageErr)
+		return exitUsage
+	}
 	if err != nil {
 		msg := co.errText(err, op)
 		ended := ctx.Err() != nil || !time.Now().Before(deadline)
@@ -273,6 +303,9 @@ type lease struct {
 	// Slot is a semaphore's slot's number; Name is then the semaphore's
 	// and Fence its fence.
 	Slot int `json:"slot,omitempty"`
+	// MinHold, from inspect, says that the live lease is what a release
+	// with a minimum hold left: its holder's run has ended.
+	MinHold bool `json:"min_hold,omitempty"`
 }
 
 // inspected is how inspect prints NAME in JSON: its lease, and the slots
@@ -283,7 +316,7 @@ type inspected struct {
 }
 
 func leaseOf(info sqllock.Info) lease {
-	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds(), Slot: info.Slot}
+	return lease{Name: info.Name, Holder: info.Holder, Fence: info.Fence, Held: info.Held, TTL: info.TTL.Seconds(), Slot: info.Slot, MinHold: info.MinHold}
 }
 
 // printer writes either JSON or text for people.
@@ -354,6 +387,8 @@ func lockText(info sqllock.Info) string {
 	switch {
 	case info.Held && isLockDelay(info):
 		return fmt.Sprintf("under a %s, fence %d: nobody can take it for %v", info.Holder, info.Fence, roundTTL(info.TTL))
+	case info.MinHold:
+		return fmt.Sprintf("released by %s, whose run has ended; its minimum hold keeps the name taken, fence %d: free in %v", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Held:
 		return fmt.Sprintf("held by %s, fence %d, %v left", info.Holder, info.Fence, roundTTL(info.TTL))
 	case info.Fence == 0:

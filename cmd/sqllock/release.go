@@ -54,10 +54,50 @@ func (f *lockDelayFlag) options() []sqllock.Option {
 	return []sqllock.Option{sqllock.WithLockDelay(f.d)}
 }
 
-// isLockDelay reports whether info is a lock-delay a forced release left:
-// the library says so in its holder.
+// lockDelayHolder begins the holder of a lock-delay: the library says so
+// in its holder, which ends with the evicted holder's.
+const lockDelayHolder = "lock-delay after a forced release of "
+
+// isLockDelay reports whether info is a lock-delay a forced release left.
 func isLockDelay(info sqllock.Info) bool {
-	return strings.HasPrefix(info.Holder, "lock-delay after a forced release of ")
+	return strings.HasPrefix(info.Holder, lockDelayHolder)
+}
+
+// evictedText says, for run's message, how a forced release took the lease
+// ours (what leaseInfo read when the command started) from us, or returns
+// "" when the row does not show one: a lock-delay on our lease (same
+// holder and, for a name, same fence) or, for a name, our lease deleted
+// with the fence unchanged, which only a forced release does while we hold
+// it. It reads the table within timeout.
+func (c *runConfig) evictedText(client *sqllock.Client, ours sqllock.Info) string {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var now sqllock.Info
+	if c.slot == nil {
+		info, err := client.Inspect(ctx, c.name)
+		if err != nil || info.Fence != ours.Fence {
+			return ""
+		}
+		now = info
+	} else {
+		// A slot's fence is its semaphore's, which later acquires of other
+		// slots raise; a slot deleted leaves no row to tell.
+		infos, err := client.Semaphore(c.name, c.slots).Inspect(ctx)
+		if err != nil || len(infos) < ours.Slot {
+			return ""
+		}
+		now = infos[ours.Slot-1]
+	}
+	what := fmt.Sprintf("was taken by a forced release (sqllock release --force) while %s ran; killed it", quoteArgs(c.argv))
+	switch {
+	case now.Holder == lockDelayHolder+ours.Holder && now.Held:
+		return fmt.Sprintf("%s; the lock-delay keeps %s from everyone for %v more", what, c.leaseName(), roundTTL(now.TTL))
+	case now.Holder == lockDelayHolder+ours.Holder:
+		return fmt.Sprintf("%s; its lock-delay has ended: %s is free", what, c.leaseName())
+	case c.slot == nil && now.Holder == "":
+		return fmt.Sprintf("%s; with no lock-delay (--lock-delay=0): %s is free", what, c.leaseName())
+	}
+	return ""
 }
 
 // releaseCmd takes the lease on name, or with slot above 0 that slot of
@@ -79,6 +119,18 @@ func releaseCmd(ctx context.Context, c *sqllock.Client, name string, slot int, o
 	if err != nil {
 		return err
 	}
+	if !released && slot == 0 {
+		// A semaphore's slots are no lease on its name: the operator meant
+		// one of them, and a script must not take "no lease" for done.
+		slots, err := semaphoreSlots(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		if len(slots) > 0 {
+			return usageError(fmt.Sprintf("%s is a semaphore of %d slots (%d held), with no lease of its own: name the slot to take with --slot K (sqllock inspect %s lists them)",
+				name, len(slots), heldCount(slots), name))
+		}
+	}
 	if out.json {
 		out.printJSON(struct {
 			Released bool   `json:"released"`
@@ -88,22 +140,19 @@ func releaseCmd(ctx context.Context, c *sqllock.Client, name string, slot int, o
 		}{released, leaseOrNil(released, info), info.LockDelay.Seconds()})
 		return nil
 	}
-	what, text := name, releasedText(released, info)
+	what := name
 	if slot > 0 {
 		what = fmt.Sprintf("%s slot %d", name, slot)
-	} else if !released {
-		// A semaphore's slots are no lease on its name: say how to name one.
-		slots, err := semaphoreSlots(ctx, c, name)
-		if err != nil {
-			return err
-		}
-		if len(slots) > 0 {
-			text += fmt.Sprintf("; %s is a semaphore of %d slots (%d held): name one with --slot K", name, len(slots), heldCount(slots))
-		}
 	}
-	fmt.Fprintf(out.w, "%s: %s\n", what, text)
+	fmt.Fprintf(out.w, "%s: %s\n", what, releasedText(released, info))
 	return nil
 }
+
+// usageError is a command's mistake found only at the server, such as
+// release --force without --slot on a semaphore: the command exits 64.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
 
 // releasedText says what release --force did.
 func releasedText(released bool, info sqllock.Info) string {

@@ -11,10 +11,12 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Defaults of run's flags.
@@ -38,7 +40,23 @@ type runConfig struct {
 	slot         *sqllock.Lock
 	name         string
 	argv         []string
-	start        time.Time // when the wait for the lease began
+	start        time.Time    // when the wait for the lease began
+	attempts     atomic.Int64 // acquire statements the last acquire call sent
+}
+
+// countAttempts returns obs, which also counts in c.attempts the acquire
+// statements of each acquire call, so that -v says "after waiting" only
+// when the first was refused: the time before it is the connection's and
+// the Client's first use, not a wait.
+func (c *runConfig) countAttempts(obs observe.Observer) observe.Observer {
+	done := obs.AcquireDone
+	obs.AcquireDone = func(e observe.AcquireEvent) {
+		c.attempts.Store(int64(e.Attempts))
+		if done != nil {
+			done(e)
+		}
+	}
+	return obs
 }
 
 // margin is how long before the lease could expire the command is told to
@@ -154,6 +172,7 @@ type outcome struct {
 	status    int      // its exit status, when it ran
 	leftovers []string // the signals that stopped what it left in its group
 	lost      error    // the loss that made sqllock kill it
+	evicted   string   // when a forced release was the loss: what evictedText says
 	ownErr    error    // what stopped sqllock from starting it
 	execErr   error    // why it could not start
 }
@@ -191,8 +210,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	if c.verbose {
 		level = slog.LevelDebug
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(skipLoss{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})})
 	clientOpts := []sqllock.Option{sqllock.WithRetry(retry), sqllock.WithLogger(logger)}
+	var obs observe.Observer
 	if c.metrics != "" || c.textfile != "" {
 		m := newMetrics()
 		if c.textfile != "" {
@@ -215,8 +235,9 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 			}
 			defer stop()
 		}
-		clientOpts = append(clientOpts, sqllock.WithObserver(m.observer()))
+		obs = m.observer()
 	}
+	clientOpts = append(clientOpts, sqllock.WithObserver(c.countAttempts(obs)))
 	db, client, err := c.open(c.ioLimit(), clientOpts...)
 	if err != nil {
 		say("%v", err)
@@ -273,7 +294,11 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	}
 	switch {
 	case out.lost != nil:
-		say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
+		if out.evicted != "" {
+			say("the lease on %s %s", c.leaseName(), out.evicted)
+		} else {
+			say("the lease on %s was lost while %s ran (%v); killed it", c.name, quoteArgs(c.argv), out.lost)
+		}
 		return exitLost
 	case out.started && errors.Is(err, sqllock.ErrLockLost):
 		say("%s finished, but the lease on %s was found lost at release (%v): its work may have overlapped another holder's", quoteArgs(c.argv), c.name, err)
@@ -310,6 +335,26 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) (status int) {
 	return exitOwn
 }
 
+// lossRecord is the message of the library's record of a lost lease.
+const lossRecord = "sqllock: lease lost"
+
+// skipLoss drops the library's record of a lost lease: run says it once,
+// in its own line, with what the table tells of the cause.
+type skipLoss struct{ slog.Handler }
+
+func (h skipLoss) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == lossRecord {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h skipLoss) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return skipLoss{h.Handler.WithAttrs(attrs)}
+}
+
+func (h skipLoss) WithGroup(name string) slog.Handler { return skipLoss{h.Handler.WithGroup(name)} }
+
 // held describes the holder that kept the name from us, for the message.
 // It asks within what is left of the start bound.
 func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
@@ -320,7 +365,10 @@ func (c *runConfig) held(client *sqllock.Client, waited time.Duration) string {
 	}
 	info, ierr := client.Inspect(ctx, c.name)
 	msg := c.name + " is held"
-	if ierr == nil && info.Held {
+	switch {
+	case ierr == nil && info.MinHold:
+		msg = fmt.Sprintf("%s ran on %s and ended; its minimum hold keeps the name taken for %v more (fence %d)", c.name, info.Holder, roundTTL(info.TTL), info.Fence)
+	case ierr == nil && info.Held:
 		msg = fmt.Sprintf("%s is held by %s (fence %d, %v left)", c.name, info.Holder, info.Fence, roundTTL(info.TTL))
 	}
 	if c.wait > 0 {
@@ -368,14 +416,19 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		return outcome{ownErr: context.Cause(lctx)}
 	}
 	dog.watch(child.Process.Pid)
-	verbose("acquired %s after waiting %v (fence %d, ttl %v); running %s as pid %d",
-		c.name, acquired.Sub(c.start).Round(time.Millisecond), info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
+	waited := ""
+	if c.attempts.Load() > 1 {
+		waited = fmt.Sprintf(" after waiting %v", acquired.Sub(c.start).Round(time.Millisecond))
+	}
+	verbose("acquired %s%s (fence %d, ttl %v); running %s as pid %d",
+		c.name, waited, info.Fence, c.ttl, quoteArgs(c.argv), child.Process.Pid)
 	done := make(chan struct{})
 	go func() {
 		_ = child.Wait()
 		close(done)
 	}()
 	out := outcome{started: true}
+	var evicted chan string // what evictedText says, once the loss is seen
 	select {
 	case <-done:
 		out.leftovers = s.stopLeftovers(c.killGrace)
@@ -383,6 +436,12 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		out.lost = context.Cause(lctx)
 		verbose("lease on %s lost (%v); SIGTERM to process group %d", c.name, out.lost, child.Process.Pid)
 		s.kill(syscall.SIGTERM)
+		// Whether an operator took the lease, read while the command
+		// stops: a lock-delay may end soon after.
+		if errors.Is(out.lost, sqllock.ErrNotHeld) { // else the server did not answer
+			evicted = make(chan string, 1)
+			go func() { evicted <- c.evictedText(client, info) }()
+		}
 		grace := time.NewTimer(c.killGrace)
 		select {
 		case <-done:
@@ -394,6 +453,9 @@ func (c *runConfig) runChild(lctx context.Context, client *sqllock.Client, s *se
 		}
 		// Whatever the command left behind in its group goes too.
 		s.kill(syscall.SIGKILL)
+	}
+	if evicted != nil {
+		out.evicted = <-evicted
 	}
 	out.status = exitStatus(child.ProcessState)
 	verbose("%s exited with status %d after %v", quoteArgs(c.argv), out.status, time.Since(acquired).Round(time.Millisecond))

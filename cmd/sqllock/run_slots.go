@@ -98,3 +98,12 @@ func listName(info sqllock.Info) string {
 	}
 	return info.Name
 }
+
+// leaseName names the lease run holds, for messages: NAME, or with -n its
+// slot.
+func (c *runConfig) leaseName() string {
+	if c.slot == nil {
+		return c.name
+	}
+	return fmt.Sprintf("%s slot %d", c.name, c.slot.Slot())
+}

@@ -15,7 +15,7 @@ import (
 // The operator commands on a semaphore: inspect shows its slots (not "free,
 // never taken"), list its held slots with the semaphore's fence, release
 // --force --slot K takes one under a lock-delay (and --lock-delay=0 frees
-// it), and release --force without --slot says to name one.
+// it), and release --force without --slot exits 64 saying to name one.
 func TestOperatorCommands_semaphore(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		if s.TiDB || s.Vitess {
@@ -57,9 +57,13 @@ func TestOperatorCommands_semaphore(t *testing.T) {
 			t.Errorf("list --json: got %+v, want slots 1 and 2 with fence %s", list, fence)
 		}
 
-		r = e.run("release", "--force", "exports")
-		if want := "exports: no lease to release; exports is a semaphore of 3 slots (2 held): name one with --slot K\n"; r.status != 0 || r.stdout != want {
-			t.Errorf("release --force without --slot: got %d, %q, want %q", r.status, r.stdout, want)
+		// Without --slot the operator meant a slot: a usage error, so that a
+		// script does not take the semaphore for released.
+		for _, args := range [][]string{{"release", "--force", "exports"}, {"release", "--force", "--json", "exports"}} {
+			r = e.run(args...)
+			if want := "sqllock release exports: exports is a semaphore of 3 slots (2 held), with no lease of its own: name the slot to take with --slot K (sqllock inspect exports lists them)\n"; r.status != exitUsage || r.stderr != want || r.stdout != "" {
+				t.Errorf("%s: got %d, stdout %q, stderr %q, want %d and %q", strings.Join(args, " "), r.status, r.stdout, r.stderr, exitUsage, want)
+			}
 		}
 		r = e.run("release", "--force", "--slot", "2", "exports")
 		if want := "exports slot 2: released the lease of h (fence " + fence + ", "; r.status != 0 || !strings.HasPrefix(r.stdout, want) ||
