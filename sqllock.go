@@ -73,6 +73,8 @@ type Client struct {
 	slots   slotStmts                  // slot_acquire prepared per number of slot rows; slots.go
 	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
 	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
+
+	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go
 }
 
 // An Option configures a Client in [New].
