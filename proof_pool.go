@@ -18,9 +18,9 @@ import (
 // Client while the Client waited on it. Where the pool has none to spare
 // (all in use, or a limit of one), the Client says in one log line what was
 // not proven, and the first acquire after that finds two connections free
-// proves it (provePending). Until then, the leases rest on the one
-// connection the first proof ran on; once a later proof has refused the
-// pool, every acquire is refused until one passes.
+// proves it (provePending). Until then, leases rest on it unproven (a
+// balancer over two primaries would go unseen); once a later proof has
+// refused the pool, every acquire is refused until one passes.
 
 // A poolProof is what the first proof left for a later acquire to prove.
 type poolProof struct {

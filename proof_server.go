@@ -20,11 +20,12 @@ import (
 // the Client's first write, once.
 //
 // The pool's connections are held at once, up to maxProofConns (fewer when
-// the pool's limit is lower, or it has fewer to spare: proof_pool.go), and each is asked whether it is read-only and
-// which server it reaches (server_mysql, server_mariadb in queries.sql). A
-// connection the pool opens later is not asked: database/sql gives no sign
-// of a new connection on the path a statement takes, and asking on that
-// path would cost every acquire a round trip.
+// the pool's limit is lower, or it has fewer to spare: proof_pool.go), and
+// each is asked whether it is read-only and which server it reaches
+// (server_mysql, server_mariadb in queries.sql). A connection the pool
+// opens later is not asked: database/sql gives no sign of a new connection
+// on the path a statement takes, and asking on that path would cost every
+// acquire a round trip.
 
 // errReadOnlyServer means the server refuses writes, or would refuse them
 // to an account without administrative privileges: a replica, or a primary
