@@ -58,6 +58,11 @@ func (a *acquireCall) run(ctx context.Context, k leaseKind) (*Lock, error) {
 	if err := k.ready(ctx); err != nil {
 		return nil, err
 	}
+	// What the first use left to prove for want of a spare connection
+	// (proof_pool.go); with nothing left, this costs an atomic load.
+	if err := c.provePending(ctx); err != nil {
+		return nil, errorf("%s: %w", k.op(), err)
+	}
 	// Leases earlier acquires may have left under tokens nobody holds go
 	// first; without any, this costs an atomic load.
 	k.claim(ctx)
@@ -105,9 +110,9 @@ func (a *acquireCall) failed(ctx context.Context, k leaseKind, err error) error 
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
 		if errors.Is(err, cerr) {
-			return errorf("%s: %w: %w", k.op(), ErrNotAcquired, err)
+			return errorf("%s: %w: %w%s", k.op(), ErrNotAcquired, err, a.c.poolFull())
 		}
-		return errorf("%s: %w: %w (last error: %w)", k.op(), ErrNotAcquired, cerr, err)
+		return errorf("%s: %w: %w (last error: %w)%s", k.op(), ErrNotAcquired, cerr, err, a.c.poolFull())
 	}
 	return a.c.serverError(k.op(), err)
 }

@@ -3,7 +3,9 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -24,7 +26,10 @@ type Callbacks struct {
 	// OnStoppedLeading runs after a lead ended and its lease was released.
 	OnStoppedLeading func()
 	// OnNewLeader runs with the holder description ([WithHolder]) of each
-	// new leader this Client sees, its own included.
+	// new leader this Client sees, its own included. A lock-delay left by
+	// [Client.ForceRelease] is no leader: it is logged ("no leader:
+	// lock-delay for N s after a forced release of X"), and whoever leads
+	// after it is new, even the holder it evicted.
 	OnNewLeader func(holder string)
 }
 
@@ -48,13 +53,24 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 		return err
 	}
 	var leader string
-	observe := func(holder string) {
-		if holder != "" && holder != leader {
-			leader = holder
-			c.log.Info("sqllock: new leader", "name", name, "holder", holder)
-			if cb.OnNewLeader != nil {
-				cb.OnNewLeader(holder)
-			}
+	observe := func(info Info) {
+		holder := info.Holder
+		if holder == "" || holder == leader {
+			return
+		}
+		leader = holder
+		if evicted, ok := strings.CutPrefix(holder, lockDelayHolder); ok {
+			// A lock-delay holds the name, not a candidate: no leader
+			// until it ends, and whoever leads next is new, even the
+			// evicted one.
+			secs := (info.TTL + time.Second - 1) / time.Second
+			c.log.Info(fmt.Sprintf("sqllock: no leader: lock-delay for %d s after a forced release of %s", secs, evicted),
+				"name", name, "evicted", evicted, "lock_delay", info.TTL)
+			return
+		}
+		c.log.Info("sqllock: new leader", "name", name, "holder", holder)
+		if cb.OnNewLeader != nil {
+			cb.OnNewLeader(holder)
 		}
 	}
 	// lastErr is the last error met since the last lead began: what kept
@@ -82,7 +98,7 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			return err
 		}
 		lastErr = nil
-		observe(c.holder)
+		observe(Info{Holder: c.holder})
 		c.log.Info("sqllock: took the lead", "name", name, "fence", l.fence)
 		// A failed release only leaves the lease to expire; err is logged,
 		// and kept to say why the lead ended.
@@ -112,7 +128,7 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 // campaign tries to take the lease on name until it does, ctx ends or an
 // error comes that trying again cannot mend. It keeps in *lastErr the last
 // error that may pass, and clears it when an answer comes.
-func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(holder string), lastErr *error) (l *Lock, err error) {
+func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, observe func(Info), lastErr *error) (l *Lock, err error) {
 	poll := min(max(ttl/4, minBackoff), maxCampaignPoll)
 	// One call serves every attempt, as in Acquire: it owns the token and
 	// what an attempt whose outcome stayed unknown leaves (acquire.go).
@@ -140,7 +156,7 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 		}
 		wait := poll
 		if info, err := c.Inspect(ctx, name); err == nil && info.Held {
-			observe(info.Holder)
+			observe(info)
 			// Just after the leader's lease could lapse, if that is sooner.
 			wait = min(wait, info.TTL+time.Millisecond)
 		}

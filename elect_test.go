@@ -3,7 +3,9 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
+	"regexp"
 	"syscall"
 	"testing"
 	"time"
@@ -224,6 +226,76 @@ func TestClient_Elect_handover(t *testing.T) {
 		}
 		if got := inspect(t, b, "leader"); got.Held {
 			t.Fatalf("after Elect returned: got %+v, want the lease released", got)
+		}
+	})
+}
+
+// During the lock-delay a forced release leaves, a candidate sees no
+// leader: OnNewLeader is not called with the lock-delay's holder, and one
+// Info line says "no leader: lock-delay for N s after a forced release of
+// X". Whoever leads after it is a new leader.
+func TestClient_Elect_lockDelayIsNoLeader(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		rec, opt := newRecorder()
+		b := e.client(t, e.openDB(t), table, WithHolder("b"), opt)
+		ops := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(time.Minute))
+		free := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(0))
+		ctx, cancel := context.WithCancel(testCtx(t))
+		defer cancel()
+		mustAcquire(t, a, "boss", time.Minute)
+
+		leaders := make(chan string, 10)
+		done := make(chan error, 1)
+		go func() {
+			done <- b.Elect(ctx, "boss", time.Second, Callbacks{
+				OnStartedLeading: func(ctx context.Context, _ *Lock) error { <-ctx.Done(); return nil },
+				OnNewLeader:      func(h string) { leaders <- h },
+			})
+		}()
+		next := func() string {
+			t.Helper()
+			select {
+			case h := <-leaders:
+				return h
+			case <-ctx.Done():
+				t.Fatal("no new leader before the test's deadline")
+				return ""
+			}
+		}
+		if h := next(); h != "a" {
+			t.Fatalf("first leader: got %q, want a", h)
+		}
+		if _, err := ops.ForceRelease(ctx, "boss"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "the lock-delay's log line", func() bool {
+			select {
+			case h := <-leaders:
+				t.Fatalf("OnNewLeader(%q) during the lock-delay, want no call", h)
+			default:
+			}
+			return len(rec.find(slog.LevelInfo, "no leader: lock-delay", "boss")) > 0
+		})
+		r := rec.find(slog.LevelInfo, "no leader: lock-delay", "boss")[0]
+		if !regexp.MustCompile(`^sqllock: no leader: lock-delay for [1-6]?[0-9] s after a forced release of a$`).MatchString(r.Message) {
+			t.Errorf("log: got %q, want no leader: lock-delay for about 60 s after a forced release of a", r.Message)
+		}
+		if _, err := free.ForceRelease(ctx, "boss"); err != nil { // the lock-delay ends
+			t.Fatal(err)
+		}
+		if h := next(); h != "b" {
+			t.Errorf("leader after the lock-delay: got %q, want b", h)
+		}
+		cancel()
+		<-done
+		close(leaders)
+		for h := range leaders {
+			t.Errorf("OnNewLeader(%q) after b led, want no more", h)
+		}
+		if got := len(rec.find(slog.LevelInfo, "no leader: lock-delay", "boss")); got != 1 {
+			t.Errorf("got %d lock-delay lines, want 1", got)
 		}
 	})
 }

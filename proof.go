@@ -145,20 +145,29 @@ func proofAgain(err error) bool {
 	return errors.Is(err, sql.ErrConnDone)
 }
 
+// proofName returns a proof name and two tokens of their own, for one
+// attempt at a proof.
+func proofName() (name, a, b string, err error) {
+	if a, err = newToken(); err != nil {
+		return "", "", "", fmt.Errorf("sqllock: token: %w", err)
+	}
+	if b, err = newToken(); err != nil {
+		return "", "", "", fmt.Errorf("sqllock: token: %w", err)
+	}
+	return proofPrefix + a, a, b, nil
+}
+
 // proofConn returns a connection of the pool for one attempt at a proof,
 // with a proof name and two tokens of the attempt's own; the caller closes
 // the connection.
 func (c *Client) proofConn(ctx context.Context) (conn *sql.Conn, name, a, b string, err error) {
-	if a, err = newToken(); err != nil {
-		return nil, "", "", "", fmt.Errorf("sqllock: token: %w", err)
-	}
-	if b, err = newToken(); err != nil {
-		return nil, "", "", "", fmt.Errorf("sqllock: token: %w", err)
+	if name, a, b, err = proofName(); err != nil {
+		return nil, "", "", "", err
 	}
 	if conn, err = c.db.Conn(ctx); err != nil {
 		return nil, "", "", "", err
 	}
-	return conn, proofPrefix + a, a, b, nil
+	return conn, name, a, b, nil
 }
 
 // proveAttempt makes one attempt at the proof on one connection, under a name

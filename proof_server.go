@@ -20,11 +20,12 @@ import (
 // the Client's first write, once.
 //
 // The pool's connections are held at once, up to maxProofConns (fewer when
-// the pool's limit is lower), and each is asked whether it is read-only and
-// which server it reaches (server_mysql, server_mariadb in queries.sql). A
-// connection the pool opens later is not asked: database/sql gives no sign
-// of a new connection on the path a statement takes, and asking on that
-// path would cost every acquire a round trip.
+// the pool's limit is lower, or it has fewer to spare: proof_pool.go), and
+// each is asked whether it is read-only and which server it reaches
+// (server_mysql, server_mariadb in queries.sql). A connection the pool
+// opens later is not asked: database/sql gives no sign of a new connection
+// on the path a statement takes, and asking on that path would cost every
+// acquire a round trip.
 
 // errReadOnlyServer means the server refuses writes, or would refuse them
 // to an account without administrative privileges: a replica, or a primary
@@ -38,8 +39,9 @@ const maxProofConns = 4
 
 // serverFacts is what a connection answered about the server it reaches.
 type serverFacts struct {
-	readOnly string // the read-only setting that is on ("@@read_only = 1"), or ""
-	identity string // the server's, or its cluster's; "" where it is not asked
+	readOnly string        // the read-only setting that is on ("@@read_only = 1"), or ""
+	identity string        // the server's, or its cluster's; "" where it is not asked
+	rtt      time.Duration // how long the question took: a round trip, for the waits that follow
 }
 
 // factsQuery returns the query that asks a server calling itself version
@@ -146,7 +148,9 @@ func differentServers(version, first, other string) error {
 // replica by an account that may write there would be a transaction of the
 // replica's own. plain is as for readFacts.
 func (c *Client) checkWritable(ctx context.Context, conn *sql.Conn, version string, plain *bool) (serverFacts, error) {
+	start := time.Now()
 	first, err := readFacts(ctx, conn, version, plain)
+	first.rtt = time.Since(start)
 	if err != nil {
 		return serverFacts{}, err
 	}
@@ -178,10 +182,11 @@ func (c *Client) proveServer(ctx context.Context, conn *sql.Conn, text *[numStmt
 	})
 }
 
-// proveConns holds more connections of the pool, asks each for its
-// server's facts, holds them to first's, and proves the row lock between
-// conn and the second. It returns the token whose lease the name then has,
-// or "" when the pool gives one connection only.
+// proveConns holds more connections of the pool, those it has to spare
+// (proof_pool.go), asks each for its server's facts, holds them to first's,
+// and proves the row lock between conn and the second. It returns the token
+// whose lease the name then has, or "" when the pool had no connection to
+// spare: then a later acquire proves the rest.
 func (c *Client) proveConns(ctx context.Context, conn *sql.Conn, text *[numStmts]string, version string, first serverFacts, plain *bool, name, a, b string) (string, error) {
 	n := maxProofConns
 	if limit := c.db.Stats().MaxOpenConnections; limit > 0 {
@@ -193,38 +198,52 @@ func (c *Client) proveConns(ctx context.Context, conn *sql.Conn, text *[numStmts
 			_ = o.Close()
 		}
 	}()
+	wait := spareWait(first.rtt)
 	var rtt time.Duration
 	for len(others) < n-1 {
-		o, err := c.db.Conn(ctx)
+		o, err := c.spareConn(ctx, wait)
 		if err != nil {
 			return "", err
 		}
+		if o == nil {
+			break
+		}
 		others = append(others, o)
 		start := time.Now()
-		f, err := readFacts(ctx, o, version, plain)
-		if _, ok := fault.Errno(err); ok {
-			// Perhaps another kind of server, which refused the query
-			// made for the first's kind.
-			var v string
-			if verr := o.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); verr == nil && v != version {
-				return "", differentServers(version, first.identity, "a server of version "+v)
-			}
-		}
-		if err != nil {
+		if err := c.sameServer(ctx, o, version, first, plain); err != nil {
 			return "", err
 		}
 		if len(others) == 1 {
 			rtt = time.Since(start)
 		}
-		if err := f.refuseReadOnly(); err != nil {
-			return "", err
-		}
-		if f.identity != first.identity {
-			return "", differentServers(version, first.identity, f.identity)
-		}
 	}
 	if len(others) == 0 {
+		c.deferPoolProof(version, first, *plain)
 		return "", nil
 	}
 	return c.proveConcurrency(ctx, conn, others[0], rtt, text, version, name, a, b)
+}
+
+// sameServer asks o for its server's facts and holds them to first's: a
+// writable server, the one the first connection reaches.
+func (c *Client) sameServer(ctx context.Context, o *sql.Conn, version string, first serverFacts, plain *bool) error {
+	f, err := readFacts(ctx, o, version, plain)
+	if _, ok := fault.Errno(err); ok {
+		// Perhaps another kind of server, which refused the query
+		// made for the first's kind.
+		var v string
+		if verr := o.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v); verr == nil && v != version {
+			return differentServers(version, first.identity, "a server of version "+v)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := f.refuseReadOnly(); err != nil {
+		return err
+	}
+	if f.identity != first.identity {
+		return differentServers(version, first.identity, f.identity)
+	}
+	return nil
 }

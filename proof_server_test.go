@@ -131,6 +131,18 @@ func roundRobin(t *testing.T, backends ...string) string {
 // two primaries) is refused at first use, naming both servers: each would
 // keep leases of its own, and two Clients could both hold one name.
 func TestClient_firstUse_refusesTwoServers(t *testing.T) {
+	envs, table, db := balancedPool(t)
+	c := envs[0].client(t, db, table)
+	_, err := c.TryAcquire(testCtx(t), "job", time.Minute)
+	t.Logf("TryAcquire through the balancer: %v", err)
+	wantTwoServers(t, err, envs)
+}
+
+// balancedPool returns two servers' environments, a table of the test's
+// own on both, and a pool whose connections go to them in turn through a
+// round-robin balancer. It skips unless there are two such servers.
+func balancedPool(t *testing.T) (envs []*testEnv, table string, db *sql.DB) {
+	t.Helper()
 	requireServers(t)
 	// Two MariaDB servers if there are, which tell themselves apart by
 	// host, port and datadir alone; else MariaDB and MySQL, or two MySQL.
@@ -143,7 +155,6 @@ func TestClient_firstUse_refusesTwoServers(t *testing.T) {
 		}
 		return 1
 	})
-	var envs []*testEnv
 	for _, s := range servers {
 		if s.Err == nil && !s.Fake && !s.TiDB && !s.Vitess && len(envs) < 2 {
 			envs = append(envs, newEnv(t, s, variants[0]))
@@ -152,17 +163,21 @@ func TestClient_firstUse_refusesTwoServers(t *testing.T) {
 	if len(envs) < 2 {
 		t.Skipf("%s names fewer than two MySQL or MariaDB servers, which the balancer needs", dsnEnv)
 	}
-	table := envs[0].newTable(t)
+	table = envs[0].newTable(t)
 	if _, err := envs[1].db.Exec(strings.ReplaceAll(schema, "`sqllock`", "`"+table+"`")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = envs[1].db.Exec("DROP TABLE IF EXISTS `" + table + "`") })
 	addr := roundRobin(t, envs[0].serverAddr(t), envs[1].serverAddr(t))
-	db := sql.OpenDB(envs[0].quietConnector(t, func(c *mysql.Config) { c.Addr = addr }))
+	db = sql.OpenDB(envs[0].quietConnector(t, func(c *mysql.Config) { c.Addr = addr }))
 	t.Cleanup(func() { db.Close() })
-	c := envs[0].client(t, db, table)
-	_, err := c.TryAcquire(testCtx(t), "job", time.Minute)
-	t.Logf("TryAcquire through the balancer: %v", err)
+	return envs, table, db
+}
+
+// wantTwoServers fails t unless err refuses a pool whose connections reach
+// the servers of envs, naming each.
+func wantTwoServers(t *testing.T, err error, envs []*testEnv) {
+	t.Helper()
 	wantErrIs(t, err, ErrUnsupportedServer)
 	assertErrContains(t, err, "the pool's connections reach different servers")
 	for _, e := range envs {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,8 @@ type Client struct {
 	slots   slotStmts                  // slot_acquire prepared per number of slot rows; slots.go
 	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
 	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
+
+	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go
 }
 
 // An Option configures a Client in [New].
@@ -91,7 +94,9 @@ func WithTable(name string) Option {
 }
 
 // WithHolder sets the description stored with each lease this Client takes,
-// for people reading the table; the default is "hostname:pid".
+// for people reading the table; the default is "hostname:pid". It may not
+// begin "lock-delay after a forced release of ", as a lock-delay's does
+// ([Info]).
 func WithHolder(desc string) Option {
 	return func(c *Client) error {
 		if desc == "" {
@@ -99,6 +104,9 @@ func WithHolder(desc string) Option {
 		}
 		if len(desc) > maxHolderLen {
 			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), maxHolderLen)
+		}
+		if strings.HasPrefix(desc, lockDelayHolder) {
+			return fmt.Errorf("sqllock: holder description %q begins as a lock-delay's, which Elect and the sqllock command would take for one", desc)
 		}
 		c.holder = desc
 		return nil

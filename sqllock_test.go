@@ -68,6 +68,7 @@ func TestNew_badOptions(t *testing.T) {
 		{"quoted table", WithTable("`t`"), []string{"bad table name", "\"`t`\""}},
 		{"empty holder", WithHolder(""), []string{"empty holder description"}},
 		{"holder of 256 bytes", WithHolder(strings.Repeat("h", maxHolderLen+1)), []string{"holder description is 256 bytes", "longer than"}},
+		{"holder of a lock-delay", WithHolder("lock-delay after a forced release of a"), []string{`holder description "lock-delay after a forced release of a" begins as a lock-delay's`}},
 		{"nil RetryStrategy", WithRetry(nil), []string{"nil RetryStrategy"}},
 	}
 	for _, tt := range tests {
