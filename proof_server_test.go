@@ -51,10 +51,10 @@ func TestClient_firstUse_refusesGoMySQLServer(t *testing.T) {
 	_, err = c.TryAcquire(ctx, "job", time.Minute)
 	t.Logf("TryAcquire: %v", err)
 	wantErrIs(t, err, ErrUnsupportedServer)
-	// It calls itself MySQL 8.0.31 and lacks MySQL's variable that the
-	// session guard reads for a replica's applier: the first statement
-	// fails there, before the row lock's proof (proof_concurrency.go).
-	assertErrContains(t, err, "does not know a system variable statement acquire reads")
+	// It calls itself MySQL 8.0.31; the proof of the statements finds a
+	// refresh by the owner of a live lease reporting nothing extended
+	// (proof_statements.go), before the row lock's proof.
+	assertErrContains(t, err, "statement refresh: a refresh by the owner of a live lease reported 0")
 }
 
 // A read-only server is refused before any write, even for an account that
