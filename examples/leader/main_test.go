@@ -5,40 +5,23 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/exampletest"
 	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
-func TestMain(m *testing.M) {
-	testdsn.QuietDriver()
-	testdsn.Parallel()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { exampletest.Main(m) }
 
-// replica is one replica of the service: a pool and a Client of its own,
-// on a database of the test's own where main's tables are made.
+// replica is one replica of the service, on the test's database, where it
+// makes main's tables.
 func replica(t *testing.T, dsn, holder string) (*sql.DB, *sqllock.Client) {
 	t.Helper()
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	locks, err := sqllock.New(db, sqllock.WithHolder(holder))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { locks.Close() })
-	ctx := context.Background()
-	if err := locks.CreateTable(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.ExecContext(ctx, createLedger); err != nil {
+	db, locks := exampletest.Replica(t, dsn, holder)
+	if _, err := db.Exec(createLedger); err != nil {
 		t.Fatal(err)
 	}
 	return db, locks
