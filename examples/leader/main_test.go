@@ -16,38 +16,11 @@ import (
 
 func TestMain(m *testing.M) { exampletest.Main(m) }
 
-// replica is one replica of the service, on the test's database, where it
-// makes main's tables.
-func replica(t *testing.T, dsn, holder string) (*sql.DB, *sqllock.Client) {
-	t.Helper()
-	db, locks := exampletest.Replica(t, dsn, holder)
-	if _, err := db.Exec(createLedger); err != nil {
-		t.Fatal(err)
-	}
-	return db, locks
-}
-
 // ledger reads the fences of the ledger's entries in the order they were
 // appended.
 func ledger(t *testing.T, db *sql.DB) []uint64 {
 	t.Helper()
-	rows, err := db.Query("SELECT fence FROM ledger ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var fences []uint64
-	for rows.Next() {
-		var f uint64
-		if err := rows.Scan(&f); err != nil {
-			t.Fatal(err)
-		}
-		fences = append(fences, f)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return fences
+	return exampletest.Fences(t, db, "SELECT fence FROM ledger ORDER BY id")
 }
 
 // Three replicas campaign; once the first leader has written, it stops,
@@ -66,7 +39,7 @@ func TestCampaign_oneLeaderWritesAtATime(t *testing.T) {
 		)
 		for i := range 3 {
 			holder := fmt.Sprintf("replica-%d", i)
-			rdb, rlocks := replica(t, dsn, holder)
+			rdb, rlocks := exampletest.Replica(t, dsn, holder, createLedger)
 			locks = rlocks
 			rctx, stop := context.WithCancel(ctx)
 			stops[holder] = stop
@@ -134,17 +107,9 @@ func TestAppendEntry_staleLeaderRefused(t *testing.T) {
 		dsn, db := testdsn.Database(t, s)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, old := replica(t, dsn, "old")
-		_, next := replica(t, dsn, "next")
-		// The old leader holds the name, with no keep-alive: as if paused.
-		stale, err := old.TryAcquire(ctx, "ledger-writer", time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lead, err := next.Acquire(ctx, "ledger-writer", time.Minute) // once the old lease expired
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, old := exampletest.Replica(t, dsn, "old", createLedger)
+		_, next := exampletest.Replica(t, dsn, "next", createLedger)
+		stale, lead := exampletest.Stale(t, ctx, old, next, "ledger-writer")
 		if err := appendEntry(ctx, db, stale, "stale"); !errors.Is(err, sqllock.ErrNotHeld) {
 			t.Errorf("the stale leader's append: got %v, want ErrNotHeld", err)
 		}
