@@ -28,29 +28,13 @@ func TestMain(m *testing.M) {
 	exampletest.Main(m)
 }
 
-var (
-	buildOnce sync.Once
-	sqllock   string
-	buildErr  error
-)
-
-// command builds cmd/sqllock once, as a user would, and returns its path.
+// command builds cmd/sqllock, as a user would, and returns its path.
 func command(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nightly-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		sqllock = filepath.Join(dir, "sqllock")
-		out, err := exec.Command("go", "build", "-o", sqllock, "github.com/sqllock/sqllock/cmd/sqllock").CombinedOutput()
-		if err != nil {
-			buildErr = errors.Join(err, errors.New(string(out)))
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	sqllock := filepath.Join(t.TempDir(), "sqllock")
+	out, err := exec.Command("go", "build", "-o", sqllock, "github.com/sqllock/sqllock/cmd/sqllock").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return sqllock
 }
@@ -77,8 +61,9 @@ func TestSqllockRun_oneHostRuns(t *testing.T) {
 			mu     sync.Mutex
 			status = map[int]int{}
 		)
+		sqllock := command(t)
 		for range 3 {
-			cmd := exec.CommandContext(ctx, command(t), "run", "-q", "--min-hold", "10m", "nightly-report", "--", os.Args[0])
+			cmd := exec.CommandContext(ctx, sqllock, "run", "-q", "--min-hold", "10m", "nightly-report", "--", os.Args[0])
 			cmd.Env = append(os.Environ(), "SQLLOCK_DSN="+dsn, asJobEnv+"=1")
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
