@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -356,5 +357,43 @@ func TestDocs_testingYourCode_showsExamplesReport(t *testing.T) {
 		if !shown[string(src)] {
 			t.Errorf("docs/testing-your-code.md does not show %s as it is: copy the file into its go block", f)
 		}
+	}
+}
+
+// docs/recipes.md shows the examples' code as it is: each of its go blocks
+// stands, character for character, in a program under examples/ or
+// gocron/examples/, which a test runs.
+func TestDocs_recipesShowTheExamples(t *testing.T) {
+	text, err := os.ReadFile("docs/recipes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var programs []string
+	for _, pattern := range []string{"examples/*/main.go", "gocron/examples/*/main.go"} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			programs = append(programs, string(src))
+		}
+	}
+	_, blocks := splitMarkdown(string(text))
+	n := 0
+	for _, b := range blocks {
+		if b.lang != "go" {
+			continue
+		}
+		n++
+		if !slices.ContainsFunc(programs, func(p string) bool { return strings.Contains(p, b.body) }) {
+			t.Errorf("docs/recipes.md:%d: the go block is in no program under examples/: copy it from the program\n%s", b.line, b.body)
+		}
+	}
+	if n == 0 {
+		t.Error("docs/recipes.md: no go blocks found")
 	}
 }

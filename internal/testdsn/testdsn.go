@@ -17,7 +17,9 @@ package testdsn
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -313,4 +315,38 @@ func Each(t *testing.T, f func(t *testing.T, s Server)) {
 			f(t, s)
 		})
 	}
+}
+
+// Database makes a database of t's own on s, dropped when t ends, and
+// returns its DSN and a pool on it. It is for the tests of a program whose
+// table names are fixed, as the examples' are: each test's tables, the lock
+// table included, are then apart from every other test's.
+func Database(t testing.TB, s Server) (dsn string, db *sql.DB) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	cfg.DBName = "ex_" + hex.EncodeToString(b[:])
+	server, err := sql.Open("mysql", s.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := server.Exec("DROP DATABASE IF EXISTS `" + cfg.DBName + "`"); err != nil {
+			t.Errorf("drop database %s: %v", cfg.DBName, err)
+		}
+		server.Close()
+	})
+	if _, err := server.Exec("CREATE DATABASE `" + cfg.DBName + "`"); err != nil {
+		t.Fatal(err)
+	}
+	dsn = cfg.FormatDSN()
+	if db, err = sql.Open("mysql", dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() }) // before the database is dropped
+	return dsn, db
 }
