@@ -169,7 +169,7 @@ func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
 	nameArg, tokenArg := a.pending.keyArgs()
 	us := any(a.ttl.Microseconds())
-	return c.execSends(ctx, time.Time{}, qAcquire,
+	return c.acquireWatched(ctx, a.name, // frozen.go
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
 }
