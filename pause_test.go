@@ -317,6 +317,8 @@ func TestPauseChild(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Elect: %v", err)
 		}
+	case "check-lead":
+		frozenChildLead(ctx, t, c, db, ttl) // frozen_test.go
 	default:
 		t.Fatalf("unknown role %q", role)
 	}
@@ -483,13 +485,7 @@ const leadTTL = time.Second
 // sends when continued: the fence from the Lock OnStartedLeading gets makes
 // the resource refuse it, the new leader having written a higher one.
 func TestClient_Elect_leaderStoppedPastLease(t *testing.T) {
-	rounds := 3
-	if v := os.Getenv("SQLLOCK_PAUSE_ROUNDS"); v != "" {
-		var err error
-		if rounds, err = strconv.Atoi(v); err != nil || rounds < 0 {
-			t.Fatalf("SQLLOCK_PAUSE_ROUNDS=%q: want a count", v)
-		}
-	}
+	rounds := pauseRounds(t, 3)
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipFakeFor(t, e, "the leader is another process, which cannot reach this one's fake")
 		table := e.newTable(t)
@@ -523,6 +519,21 @@ func TestClient_Elect_leaderStoppedPastLease(t *testing.T) {
 		_ = child.stdin.Close()
 		child.waitExit(t, 20*time.Second)
 	})
+}
+
+// pauseRounds returns how many rounds a pause test makes:
+// SQLLOCK_PAUSE_ROUNDS, or def when it is unset.
+func pauseRounds(t *testing.T, def int) int {
+	t.Helper()
+	v := os.Getenv("SQLLOCK_PAUSE_ROUNDS")
+	if v == "" {
+		return def
+	}
+	rounds, err := strconv.Atoi(v)
+	if err != nil || rounds < 0 {
+		t.Fatalf("SQLLOCK_PAUSE_ROUNDS=%q: want a count", v)
+	}
+	return rounds
 }
 
 // A leaderRound is what one round of TestClient_Elect_leaderStoppedPastLease saw.
