@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -138,20 +137,13 @@ func leaderFrozen(t *testing.T, child *pauseChild, other *Client, r *resource, a
 // as pauseWork does. On SIGUSR1 it stops itself inside its next
 // transaction, after the Check.
 func frozenChildLead(ctx context.Context, t *testing.T, c *Client, db *sql.DB, ttl time.Duration) {
-	var stopNext atomic.Bool
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	go func() {
-		for range usr1 {
-			stopNext.Store(true)
-		}
-	}()
+	stopNext := stopOnUSR1()
 	r := &resource{db: db, table: os.Getenv(pauseTableEnv) + "_res", who: "child"}
 	err := c.Elect(ctx, "leader", ttl, Callbacks{OnStartedLeading: func(lctx context.Context, l *Lock) error {
 		for lctx.Err() == nil {
 			check, left := time.Now(), time.Until(l.ValidUntil())
 			// Under ctx, not the lease's: only the server stops the write.
-			result := r.checkedWrite(ctx, l, &stopNext)
+			result := r.checkedWrite(ctx, l, stopNext)
 			fmt.Printf("pause unit %d %d %d %s %d\n", check.UnixNano(), l.Fence(), left.Milliseconds(), result, time.Now().UnixNano())
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -292,14 +292,7 @@ func TestPauseChild(t *testing.T) {
 	case "lead":
 		// SIGUSR1: stop after the next unit's context check, before its
 		// write, as a pause can.
-		var stopNext atomic.Bool
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
-		go func() {
-			for range usr1 {
-				stopNext.Store(true)
-			}
-		}()
+		stopNext := stopOnUSR1()
 		r := &resource{db: db, table: os.Getenv(pauseTableEnv) + "_res", who: "child"}
 		base := ctx
 		err := c.Elect(ctx, "leader", ttl, Callbacks{OnStartedLeading: func(ctx context.Context, l *Lock) error {
@@ -322,6 +315,20 @@ func TestPauseChild(t *testing.T) {
 	default:
 		t.Fatalf("unknown role %q", role)
 	}
+}
+
+// stopOnUSR1 returns a flag that each SIGUSR1 sets: a child stops itself
+// at the next point its role chooses, when it finds the flag set.
+func stopOnUSR1() *atomic.Bool {
+	var stopNext atomic.Bool
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			stopNext.Store(true)
+		}
+	}()
+	return &stopNext
 }
 
 // stopSelf stops the process and returns once it is continued. The stop is
