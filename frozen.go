@@ -34,8 +34,8 @@ import (
 // transaction holding the row stops its own holder's renewals too, so a
 // Check transaction that outlives the lease has lost it already; the bound
 // only lets a commit that was on its way at the end land. With the watch
-// looking within frozenLook of a blocked send, a new holder takes over
-// within about ttl + 1.2 s of a stop (docs/guarantees.md).
+// looking within frozenLook of a blocked send, a new holder took over
+// within ttl + 1.6 s of a stop in the runs docs/guarantees.md reports.
 const frozenAfter = 500 * time.Millisecond
 
 // frozenLook is how long an acquire's statement waits for its answer
@@ -203,8 +203,8 @@ func (c *Client) endBlockers(ctx context.Context, name, holder string, past int6
 	defer cancel()
 	for _, id := range ids {
 		_, err := c.db.ExecContext(kctx, bind(queries["frozen_kill"], strconv.FormatUint(id, 10)))
-		if n, ok := fault.Errno(err); ok && n == errNoSuchThread {
-			continue // it ended on its own meanwhile
+		if n, _ := fault.Errno(err); n == errNoSuchThread {
+			continue
 		}
 		if err != nil {
 			return killed, err
@@ -237,42 +237,50 @@ func (c *Client) frozenBlockers(ctx context.Context, find, name string) ([]uint6
 	return ids, rows.Err()
 }
 
-// errNoSuchThread is the server's "Unknown thread id" (1094).
-const errNoSuchThread = 1094
+// The server's errors that the watch reads.
+const (
+	errNoSuchThread  = 1094 // KILL: "Unknown thread id": it ended meanwhile
+	errKillDenied    = 1095 // KILL: another account's connection
+	errNeedPrivilege = 1227 // information_schema's lock tables without PROCESS
+	errTableDenied   = 1142 // performance_schema's without SELECT on it
+	errUnknownView   = 1109 // a server without the lock tables
+	errUnknownTable  = fault.NoSuchTable
+)
 
 // frozenRefused reports that the Client found name's lease over and its
-// row locked, and cannot end the transaction that locks it: to the
-// Observer each time, to the log once per Client (with what to grant when
-// the server refused for want of a privilege), after which the Client
-// stops looking. An error of the caller's context (the acquire answered)
-// is none of this.
+// row locked, and cannot end the transaction that locks it, when err
+// says the account or the server cannot (not a broken connection, which
+// the next watch tries again): to the Observer each time, and to the log
+// once per Client with what to grant; the Client then stops trying. An
+// error of the caller's context (the acquire answered) is none of this.
 func (c *Client) frozenRefused(ctx context.Context, name, holder string, err error) {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, sql.ErrConnDone) {
+	n, _ := fault.Errno(err)
+	if ctx.Err() != nil {
+		return
+	}
+	mariadb := c.learned().lockWait
+	var why string
+	switch {
+	case n == errKillDenied && mariadb:
+		why = "its connection is another account's: GRANT CONNECTION ADMIN ON *.* TO this account (or run both as one account)"
+	case n == errKillDenied:
+		why = "its connection is another account's: GRANT CONNECTION_ADMIN ON *.* TO this account (or run both as one account)"
+	case mariadb && (n == errNeedPrivilege || n == errTableDenied):
+		why = "the account cannot read information_schema's lock tables: GRANT PROCESS ON *.* TO this account"
+	case n == errNeedPrivilege || n == errTableDenied:
+		why = "the account cannot read performance_schema's lock tables: GRANT SELECT ON performance_schema.* TO this account"
+	case n == errUnknownView || n == errUnknownTable:
+		why = "this server has no such lock tables (see err)"
+	default:
 		return
 	}
 	c.frozenObserved(name, observe.OutcomeRefused, err)
 	c.frozen.off.Store(true)
 	c.frozen.warned.Do(func() {
 		c.log.WarnContext(ctx, "sqllock: cannot end a frozen holder's transaction, which keeps a lease row locked after its lease ended; "+
-			"the name stays held until the server ends that transaction (wait_timeout), and this Client no longer tries: "+frozenGrant(c.learned().lockWait, err),
+			"the name stays held until the server ends that transaction (wait_timeout), and this Client no longer tries: "+why,
 			"name", name, "holder", holder, "err", err)
 	})
-}
-
-// frozenGrant says what the account needs, from the server's refusal.
-func frozenGrant(mariadb bool, err error) string {
-	n, _ := fault.Errno(err)
-	switch {
-	case n == 1095 && mariadb:
-		return "its connection is another account's: GRANT CONNECTION ADMIN ON *.* TO this account (or run both as one account)"
-	case n == 1095:
-		return "its connection is another account's: GRANT CONNECTION_ADMIN ON *.* TO this account (or run both as one account)"
-	case mariadb && (n == 1227 || n == 1142):
-		return "the account cannot read information_schema's lock tables: GRANT PROCESS ON *.* TO this account"
-	case n == 1227 || n == 1142:
-		return "the account cannot read performance_schema's lock tables: GRANT SELECT ON performance_schema.* TO this account"
-	}
-	return "the server refused (see err)"
 }
 
 // frozenObserved tells the Observer, as a RetryEvent of statement
