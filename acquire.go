@@ -56,7 +56,9 @@ const maxTiDBFence = math.MaxInt64 - 1
 // server's clock: it succeeds when the name is free or its lease has expired,
 // and returns an error wrapping [ErrNotAcquired] when another owner's lease is
 // live. A deadlock or a broken connection is retried with the same token, for
-// up to 5s; a lease whose acquire's outcome stays unknown is deleted.
+// up to 5s; a lease whose acquire's outcome stays unknown is deleted. A
+// holder's Lock.Check transaction that keeps the lease row locked 500 ms
+// after the lease ended is ended, on MariaDB and MySQL (frozen.go).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
@@ -177,7 +179,7 @@ func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
 	nameArg, tokenArg := a.pending.keyArgs()
 	us := any(a.ttl.Microseconds())
-	return c.execSends(ctx, time.Time{}, qAcquire,
+	return c.acquireWatched(ctx, a.name, // frozen.go
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
 }

@@ -33,6 +33,9 @@ type forms struct {
 	// lockWait: MariaDB, whose acquires bound their wait for a row
 	// (queries.sql, lock_wait_mariadb).
 	lockWait bool
+	// mysql: MySQL 8.0 or later itself (not TiDB, not through Vitess),
+	// whose lock-wait tables the frozen-holder watch reads (frozen.go).
+	mysql bool
 
 	// checked: the first-use check found the table as it should be
 	// (tablecheck.go). proven: the proof of the statements passed
@@ -102,6 +105,9 @@ func serverForms(table, qualified, db, version string, carries bool) *forms {
 	case strings.Contains(version, "MariaDB"):
 		f.lockWait = true
 		f.sql[qAcquire] = queries["lock_wait_mariadb"] + "\n" + f.sql[qAcquire]
+	case strings.HasPrefix(version, "5."):
+	default:
+		f.mysql = true
 	}
 	return f
 }

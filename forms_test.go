@@ -48,7 +48,7 @@ func TestServerForms_byServer(t *testing.T) {
 			}
 		}},
 		{"8.4.3", true, func(t *testing.T, f *forms) {
-			if f.lockWait || f.oneRow || f.tidb {
+			if !f.mysql || f.lockWait || f.oneRow || f.tidb {
 				t.Errorf("flags: %+v", *f)
 			}
 			for i, text := range f.sql {

@@ -371,7 +371,10 @@ func minTime(a, b time.Time) time.Time {
 // fenced by the lease. It returns an error wrapping [ErrNotHeld] when the
 // lease is not ours or has expired; tx stays the caller's. Keep tx short: the
 // Lock's renewals and other acquires of the name wait for it (see
-// docs/usage.md#fencing-writes-in-the-same-database-lockcheck).
+// docs/usage.md#fencing-writes-in-the-same-database-lockcheck), and once the
+// lease has been over for 500 ms an acquire of the name may end tx, idle, by
+// KILL of its connection, rolling its writes back (docs/guarantees.md, a
+// holder frozen inside Lock.Check).
 func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Lock()
 	released := l.released

@@ -292,14 +292,7 @@ func TestPauseChild(t *testing.T) {
 	case "lead":
 		// SIGUSR1: stop after the next unit's context check, before its
 		// write, as a pause can.
-		var stopNext atomic.Bool
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
-		go func() {
-			for range usr1 {
-				stopNext.Store(true)
-			}
-		}()
+		stopNext := stopOnUSR1()
 		r := &resource{db: db, table: os.Getenv(pauseTableEnv) + "_res", who: "child"}
 		base := ctx
 		err := c.Elect(ctx, "leader", ttl, Callbacks{OnStartedLeading: func(ctx context.Context, l *Lock) error {
@@ -317,9 +310,25 @@ func TestPauseChild(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Elect: %v", err)
 		}
+	case "check-lead":
+		frozenChildLead(ctx, t, c, db, ttl) // frozen_test.go
 	default:
 		t.Fatalf("unknown role %q", role)
 	}
+}
+
+// stopOnUSR1 returns a flag that each SIGUSR1 sets: a child stops itself
+// at the next point its role chooses, when it finds the flag set.
+func stopOnUSR1() *atomic.Bool {
+	var stopNext atomic.Bool
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			stopNext.Store(true)
+		}
+	}()
+	return &stopNext
 }
 
 // stopSelf stops the process and returns once it is continued. The stop is
@@ -483,13 +492,7 @@ const leadTTL = time.Second
 // sends when continued: the fence from the Lock OnStartedLeading gets makes
 // the resource refuse it, the new leader having written a higher one.
 func TestClient_Elect_leaderStoppedPastLease(t *testing.T) {
-	rounds := 3
-	if v := os.Getenv("SQLLOCK_PAUSE_ROUNDS"); v != "" {
-		var err error
-		if rounds, err = strconv.Atoi(v); err != nil || rounds < 0 {
-			t.Fatalf("SQLLOCK_PAUSE_ROUNDS=%q: want a count", v)
-		}
-	}
+	rounds := pauseRounds(t, 3)
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipFakeFor(t, e, "the leader is another process, which cannot reach this one's fake")
 		table := e.newTable(t)
@@ -523,6 +526,21 @@ func TestClient_Elect_leaderStoppedPastLease(t *testing.T) {
 		_ = child.stdin.Close()
 		child.waitExit(t, 20*time.Second)
 	})
+}
+
+// pauseRounds returns how many rounds a pause test makes:
+// SQLLOCK_PAUSE_ROUNDS, or def when it is unset.
+func pauseRounds(t *testing.T, def int) int {
+	t.Helper()
+	v := os.Getenv("SQLLOCK_PAUSE_ROUNDS")
+	if v == "" {
+		return def
+	}
+	rounds, err := strconv.Atoi(v)
+	if err != nil || rounds < 0 {
+		t.Fatalf("SQLLOCK_PAUSE_ROUNDS=%q: want a count", v)
+	}
+	return rounds
 }
 
 // A leaderRound is what one round of TestClient_Elect_leaderStoppedPastLease saw.

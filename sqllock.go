@@ -50,6 +50,7 @@ type Client struct {
 	forms   atomic.Pointer[forms] // what the Client has learned of its server: the statements' text and forms; forms.go
 	skew    skewWarnings          // clock.go
 	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
+	frozen  frozenState           // ending a frozen holder's transaction; frozen.go
 	stmts   [numStmts]atomic.Pointer[sql.Stmt]
 
 	// wait is the waiting calls' machinery: their queues, wake-up

@@ -50,7 +50,11 @@ type Observer struct {
 	// Retried is called for each send of a statement that failed in a way
 	// the Client retries (the server rolled it back, or the connection
 	// broke), whether or not the statement's time or attempts let it be
-	// sent again.
+	// sent again. It is also called, with Statement "frozen_holder", when
+	// an acquire met a holder's transaction that kept the lease row locked
+	// after the lease ended (a process stopped inside Lock.Check): with
+	// OutcomeRolledBack when the Client ended that transaction, with
+	// OutcomeRefused when it could not (see docs/guarantees.md).
 	Retried func(RetryEvent)
 	// Unknown is called when an acquire's outcome stays unknown and its
 	// token is remembered, and when a DELETE settles such a token (see
@@ -167,7 +171,7 @@ type ReleaseEvent struct {
 
 // A RetryEvent is a statement that failed and may be sent again.
 type RetryEvent struct {
-	Statement string // its name in queries.sql: "acquire", "refresh", ...
+	Statement string // its name in queries.sql: "acquire", "refresh", ...; or "frozen_holder"
 	Name      string // the lock name
 	Outcome   Outcome
 	Err       error

@@ -32,7 +32,10 @@
 //     expired) mean renewals run late;
 //   - sqllock.statement.retries (counter, {retry}): statements that failed
 //     in a way the Client retries, by sqllock.statement and sqllock.outcome
-//     (rolled_back, broken);
+//     (rolled_back, broken); and, as sqllock.statement frozen_holder, each
+//     acquire that met a holder's transaction keeping the lease row locked
+//     after the lease ended (a process stopped inside Lock.Check) and ended
+//     it (rolled_back) or could not (refused: see the Client's warning);
 //   - sqllock.acquire.unknown (counter, {acquire}): acquires whose outcome
 //     stayed unknown (sqllock.settled false) and deletes that settled one
 //     (true);
@@ -221,6 +224,9 @@ func (o *observer) zeros() {
 		for _, out := range []observe.Outcome{observe.OutcomeRolledBack, observe.OutcomeBroken} {
 			o.retries.Add(ctx, 0, o.attrsOf("", KeyStatement.String(stmt), KeyOutcome.String(out.String())))
 		}
+	}
+	for _, out := range []observe.Outcome{observe.OutcomeRolledBack, observe.OutcomeRefused} {
+		o.retries.Add(ctx, 0, o.attrsOf("", KeyStatement.String("frozen_holder"), KeyOutcome.String(out.String())))
 	}
 	for _, settled := range []bool{false, true} {
 		o.unknowns.Add(ctx, 0, o.attrsOf("", KeySettled.Bool(settled)))

@@ -155,6 +155,7 @@ func TestPrometheus_firstLossScraped(t *testing.T) {
 		s.want(t, 0, "sqllock_acquire_unknown_total", "sqllock_settled", "false")
 		s.want(t, 0, "sqllock_wakeups_total", "sqllock_wakeup_state", "granted")
 		s.want(t, 0, "sqllock_statement_retries_total", "sqllock_statement", "acquire", "sqllock_outcome", "rolled_back")
+		s.want(t, 0, "sqllock_statement_retries_total", "sqllock_statement", "frozen_holder", "sqllock_outcome", "refused")
 
 		// Long enough for a renewal to get through on a loaded machine: at
 		// 900 ms each had 225 ms, and at a load average of 25 none did

@@ -51,6 +51,8 @@ var handlers = map[string]*handler{
 	"server_mysql_plain":   {run: serverFacts},
 	"server_mariadb":       {run: serverFacts},
 	"proof_engine":         {needsTable: true, run: proofEngine},
+	"frozen_lease":         {needsTable: true, run: frozenLease},    // frozen.go
+	"frozen_blocker_mysql": {needsTable: true, run: frozenBlockers}, // frozen.go
 	"proof_overflow":       {needsTable: true, run: proofOverflow},
 	"schema":               {writes: true, run: createTable},
 	"drop_table":           {writes: true, run: dropTable},

@@ -909,3 +909,71 @@ SELECT name, kind, IF(kind = 'F', owner, holder), fence,
 FROM `sqllock`
 WHERE name >= ? AND name < ?
 ORDER BY name, kind;
+
+-- A frozen holder (frozen.go). A holder stopped inside its Lock.Check
+-- transaction (SIGSTOP, a paused VM, a debugger) keeps its lease row locked
+-- (check writes it) until the transaction ends: for an idle connection,
+-- wait_timeout, 8 h by default. Every acquire of the name waits behind it
+-- though the lease has ended, and when the holder continues, its write
+-- commits. So an acquire that waits for its row reads the lease from
+-- another connection, and once the lease has been over for a bound
+-- (frozenAfter) while an idle transaction still holds its row, the Client
+-- ends that transaction by KILL of its connection: it rolls back, and the
+-- waiting acquire goes on and decides as ever.
+
+-- name: frozen_lease
+-- Args: name. The lease's holder and how long ago it ended by the server's
+-- clock, in µs (negative: how long it has left). A plain SELECT in
+-- autocommit is a consistent read: it takes no lock, so it does not wait
+-- behind the transaction that holds the row, and it reads the lease as last
+-- committed (check's own change, uncommitted, moves only acquired_at).
+SELECT holder, TIMESTAMPDIFF(MICROSECOND, expires_at, UTC_TIMESTAMP(6))
+FROM `sqllock`
+WHERE name = ? AND kind = 'L';
+
+-- name: frozen_blocker_mariadb
+-- Args: name, name, bound µs. The connections whose transactions hold the
+-- name's lease row locked while another waits for it, on MariaDB (and
+-- MySQL 5.7's tables, which the Client does not use): the lock-wait
+-- tables list a lock only while a transaction waits for it, so this is
+-- sent while the acquire waits. Needs PROCESS. InnoDB writes a row's key
+-- in lock_data as the hex of each column: 0x<name>, 0x4C ('L'). Only a
+-- blocker that holds its lock (not one queued ahead, in LOCK WAIT) and runs
+-- no statement (idle inside its transaction, as a stopped client leaves
+-- it; a takeover's acquire, committing, runs one) is named, and only while
+-- the lease, read again here (a consistent read), has been over for the
+-- bound: a live lease's holder is never named.
+SELECT DISTINCT t.trx_mysql_thread_id
+FROM information_schema.INNODB_LOCK_WAITS AS w
+JOIN information_schema.INNODB_LOCKS AS l ON l.lock_id = w.blocking_lock_id
+JOIN information_schema.INNODB_TRX AS t ON t.trx_id = w.blocking_trx_id
+WHERE l.lock_table = CONCAT('`', DATABASE(), '`.`', 'sqllock', '`')
+  AND l.lock_index = 'PRIMARY' AND l.lock_data = CONCAT('0x', HEX(?), ', 0x4C')
+  AND t.trx_state = 'RUNNING' AND t.trx_query IS NULL
+  AND EXISTS (SELECT 1 FROM `sqllock`
+              WHERE name = ? AND kind = 'L' AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
+
+-- name: frozen_blocker_mysql
+-- Args: name, name, bound µs. frozen_blocker_mariadb on MySQL 8.0 and
+-- later, from performance_schema (SELECT on it; no PROCESS): the blocker's
+-- lock granted, its connection idle ('Sleep'). information_schema's
+-- INNODB_TRX and PROCESSLIST are not read: MySQL fails a query of a
+-- session's statement text it cannot convert to utf8mb3 (3854), which a
+-- binary lock name in another session's statement can be.
+SELECT DISTINCT t.PROCESSLIST_ID
+FROM performance_schema.data_lock_waits AS w
+JOIN performance_schema.data_locks AS l ON l.ENGINE_LOCK_ID = w.BLOCKING_ENGINE_LOCK_ID AND l.ENGINE = w.ENGINE
+JOIN performance_schema.threads AS t ON t.THREAD_ID = w.BLOCKING_THREAD_ID
+WHERE l.OBJECT_SCHEMA = DATABASE() AND l.OBJECT_NAME = 'sqllock'
+  AND l.INDEX_NAME = 'PRIMARY' AND l.LOCK_STATUS = 'GRANTED' AND l.LOCK_DATA = CONCAT('0x', HEX(?), ', 0x4C')
+  AND t.PROCESSLIST_COMMAND = 'Sleep'
+  AND EXISTS (SELECT 1 FROM `sqllock`
+              WHERE name = ? AND kind = 'L' AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
+
+-- name: frozen_kill
+-- Holes: a connection id, as a number's text (MySQL takes no parameter in
+-- KILL, 6413). Ends the connection and rolls its transaction back (KILL
+-- QUERY would not: an idle connection runs no query). An account may kill
+-- its own connections; another account's need CONNECTION_ADMIN or SUPER
+-- (MySQL), CONNECTION ADMIN or SUPER (MariaDB), else error 1095.
+KILL CONNECTION ?

@@ -34,6 +34,10 @@ var notImplemented = map[string]string{
 	// says it is MySQL, so a Client takes the two-row form, whose insert
 	// id carries the set's fence, and never sends it.
 	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL",
+	// A frozen holder's blocker is named by frozen_blocker_mysql, which
+	// names nobody here (frozen.go).
+	"frozen_blocker_mariadb": "a Client sends it only to MariaDB, and the fake says it is MySQL",
+	"frozen_kill":            "a Client sends it only for a connection frozen_blocker_mysql named, which names none here",
 }
 
 // notSent are the sections of notImplemented that are whole statements: the
