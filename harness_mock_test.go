@@ -125,6 +125,13 @@ func expectCarries(mock sqlmock.Sqlmock, read int) {
 		WillReturnRows(sqlmock.NewRows([]string{"set", "read"}).AddRow(5, read))
 }
 
+// expectKeyspace expects what the first use asks vtgate after its check:
+// DATABASE() in a query of no table, which vtgate answers with the
+// keyspace (tablecheck.go).
+func expectKeyspace(mock sqlmock.Sqlmock) {
+	mock.ExpectQuery("SELECT DATABASE()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"db"}).AddRow(mockDatabase))
+}
+
 // firstUseRows answers the first_use query for a server of the given
 // version whose table is schema.sql's.
 func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {

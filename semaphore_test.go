@@ -147,6 +147,9 @@ func TestSemaphore_TryAcquire_oneRowServers_refused(t *testing.T) {
 		e := newMockEnv(t)
 		e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().WillReturnRows(firstUseRows(1, tc.version, e.table))
 		expectCarries(e.mock, tc.read)
+		if tc.want == "Vitess" {
+			expectKeyspace(e.mock)
+		}
 		e.checked = true
 		e.tidb, e.vitess = tc.want == "TiDB", tc.want == "Vitess"
 		e.expectProof()

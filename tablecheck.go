@@ -125,10 +125,20 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	if !fu.autocommit {
 		return false, errAutocommitOff
 	}
-	if !fu.database.Valid {
+	database := fu.database
+	if !c.learned().chosen && !fu.carries && !strings.Contains(fu.version, "MariaDB") && !strings.Contains(fu.version, "TiDB") {
+		// Vitess, as serverForms tells it: vtgate sends a query that reads
+		// a table to a tablet, whose DATABASE() (and VERSION()) are its
+		// own (vt_<keyspace>_<shard>); a query of no table it answers
+		// itself, with the keyspace, the name a statement gives vtgate.
+		if err := c.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+			return false, fmt.Errorf("check the server and table: %w", err)
+		}
+	}
+	if !database.Valid {
 		return false, errNoDatabase
 	}
-	qualified, db, err := sqltext.Qualify(c.table, fu.database.String)
+	qualified, db, err := sqltext.Qualify(c.table, database.String)
 	if err != nil {
 		return false, err
 	}

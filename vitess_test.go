@@ -187,6 +187,7 @@ func TestClient_Vitess_sendsOneRowForms(t *testing.T) {
 		e.mock.ExpectQuery(firstUseSQL(e.table)).WithoutArgs().
 			WillReturnRows(firstUseRows(1, "9.7.4-2", e.table))
 		expectCarries(e.mock, 4)
+		expectKeyspace(e.mock)
 		e.checked, e.vitess = true, true
 		tok := &tokenArg{}
 		e.expectExec("tidb_acquire", acquireArgs("job", mockHolder, 60_000_000, tok)[:tidbAcquireArgs], okReply(1795469000000001, 1))
