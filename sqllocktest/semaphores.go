@@ -192,7 +192,11 @@ func (u *slotUpdate) fenceRow(x *call, out *outcome, p, owner string, lid uint64
 		slot := lid - 65536 - 128
 		if g > (math.MaxInt64-slot)/128 {
 			v := new(big.Int).SetUint64(g)
-			return 0, errTruncated("DECIMAL", v.Mul(v, big.NewInt(128)).Add(v, new(big.Int).SetUint64(slot)).String())
+			v.Mul(v, big.NewInt(128)).Add(v, new(big.Int).SetUint64(slot))
+			if x.s.mariadb {
+				return 0, errOverflow(v.String())
+			}
+			return 0, errTruncated("DECIMAL", v.String())
 		}
 		lid = g*128 + slot
 		r.fence = g

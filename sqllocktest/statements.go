@@ -4,9 +4,11 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // queries.sql and schema.sql here are copies of the library's own files: the
@@ -112,6 +114,9 @@ type template struct {
 	segments []segment
 	params   int  // bound placeholders, but those of a holeSlotRows
 	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL refuses
+	// guarded: the statement carries the session guard's MariaDB part,
+	// which fails it inside a transaction there (guardInTransaction).
+	guarded bool
 	// refused says why a Client never sends the statement to MySQL, which
 	// the fake says it is: it is known only to be refused by name.
 	refused string
@@ -179,6 +184,9 @@ func mustTemplates() []*template {
 	}
 	addOne = func(name, text string, mariadb bool) {
 		t := newTemplate(name, text, textStatements[name], mariadb)
+		// all_acquire carries the guard in its rows (all_acquire_lease).
+		t.guarded = strings.Contains(normalize(text), normalize(inTransactionGuard)) ||
+			rowsStatements[name] && strings.Contains(normalize(qs["all_acquire_lease"]), normalize(inTransactionGuard))
 		if listStatements[name] {
 			for i := len(t.segments) - 1; i >= 0; i-- {
 				if t.segments[i].hole == holeLiteral {
@@ -237,7 +245,13 @@ func mustTemplates() []*template {
 			add(name, strings.Replace(text, inTransactionGuard, "", 1), false)
 		}
 	}
-	add("acquire", qs["lock_wait_mariadb"]+"\n"+qs["acquire"], true)
+	// MariaDB's forms: the acquires with the lock wait bound first (a
+	// semaphore's in addSlotAcquire).
+	prefix := qs["lock_wait_mariadb"] + "\n"
+	add("acquire", prefix+qs["acquire"], true)
+	add("acquire", prefix+strings.Replace(qs["acquire"], inTransactionGuard, "", 1), true)
+	add("all_acquire", prefix+qs["all_acquire"], true)
+	mariadbLockWait = lockWaitOf(qs["lock_wait_mariadb"])
 	add("schema", schema["schema"], false)
 	for name, text := range ownStatements {
 		add(name, text, false)
@@ -246,6 +260,21 @@ func mustTemplates() []*template {
 	// it begins with.
 	sort.Slice(out, func(i, j int) bool { return len(out[i].segments) > len(out[j].segments) })
 	return out
+}
+
+// mariadbLockWait is how long MariaDB's forms of the acquires wait for a
+// row lock: the innodb_lock_wait_timeout their prefix sets
+// (lock_wait_mariadb).
+var mariadbLockWait time.Duration
+
+// lockWaitOf reads the seconds of lock_wait_mariadb's prefix.
+func lockWaitOf(prefix string) time.Duration {
+	m := regexp.MustCompile(`innodb_lock_wait_timeout = ([0-9]+) FOR`).FindStringSubmatch(normalize(prefix))
+	if m == nil {
+		panic("sqllocktest: queries.sql's lock_wait_mariadb sets no innodb_lock_wait_timeout in whole seconds: make the fake read it")
+	}
+	n, _ := strconv.Atoi(m[1])
+	return time.Duration(n) * time.Second
 }
 
 // splitQueries splits text into its "-- name: X" sections as the library
