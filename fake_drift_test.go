@@ -482,14 +482,33 @@ func TestFake_statementsAsTheLibrarys(t *testing.T) {
 	}
 }
 
-// Every statement a Client sends, as it sends it, is one the fake runs:
-// prepared with a table's name in place, or as text with its literals.
-func TestFake_runsEveryStatement(t *testing.T) {
-	srv, err := sqllocktest.NewServer()
-	if err != nil {
-		t.Fatal(err)
+// eachFlavour runs f on a fake server of each flavour: MySQL's, and
+// MariaDB's (mariadb true).
+func eachFlavour(t *testing.T, f func(t *testing.T, srv *sqllocktest.Server, mariadb bool)) {
+	for _, mariadb := range []bool{false, true} {
+		name, opts := "mysql", []sqllocktest.Option(nil)
+		if mariadb {
+			name, opts = "mariadb", append(opts, sqllocktest.WithMariaDB())
+		}
+		t.Run(name, func(t *testing.T) {
+			srv, err := sqllocktest.NewServer(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			f(t, srv, mariadb)
+		})
 	}
-	defer srv.Close()
+}
+
+// Every statement a Client sends, as it sends it, is one the fake runs:
+// prepared with a table's name in place, or as text with its literals; on
+// either flavour, in the forms a Client chooses for it.
+func TestFake_runsEveryStatement(t *testing.T) {
+	eachFlavour(t, runsEveryStatement)
+}
+
+func runsEveryStatement(t *testing.T, srv *sqllocktest.Server, mariadb bool) {
 	if err := srv.CreateTable("t_fake"); err != nil {
 		t.Fatal(err)
 	}
@@ -505,9 +524,16 @@ func TestFake_runsEveryStatement(t *testing.T) {
 		"first_use": firstUseSQL("t_fake"),
 		"schema":    c.substitute(schema),
 	}
+	if _, err := c.List(ctx); err != nil { // the first use chooses the forms
+		t.Fatal(err)
+	}
+	if got := c.learned().lockWait; got != mariadb {
+		t.Fatalf("the Client took MariaDB's forms: got %v, want %v", got, mariadb)
+	}
 	for i, text := range c.learned().sql {
 		texts[stmtNames[i]] = text
 	}
+	texts["all_acquire"] = c.acquireAllSQL(newLockSet([]string{"x", "y"}, "A"), time.Minute)
 	for _, name := range []string{"proof_clear", "slot_release", "slot_list"} {
 		texts[name] = c.substitute(queries[name])
 	}
@@ -533,7 +559,7 @@ func TestFake_runsEveryStatement(t *testing.T) {
 		}
 		rows.Close()
 	}
-	// MariaDB's and TiDB's forms are refused: the fake says it is MySQL.
+	// TiDB's forms are refused: the fake says it is MySQL or MariaDB.
 	for _, name := range tidbStmts {
 		if _, err := db.PrepareContext(ctx, c.substitute(queries[tidbPrefix+stmtNames[name]])); err == nil || !strings.Contains(err.Error(), "TiDB") {
 			t.Errorf("TiDB's %s: got %v, want it refused as TiDB's", stmtNames[name], err)

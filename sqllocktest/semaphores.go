@@ -13,7 +13,7 @@ import (
 // slot_*), each as MySQL runs it. A Client prepares slot_acquire with its
 // slot row written once per slot row it visits, v times (the library's
 // slotSQL), and on MariaDB with the lock wait bound first, which the fake
-// refuses as MySQL does (run); its template holds the row as a
+// refuses as MySQL does unless it is MariaDB (run); its template holds the row as a
 // holeSlotRows, and the statement's x.p.slotRows says how many times it
 // came. The slots' own Locks renew, release and check with the lease
 // statements (handlers.go): a slot is an ordinary lease row.

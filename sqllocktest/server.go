@@ -31,9 +31,9 @@ const DefaultTable = "sqllock"
 // it fails with error 1205, as InnoDB's innodb_lock_wait_timeout.
 const DefaultLockWaitTimeout = 50 * time.Second
 
-// A Server is an in-memory stand-in for a MySQL server that runs exactly the
-// statements sqllock sends, for tests of code that uses the library: hand
-// [Server.DB] to sqllock.New. Its clock is the test's ([Server.Advance]),
+// A Server is an in-memory stand-in for a MySQL server (or MariaDB,
+// [WithMariaDB]) that runs exactly the statements sqllock sends, for tests
+// of code that uses the library: hand [Server.DB] to sqllock.New. Its clock is the test's ([Server.Advance]),
 // and its faults are the test's to inject ([Server.Inject], [Server.Expire],
 // [Server.Down]). It is safe for concurrent use by any number of
 // connections and Clients. The zero value is not usable: call [New] or

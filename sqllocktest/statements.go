@@ -33,9 +33,9 @@ var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
-	// says it is MySQL, so a Client takes the two-row form, whose insert
+	// says it is MySQL or MariaDB, so a Client takes the two-row form, whose insert
 	// id carries the set's fence, and never sends it.
-	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL",
+	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL or MariaDB",
 }
 
 // notSent are the sections of notImplemented that are whole statements: the
@@ -52,7 +52,7 @@ var setRows = map[string]bool{
 }
 
 // tidbPrefix begins the names of TiDB's forms, which a Client chooses only
-// when the server says it is TiDB: the fake says it is MySQL.
+// when the server says it is TiDB: the fake says it is MySQL or MariaDB.
 const tidbPrefix = "tidb_"
 
 // inTransactionGuard is the session guard's MariaDB-only test for an open
@@ -113,12 +113,13 @@ type template struct {
 	name     string // as in queries.sql, or one of the fake's own (schema, version, ...)
 	segments []segment
 	params   int  // bound placeholders, but those of a holeSlotRows
-	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL refuses
+	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL (and the fake but WithMariaDB) refuses
 	// guarded: the statement carries the session guard's MariaDB part,
-	// which fails it inside a transaction there (guardInTransaction).
+	// which fails it inside a transaction there (call.guard).
 	guarded bool
-	// refused says why a Client never sends the statement to MySQL, which
-	// the fake says it is: it is known only to be refused by name.
+	// refused says why a Client never sends the statement to MySQL or
+	// MariaDB, which the fake says it is: it is known only to be refused
+	// by name.
 	refused string
 }
 
@@ -224,7 +225,7 @@ func mustTemplates() []*template {
 			// Known, as sent (TiDB's with its hint), to be refused by name.
 			why := notImplemented[name]
 			if why == "" {
-				why = "TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL)"
+				why = "TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL or MariaDB)"
 			}
 			addOne(name, text, false)
 			out[len(out)-1].refused = why
@@ -377,7 +378,7 @@ func parse(query string) (*parsed, error) {
 }
 
 // An unknownStatement is SQL that is none of sqllock's statements as a
-// Client sends them to MySQL. table, when not "", is the fake's table it
+// Client sends them to MySQL or MariaDB. table, when not "", is the fake's table it
 // names, which keeps it from a Handler.
 type unknownStatement struct{ q, table string }
 
@@ -388,9 +389,9 @@ func (e *unknownStatement) Error() string {
 		q = q[:max] + "..."
 	}
 	if e.table != "" {
-		return fmt.Sprintf("sqllocktest: not implemented: the statement names the fake's table %s but is not one of sqllock's statements in the forms a Client sends to MySQL, and the fake hands no SQL that names its tables to the Handler: %s", e.table, q)
+		return fmt.Sprintf("sqllocktest: not implemented: the statement names the fake's table %s but is not one of sqllock's statements in the forms a Client sends to MySQL or MariaDB, and the fake hands no SQL that names its tables to the Handler: %s", e.table, q)
 	}
-	return fmt.Sprintf("sqllocktest: not implemented: the fake knows sqllock's statements (queries.sql, schema.sql) in the forms a Client sends to MySQL, and this is not one of them; other SQL needs a Handler (WithHandler): %s", q)
+	return fmt.Sprintf("sqllocktest: not implemented: the fake knows sqllock's statements (queries.sql, schema.sql) in the forms a Client sends to MySQL or MariaDB, and this is not one of them; other SQL needs a Handler (WithHandler): %s", q)
 }
 
 func (t *template) match(q string) (*parsed, bool) {
