@@ -25,15 +25,22 @@ import (
 // this reads them all; the set statements, sent as text, are compared
 // too (setScript), and the semaphore statements (semaphoreScript). Fences and times differ between two clocks, so a
 // fence is compared by which one it is (the first seen, the second), and a
-// time left by its sign.
+// time left by its sign. A MariaDB server is compared with the fake made
+// WithMariaDB, a MySQL server with the fake as it is by default: each
+// Client takes its server's forms, and the scripts send them.
 func TestFake_answersAsTheServer(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		if e.server.Fake || e.server.TiDB || e.server.Vitess {
 			// TiDB and Vitess take other statements (the one-row forms),
-			// whose answers the fake, which poses as MySQL, does not give.
+			// whose answers the fake, which poses as MySQL or MariaDB,
+			// does not give.
 			t.Skip("compares a MySQL or MariaDB server with the fake")
 		}
-		srv, err := sqllocktest.NewServer()
+		var opts []sqllocktest.Option
+		if e.server.MariaDB {
+			opts = append(opts, sqllocktest.WithMariaDB())
+		}
+		srv, err := sqllocktest.NewServer(opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,12 +64,10 @@ func TestFake_answersAsTheServer(t *testing.T) {
 		}
 		real = append(real, semaphoreScript(t, e.db, e.newTable(t))...)
 		fake = append(fake, semaphoreScript(t, fakeDB, "t_slots")...)
-		if !e.server.MariaDB {
-			// The table as information_schema shows it: the fake says it
-			// is MySQL, whose column types read differently from MariaDB's.
-			real = append(real, tableRows(t, e.db, strings.Trim(e.newTable(t), "`"))...)
-			fake = append(fake, tableRows(t, fakeDB, "sqllock")...)
-		}
+		// The table as information_schema shows it: MySQL's column types
+		// read differently from MariaDB's.
+		real = append(real, tableRows(t, e.db, strings.Trim(e.newTable(t), "`"))...)
+		fake = append(fake, tableRows(t, fakeDB, "sqllock")...)
 		for i := range max(len(real), len(fake)) {
 			var r, f string
 			if i < len(real) {
@@ -105,9 +110,10 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		fences = append(fences, v)
 		return fmt.Sprintf("F%d", len(fences))
 	}
-	var out []string
-	exec := func(q string, args ...any) {
-		res, err := db.ExecContext(ctx, q, args...)
+	// MariaDB's forms: the fake's VERSION() chose them as the server's did.
+	out := []string{fmt.Sprintf("MariaDB's forms %v", c.learned().lockWait)}
+	execOn := func(on execer, q string, args ...any) {
+		res, err := on.ExecContext(ctx, q, args...)
 		if err != nil {
 			out = append(out, errText(err))
 			return
@@ -115,6 +121,13 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		id, _ := res.LastInsertId()
 		n, _ := res.RowsAffected()
 		out = append(out, fmt.Sprintf("id %s rows %d", sym(id), n))
+	}
+	exec := func(q string, args ...any) { execOn(db, q, args...) }
+	// inTx sends q inside a transaction, rolled back: the session guard's
+	// MariaDB part (@@in_transaction) refuses there what takes or extends
+	// a lease, once the server evaluates it.
+	inTx := func(q string, args ...any) {
+		inOwnTx(t, db, func(tx *sql.Tx) { execOn(tx, q, args...) })
 	}
 	query := func(q string, args ...any) {
 		rows, err := db.QueryContext(ctx, q, args...)
@@ -143,10 +156,10 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		out = append(out, "rows ["+strings.Join(all, "; ")+"]")
 	}
 	const n, min = "drift", int64(60_000_000)
-	acquire := func(tok, holder string) {
-		exec(text[qAcquire], n, tok, holder, min, n, tok, holder, tok, min)
-	}
+	acquireArgs := func(tok, holder string) []any { return []any{n, tok, holder, min, n, tok, holder, tok, min} }
+	acquire := func(tok, holder string) { exec(text[qAcquire], acquireArgs(tok, holder)...) }
 	inspect := func() { query(text[qInspect], n) }
+	delay := func(us any, owner, tok string) { exec(text[qLockDelay], us, owner, "hd", n, tok) }
 
 	acquire("A", "ha")                              // takes a new name
 	acquire("A", "ha")                              // again, by its owner
@@ -154,8 +167,18 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	exec(text[qRefresh], min, n, "B")               // not B's
 	exec(text[qRefresh], min, n, "A")               // A's
 	inspect()                                       // A holds it
+	inTx(text[qAcquire], acquireArgs("A", "ha")...) // MariaDB: the guard, always
+	inTx(text[qAcquire], acquireArgs("B", "hb")...) //
+	inTx(text[qRefresh], min, n, "B")               // not B's: the guard is not reached
+	inTx(text[qRefresh], min, n, "A")               // MariaDB: the guard
+	inTx(text[qReleaseAtLeast], min, n, "B")        // not B's; MariaDB: "A" is no base64, 1958
+	inTx(text[qReleaseAtLeast], min, n, "A")        // MariaDB: the guard
+	inTx(text[qLockDelay], nil, "d", "hd", n, "B")  // not B's
+	inTx(text[qLockDelay], nil, "d", "hd", n, "A")  // MariaDB: the guard
+	inspect()                                       // nothing changed
 	exec(text[qReleaseAtLeast], int64(0), n, "A")   // expires it now
 	inspect()                                       // expired
+	inTx(text[qRefresh], min, n, "A")               // A's, expired: MariaDB's guard comes first
 	acquire("B", "hb")                              // takes it over
 	exec(text[qRefresh], min, n, "A")               // A lost it
 	exec(text[qOnceRecord], n, "A")                 // not A's
@@ -167,15 +190,19 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	exec(text[qOnceReset], n)                       // deleted
 	exec(text[qOnceReset], n)                       // nothing
 	checkIn(ctx, t, db, text[qCheck], &out, n, "B") // B's and live
+	// An acquire behind B's Check: MariaDB's form reports 1205 after its
+	// second; MySQL's waits for the transaction, and is refused then.
+	behindCheck(t, db, c.learned().lockWait, text[qCheck], []any{n, "B"}, func() { acquire("D", "hd") })
+	inspect()                                       // nothing changed
 	checkIn(ctx, t, db, text[qCheck], &out, n, "A") // not A's
 	exec(text[qRelease], n, "A")                    // not A's
 	exec(text[qRelease], n, "B")                    // B's
 	inspect()                                       // released, fence kept
 	query(text[qLease], n)                          // nothing
 	acquire("C", "hc")                              // the fence goes on
-	delay := func(us any, owner, tok string) { exec(text[qLockDelay], us, owner, "hd", n, tok) }
 	delay(nil, "lock-delay/1", "A")                 // not A's
 	delay(nil, "lock-delay/1", "C")                 // C's: the default delay
+	exec(text[qReleaseAtLeast], min, n, "C")        // not C's; MariaDB: no base64 in the lock-delay's owner, 1958
 	inspect()                                       // held by the lock-delay, fence kept
 	acquire("E", "he")                              // refused
 	delay(int64(2), "lock-delay/2", "C")            // not C's any more
@@ -235,6 +262,58 @@ func (f *fenceNames) name(v uint64) string {
 		i = len(*f) - 1
 	}
 	return fmt.Sprintf("F%d", i+1)
+}
+
+// execer is a *sql.DB or a *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// inOwnTx runs f in a transaction on db, rolled back after.
+func inOwnTx(t *testing.T, db *sql.DB, f func(tx *sql.Tx)) {
+	t.Helper()
+	tx, err := db.BeginTx(testCtx(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	f(tx)
+}
+
+// behindCheck runs take, which must wait for a row that check (sent with
+// args in a transaction of its own) locks, and returns once take has
+// answered. With MariaDB's forms (lockWait) take ends by itself: its
+// acquire waits a second at most, and the transaction ends after that.
+// Otherwise the transaction ends after two seconds, or at take's answer
+// if it comes first, which MySQL's never does (it waits
+// innodb_lock_wait_timeout, 50 s): a wait that ended early shows as
+// another answer.
+func behindCheck(t *testing.T, db *sql.DB, lockWait bool, check string, args []any, take func()) {
+	t.Helper()
+	ctx := testCtx(t)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if res, err := tx.ExecContext(ctx, check, args...); err != nil {
+		t.Fatal(err)
+	} else if n, _ := res.RowsAffected(); n == 0 {
+		t.Fatalf("the check locked no lease: %v", args)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		take()
+	}()
+	if !lockWait {
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+		_ = tx.Rollback()
+	}
+	<-done
 }
 
 // checkIn runs check in a transaction of its own, rolled back.
@@ -403,14 +482,33 @@ func TestFake_statementsAsTheLibrarys(t *testing.T) {
 	}
 }
 
-// Every statement a Client sends, as it sends it, is one the fake runs:
-// prepared with a table's name in place, or as text with its literals.
-func TestFake_runsEveryStatement(t *testing.T) {
-	srv, err := sqllocktest.NewServer()
-	if err != nil {
-		t.Fatal(err)
+// eachFlavour runs f on a fake server of each flavour: MySQL's, and
+// MariaDB's (mariadb true).
+func eachFlavour(t *testing.T, f func(t *testing.T, srv *sqllocktest.Server, mariadb bool)) {
+	for _, mariadb := range []bool{false, true} {
+		name, opts := "mysql", []sqllocktest.Option(nil)
+		if mariadb {
+			name, opts = "mariadb", append(opts, sqllocktest.WithMariaDB())
+		}
+		t.Run(name, func(t *testing.T) {
+			srv, err := sqllocktest.NewServer(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			f(t, srv, mariadb)
+		})
 	}
-	defer srv.Close()
+}
+
+// Every statement a Client sends, as it sends it, is one the fake runs:
+// prepared with a table's name in place, or as text with its literals; on
+// either flavour, in the forms a Client chooses for it.
+func TestFake_runsEveryStatement(t *testing.T) {
+	eachFlavour(t, runsEveryStatement)
+}
+
+func runsEveryStatement(t *testing.T, srv *sqllocktest.Server, mariadb bool) {
 	if err := srv.CreateTable("t_fake"); err != nil {
 		t.Fatal(err)
 	}
@@ -426,9 +524,16 @@ func TestFake_runsEveryStatement(t *testing.T) {
 		"first_use": firstUseSQL("t_fake"),
 		"schema":    c.substitute(schema),
 	}
+	if _, err := c.List(ctx); err != nil { // the first use chooses the forms
+		t.Fatal(err)
+	}
+	if got := c.learned().lockWait; got != mariadb {
+		t.Fatalf("the Client took MariaDB's forms: got %v, want %v", got, mariadb)
+	}
 	for i, text := range c.learned().sql {
 		texts[stmtNames[i]] = text
 	}
+	texts["all_acquire"] = c.acquireAllSQL(newLockSet([]string{"x", "y"}, "A"), time.Minute)
 	for _, name := range []string{"proof_clear", "slot_release", "slot_list"} {
 		texts[name] = c.substitute(queries[name])
 	}
@@ -454,7 +559,7 @@ func TestFake_runsEveryStatement(t *testing.T) {
 		}
 		rows.Close()
 	}
-	// MariaDB's and TiDB's forms are refused: the fake says it is MySQL.
+	// TiDB's forms are refused: the fake says it is MySQL or MariaDB.
 	for _, name := range tidbStmts {
 		if _, err := db.PrepareContext(ctx, c.substitute(queries[tidbPrefix+stmtNames[name]])); err == nil || !strings.Contains(err.Error(), "TiDB") {
 			t.Errorf("TiDB's %s: got %v, want it refused as TiDB's", stmtNames[name], err)

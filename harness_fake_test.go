@@ -15,20 +15,25 @@ import (
 // fake and MySQL differ, a test fails on one of them.
 
 var (
-	fakeOnce sync.Once
-	fakeSrv  *sqllocktest.Server
+	fakeOnce [2]sync.Once
+	fakeSrv  [2]*sqllocktest.Server
 )
 
-// theFake is the one fake server of the test process: every test's tables
-// are its own, as on a real server.
-func theFake() *sqllocktest.Server {
-	fakeOnce.Do(func() {
+// theFake is the one fake server of the test process of each flavour
+// (MySQL's; MariaDB's, fake-mariadb=sqllocktest-mariadb): every test's
+// tables are its own, as on a real server.
+func theFake(mariadb bool) *sqllocktest.Server {
+	i, opts := 0, []sqllocktest.Option(nil)
+	if mariadb {
+		i, opts = 1, append(opts, sqllocktest.WithMariaDB())
+	}
+	fakeOnce[i].Do(func() {
 		var err error
-		if fakeSrv, err = sqllocktest.NewServer(); err != nil {
+		if fakeSrv[i], err = sqllocktest.NewServer(opts...); err != nil {
 			panic(err)
 		}
 	})
-	return fakeSrv
+	return fakeSrv[i]
 }
 
 const fakeNoVariants = "the fake has no DSN: the variants are go-sql-driver/mysql's and the real servers' session settings, which the real servers test"

@@ -334,7 +334,7 @@ func newEnv(t testing.TB, s testServer, v variant) *testEnv {
 func (e *testEnv) openDB(t testing.TB) *sql.DB {
 	t.Helper()
 	if e.server.Fake {
-		db := sql.OpenDB(theFake().Connector())
+		db := sql.OpenDB(theFake(e.server.MariaDB).Connector())
 		t.Cleanup(func() { db.Close() })
 		return db
 	}

@@ -1,5 +1,5 @@
-// Package sqllocktest is an in-memory MySQL server for tests of code that
-// uses sqllock: it runs exactly the statements sqllock sends (its
+// Package sqllocktest is an in-memory MySQL server (or MariaDB, with
+// [WithMariaDB]) for tests of code that uses sqllock: it runs exactly the statements sqllock sends (its
 // queries.sql and schema.sql), with the semantics the library depends on
 // (the server's clock, LAST_INSERT_ID(expr) and the OK packet's insert id,
 // the affected rows of INSERT ... ON DUPLICATE KEY UPDATE, row locks held by
@@ -22,7 +22,8 @@
 // (the pattern docs/usage.md recommends) runs on the fake, your Handler
 // keeping those tables and applying a transaction's writes when it commits
 // ([Tx.OnCommit]); see [ExampleWithHandler]. sqllock's own tests run on the fake as one
-// more server, so that where the fake and MySQL differ a test fails
+// more server, and its every answer is compared with MySQL's and
+// MariaDB's, so that where the fake and the server differ a test fails
 // (docs/testing.md in the repository lists the tests that need a real
 // server's own behaviour).
 package sqllocktest

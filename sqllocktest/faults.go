@@ -134,10 +134,26 @@ func errOutOfRange(expr string) error {
 	return ServerError{1690, "22003", fmt.Sprintf("BIGINT UNSIGNED value is out of range in '%s'", expr)}
 }
 
+// errInTransaction is MariaDB's answer to a statement whose session guard
+// found a transaction open: the guard's first term, as MariaDB prints it.
+var errInTransaction = errOutOfRange("18446744073709551615 + (@@autocommit = 0 or @@in_transaction = 1 and ascii(right(user(),1)) not in (0,64))")
+
 // errTruncated is strict sql_mode's error for a value that does not convert
 // to type whole.
 func errTruncated(typ, value string) error {
 	return ServerError{1292, "22007", fmt.Sprintf("Truncated incorrect %s value: '%s'", typ, value)}
+}
+
+// errOverflow is MariaDB's error where MySQL's is errTruncated's for a
+// DECIMAL: a value past a BIGINT's range in LAST_INSERT_ID(expr).
+func errOverflow(value string) error {
+	return ServerError{1916, "22003", fmt.Sprintf("Got overflow when converting '%s' to INT. Value truncated", value)}
+}
+
+// errBadBase64 is MariaDB's FROM_BASE64 failing a statement that writes,
+// under a strict sql_mode.
+func errBadBase64(at int64) error {
+	return ServerError{1958, "HY000", fmt.Sprintf("Bad base64 data as position %d", at)}
 }
 
 func errNull(column string) error {

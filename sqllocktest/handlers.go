@@ -4,6 +4,7 @@ import (
 	"database/sql/driver"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -15,48 +16,49 @@ import (
 // reading the SQL; queries.sql says why each statement is as it is.
 
 var handlers = map[string]*handler{
-	"acquire":              {needsTable: true, writes: true, locks: refsOf(0, "LF"), run: acquire},
-	"refresh":              {needsTable: true, writes: true, locks: refsOf(1, "L"), run: refresh},
-	"release":              {needsTable: true, writes: true, locks: refsOf(0, "L"), run: release},
-	"release_at_least":     {needsTable: true, writes: true, locks: refsOf(1, "L"), run: releaseAtLeast},
-	"check":                {needsTable: true, writes: true, locks: refsOf(0, "L"), run: check},
-	"inspect":              {needsTable: true, run: inspect},
-	"list":                 {needsTable: true, run: list},
-	"look":                 {needsTable: true, run: look},
-	"lease":                {needsTable: true, run: lease},
-	"lock_delay":           {needsTable: true, writes: true, locks: refsOf(3, "L"), run: lockDelay},
-	"once_done":            {needsTable: true, run: onceDone},
-	"once_record":          {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
-	"once_reset":           {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
-	"proof_clear":          {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
-	"all_acquire":          {needsTable: true, writes: true, locks: setAcquireRefs, run: allAcquire}, // sets.go
-	"all_refresh":          {needsTable: true, writes: true, locks: allRefreshRefs, run: allRefresh},
-	"all_release":          {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
-	"all_release_at_least": {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
-	"all_check":            {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
-	"slot_acquire":         {needsTable: true, writes: true, locks: slotAcquireRefs, run: slotAcquire}, // semaphores.go
-	"slot_release":         {needsTable: true, writes: true, locks: slotReleaseRefs, run: slotRelease},
-	"slot_list":            {needsTable: true, run: slotList},
-	"first_use":            {run: firstUse},
-	"wake_wait":            {run: wakeWait},
-	"wake_release":         {run: wakeRelease},
-	"wake_probe":           {run: wakeProbe},
-	"wake_holder":          {run: wakeHolder},
-	"test_set_fence":       {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: setFence},
-	"test_set_fence_g":     {needsTable: true, writes: true, run: setFence},
-	"wake_waiters":         {run: wakeWaiters},
-	"version":              {run: version},
-	"carries":              {run: carries},
-	"server_mysql":         {run: serverFacts},
-	"server_mysql_plain":   {run: serverFacts},
-	"server_mariadb":       {run: serverFacts},
-	"proof_engine":         {needsTable: true, run: proofEngine},
-	"frozen_lease":         {needsTable: true, run: frozenLease},    // frozen.go
-	"frozen_blocker_mysql": {needsTable: true, run: frozenBlockers}, // frozen.go
-	"proof_overflow":       {needsTable: true, run: proofOverflow},
-	"schema":               {writes: true, run: createTable},
-	"drop_table":           {writes: true, run: dropTable},
-	"drop_table_if_exists": {writes: true, run: dropTable},
+	"acquire":                {needsTable: true, writes: true, guardFirst: true, locks: refsOf(0, "LF"), run: acquire},
+	"refresh":                {needsTable: true, writes: true, locks: refsOf(1, "L"), run: refresh},
+	"release":                {needsTable: true, writes: true, locks: refsOf(0, "L"), run: release},
+	"release_at_least":       {needsTable: true, writes: true, locks: refsOf(1, "L"), run: releaseAtLeast},
+	"check":                  {needsTable: true, writes: true, locks: refsOf(0, "L"), run: check},
+	"inspect":                {needsTable: true, run: inspect},
+	"list":                   {needsTable: true, run: list},
+	"look":                   {needsTable: true, run: look},
+	"lease":                  {needsTable: true, run: lease},
+	"lock_delay":             {needsTable: true, writes: true, locks: refsOf(3, "L"), run: lockDelay},
+	"once_done":              {needsTable: true, run: onceDone},
+	"once_record":            {needsTable: true, writes: true, locks: refsOf(0, "LD"), run: onceRecord},
+	"once_reset":             {needsTable: true, writes: true, locks: refsOf(0, "D"), run: onceReset},
+	"proof_clear":            {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: proofClear},
+	"all_acquire":            {needsTable: true, writes: true, guardFirst: true, locks: setAcquireRefs, run: allAcquire}, // sets.go
+	"all_refresh":            {needsTable: true, writes: true, guardFirst: true, locks: allRefreshRefs, run: allRefresh},
+	"all_release":            {needsTable: true, writes: true, locks: setRefs(1), run: allRelease},
+	"all_release_at_least":   {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
+	"all_check":              {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
+	"slot_acquire":           {needsTable: true, writes: true, guardFirst: true, locks: slotAcquireRefs, run: slotAcquire}, // semaphores.go
+	"slot_release":           {needsTable: true, writes: true, locks: slotReleaseRefs, run: slotRelease},
+	"slot_list":              {needsTable: true, run: slotList},
+	"first_use":              {run: firstUse},
+	"wake_wait":              {run: wakeWait},
+	"wake_release":           {run: wakeRelease},
+	"wake_probe":             {run: wakeProbe},
+	"wake_holder":            {run: wakeHolder},
+	"test_set_fence":         {needsTable: true, writes: true, locks: refsOf(0, "LFD"), run: setFence},
+	"test_set_fence_g":       {needsTable: true, writes: true, run: setFence},
+	"wake_waiters":           {run: wakeWaiters},
+	"version":                {run: version},
+	"carries":                {run: carries},
+	"server_mysql":           {run: serverFacts},
+	"server_mysql_plain":     {run: serverFacts},
+	"server_mariadb":         {run: serverFacts},
+	"proof_engine":           {needsTable: true, run: proofEngine},
+	"frozen_lease":           {needsTable: true, run: frozenLease},    // frozen.go
+	"frozen_blocker_mysql":   {needsTable: true, run: frozenBlockers}, // frozen.go
+	"frozen_blocker_mariadb": {needsTable: true, run: frozenBlockers}, // frozen.go
+	"proof_overflow":         {needsTable: true, run: proofOverflow},
+	"schema":                 {writes: true, run: createTable},
+	"drop_table":             {writes: true, run: dropTable},
+	"drop_table_if_exists":   {writes: true, run: dropTable},
 }
 
 // acquire: args name, token, holder, ttl µs, name; then token, holder,
@@ -191,13 +193,20 @@ func releasedOwner(owner string) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// ownedOrReleased reports ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))).
-func ownedOrReleased(owner, token string) bool {
+// ownedOrReleased reports ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))),
+// in a statement that writes: there MariaDB's strict sql_mode fails the
+// statement on an owner that is not base64 (a lock-delay's, error 1958),
+// where MySQL's FROM_BASE64 gives NULL.
+func (x *call) ownedOrReleased(owner, token string) (bool, error) {
 	if owner == token {
-		return true
+		return true, nil
 	}
 	b, err := base64.StdEncoding.DecodeString(owner)
-	return err == nil && owner != "" && hex.EncodeToString(b) == token
+	var bad base64.CorruptInputError
+	if errors.As(err, &bad) && x.s.mariadb {
+		return false, errBadBase64(int64(bad))
+	}
+	return err == nil && owner != "" && hex.EncodeToString(b) == token, nil
 }
 
 // bump runs refresh and release_at_least, which differ in the expiry they
@@ -212,14 +221,26 @@ func bump(x *call, set func(*row, int64) error, live bool) (*outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := x.leaseRow(a[0], a[1], live)
+	r := x.leaseRow(a[0], a[1], false)
 	if !live {
 		// release_at_least: the token or its released form.
-		if r = x.s.read(x.c, x.ref(a[0], 'L')); r != nil && !ownedOrReleased(r.owner, a[1]) {
-			r = nil
+		if r = x.s.read(x.c, x.ref(a[0], 'L')); r != nil {
+			if ok, err := x.ownedOrReleased(r.owner, a[1]); err != nil {
+				return nil, err
+			} else if !ok {
+				r = nil
+			}
 		}
 	}
 	if r == nil {
+		return &outcome{}, nil
+	}
+	// refresh's WHERE reads the guard after the owner, before the expiry;
+	// release_at_least's SET, for the row its WHERE found.
+	if err := x.guard(); err != nil {
+		return nil, err
+	}
+	if live && r.expires <= x.now {
 		return &outcome{}, nil
 	}
 	if r.fence == 1<<64-1 {
@@ -373,6 +394,9 @@ func lockDelay(x *call) (*outcome, error) {
 	if old == nil {
 		return &outcome{}, nil
 	}
+	if err := x.guard(); err != nil {
+		return nil, err
+	}
 	var us int64
 	if x.args[0] == nil {
 		left := max(old.expires-x.now, 0)
@@ -503,7 +527,7 @@ func dropTable(x *call) (*outcome, error) {
 }
 
 // firstUse: the session and server, then the table as information_schema
-// describes it: schema.sql's, as MySQL 8.4 shows it.
+// describes it: schema.sql's, as MySQL 8.4 shows it, or MariaDB 10.11.
 func firstUse(x *call) (*outcome, error) {
 	out := &outcome{cols: []string{"what", "f1", "f2", "f3", "f4", "f5", "f6"}}
 	out.rows = append(out.rows, []driver.Value{[]byte("server"), int64(1), []byte(x.s.version), int64(0), []byte(Database), nil, nil})
@@ -514,7 +538,7 @@ func firstUse(x *call) (*outcome, error) {
 	out.rows = append(out.rows, []driver.Value{[]byte("table"), t, []byte("InnoDB"), nil, nil, nil, nil})
 	for _, c := range [][2]string{
 		{"name", "varbinary(255)"}, {"kind", "binary(1)"}, {"owner", "varbinary(32)"},
-		{"holder", "varbinary(255)"}, {"fence", "bigint unsigned"},
+		{"holder", "varbinary(255)"}, {"fence", x.s.bigint()},
 		{"acquired_at", "datetime(6)"}, {"expires_at", "datetime(6)"},
 	} {
 		out.rows = append(out.rows, []driver.Value{[]byte("column"), t, []byte(c[0]), []byte(c[1]), []byte("NO"), nil, nil})
@@ -612,4 +636,13 @@ func proofOverflow(x *call) (*outcome, error) {
 		}
 	}
 	return &outcome{}, nil
+}
+
+// bigint is BIGINT UNSIGNED's COLUMN_TYPE: MariaDB shows its display
+// width, which MySQL dropped in 8.0.
+func (s *Server) bigint() string {
+	if s.mariadb {
+		return "bigint(20) unsigned"
+	}
+	return "bigint unsigned"
 }

@@ -29,8 +29,12 @@ type outcome struct {
 
 // A handler runs one statement of queries.sql (or of the fake's own).
 type handler struct {
-	needsTable bool                   // the statement names a table that must exist
-	writes     bool                   // refused in a read-only transaction
+	needsTable bool // the statement names a table that must exist
+	writes     bool // refused in a read-only transaction
+	// guardFirst: the statement evaluates the session guard before it
+	// reads a row (acquires, all_refresh); the others' handlers call
+	// guard for each row that meets the WHERE before the guard's term.
+	guardFirst bool
 	locks      func(x *call) []rowRef // rows it writes or reads FOR UPDATE, waited for
 	run        func(x *call) (*outcome, error)
 }
@@ -73,10 +77,14 @@ func (s *Server) fail(c *conn, err error) error {
 // needs, as InnoDB does; s.mu is held.
 func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Value) (*outcome, error) {
 	h := handlers[p.t.name]
+	lockWait := s.lockWait
 	if p.t.mariadb {
-		// MySQL has no SET STATEMENT; a Client sends it only to a server
-		// that says it is MariaDB, which the fake does not.
-		return nil, errSyntax("STATEMENT innodb_lock_wait_timeout = 1 FOR INSERT INTO `" + p.table + "`")
+		if !s.mariadb {
+			// MySQL has no SET STATEMENT; a Client sends it only to a
+			// server that says it is MariaDB.
+			return nil, errSyntax("STATEMENT innodb_lock_wait_timeout = 1 FOR INSERT INTO `" + p.table + "`")
+		}
+		lockWait = mariadbLockWait
 	}
 	if h.writes && c.tx != nil && c.tx.readOnly {
 		return nil, errReadOnlyTx
@@ -86,6 +94,13 @@ func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Valu
 		x := &call{s: s, c: c, ctx: ctx, p: p, args: args, table: s.tables[p.table]}
 		if h.needsTable && x.table == nil {
 			return nil, errNoTable(p.table)
+		}
+		if h.guardFirst {
+			// The guard sits in the first row's VALUES (or a WHERE that
+			// every row meets), evaluated before any row lock is taken.
+			if err := x.guard(); err != nil {
+				return nil, err
+			}
 		}
 		var refs []rowRef
 		if h.locks != nil {
@@ -112,7 +127,7 @@ func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Valu
 			}
 		}
 		if deadline.IsZero() {
-			deadline = time.Now().Add(s.lockWait)
+			deadline = time.Now().Add(lockWait)
 		}
 		c.waitingFor = b
 		err := s.wait(ctx, deadline)
@@ -129,6 +144,17 @@ func (s *Server) run(ctx context.Context, c *conn, p *parsed, args []driver.Valu
 			return nil, err
 		}
 	}
+}
+
+// guard is the session guard's MariaDB part (queries.sql), evaluated: on
+// MariaDB, a statement that carries it fails inside an open transaction
+// (@@in_transaction), with nothing written. MySQL reads the part as a
+// comment, and its @@autocommit is 1 inside a transaction.
+func (x *call) guard() error {
+	if x.s.mariadb && x.c.tx != nil && x.p.t.guarded {
+		return errInTransaction
+	}
+	return nil
 }
 
 // Argument readers: the library binds names, tokens and holders as strings

@@ -13,7 +13,7 @@ import (
 // slot_*), each as MySQL runs it. A Client prepares slot_acquire with its
 // slot row written once per slot row it visits, v times (the library's
 // slotSQL), and on MariaDB with the lock wait bound first, which the fake
-// refuses as MySQL does (run); its template holds the row as a
+// refuses as MySQL does unless it is MariaDB (run); its template holds the row as a
 // holeSlotRows, and the statement's x.p.slotRows says how many times it
 // came. The slots' own Locks renew, release and check with the lease
 // statements (handlers.go): a slot is an ordinary lease row.
@@ -192,7 +192,11 @@ func (u *slotUpdate) fenceRow(x *call, out *outcome, p, owner string, lid uint64
 		slot := lid - 65536 - 128
 		if g > (math.MaxInt64-slot)/128 {
 			v := new(big.Int).SetUint64(g)
-			return 0, errTruncated("DECIMAL", v.Mul(v, big.NewInt(128)).Add(v, new(big.Int).SetUint64(slot)).String())
+			v.Mul(v, big.NewInt(128)).Add(v, new(big.Int).SetUint64(slot))
+			if x.s.mariadb {
+				return 0, errOverflow(v.String())
+			}
+			return 0, errTruncated("DECIMAL", v.String())
 		}
 		lid = g*128 + slot
 		r.fence = g

@@ -16,6 +16,10 @@ import (
 // TiDB's, as MySQL would).
 const Version = "8.4.0-sqllocktest"
 
+// MariaDBVersion is what a fake made [WithMariaDB] answers to VERSION(): a
+// MariaDB 10.11, so a Client sends MariaDB's forms of its statements.
+const MariaDBVersion = "10.11.0-MariaDB-sqllocktest"
+
 // Database is what the fake answers to DATABASE().
 const Database = "sqllocktest"
 
@@ -27,9 +31,9 @@ const DefaultTable = "sqllock"
 // it fails with error 1205, as InnoDB's innodb_lock_wait_timeout.
 const DefaultLockWaitTimeout = 50 * time.Second
 
-// A Server is an in-memory stand-in for a MySQL server that runs exactly the
-// statements sqllock sends, for tests of code that uses the library: hand
-// [Server.DB] to sqllock.New. Its clock is the test's ([Server.Advance]),
+// A Server is an in-memory stand-in for a MySQL server (or MariaDB,
+// [WithMariaDB]) that runs exactly the statements sqllock sends, for tests
+// of code that uses the library: hand [Server.DB] to sqllock.New. Its clock is the test's ([Server.Advance]),
 // and its faults are the test's to inject ([Server.Inject], [Server.Expire],
 // [Server.Down]). It is safe for concurrent use by any number of
 // connections and Clients. The zero value is not usable: call [New] or
@@ -39,6 +43,7 @@ type Server struct {
 	changed chan struct{} // closed and replaced when a lock is freed, the clock moves or the server goes down
 
 	version  string
+	mariadb  bool // WithMariaDB: MariaDB's forms and answers
 	frozenAt time.Time
 	offset   time.Duration
 	noLocks  bool // GET_LOCK is refused
@@ -84,8 +89,26 @@ func WithoutGetLock() Option {
 	}
 }
 
+// WithMariaDB makes the server answer as MariaDB 10.11 does, where it and
+// MySQL 8.4 differ: VERSION() says MariaDB ([MariaDBVersion]), so a Client
+// sends MariaDB's forms, whose acquires (a name's, a set's, a semaphore's)
+// wait at most a second for a row another connection's transaction holds
+// (a Lock.Check's) and then fail with error 1205, which the Client reports
+// as the name held; the session guard's MariaDB part fails a statement that
+// takes or extends a lease inside an open transaction (@@in_transaction,
+// error 1690); and information_schema and errors read as MariaDB's. Without
+// it the server answers as MySQL 8.4 does.
+func WithMariaDB() Option {
+	return func(s *Server) error {
+		s.version, s.mariadb = MariaDBVersion, true
+		return nil
+	}
+}
+
 // WithLockWaitTimeout sets how long a statement waits for a row another
-// connection's transaction holds before error 1205 (DefaultLockWaitTimeout).
+// connection's transaction holds before error 1205 (DefaultLockWaitTimeout),
+// as innodb_lock_wait_timeout; MariaDB's acquires wait the second their
+// statement sets instead ([WithMariaDB]).
 func WithLockWaitTimeout(d time.Duration) Option {
 	return func(s *Server) error {
 		if d <= 0 {

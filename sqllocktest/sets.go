@@ -254,9 +254,18 @@ func allReleaseAtLeast(x *call) (*outcome, error) {
 	for _, name := range setNames(x, 2) {
 		ref := x.ref(name, 'L')
 		old := x.s.read(x.c, ref)
-		if old == nil || !ownedOrReleased(old.owner, token) {
+		owned := false
+		if old != nil {
+			if owned, err = x.ownedOrReleased(old.owner, token); err != nil {
+				return nil, err
+			}
+		}
+		if !owned {
 			x.s.lockRow(x.c, ref)
 			continue
+		}
+		if err := x.guard(); err != nil { // in SET, for each row found
+			return nil, err
 		}
 		r := *old
 		var err error

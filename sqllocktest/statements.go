@@ -4,9 +4,11 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // queries.sql and schema.sql here are copies of the library's own files: the
@@ -31,13 +33,12 @@ var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
-	// says it is MySQL, so a Client takes the two-row form, whose insert
+	// says it is MySQL or MariaDB, so a Client takes the two-row form, whose insert
 	// id carries the set's fence, and never sends it.
-	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL",
-	// A frozen holder's blocker is named by frozen_blocker_mysql, which
-	// names nobody here (frozen.go).
-	"frozen_blocker_mariadb": "a Client sends it only to MariaDB, and the fake says it is MySQL",
-	"frozen_kill":            "a Client sends it only for a connection frozen_blocker_mysql named, which names none here",
+	"all_fences": "only a Client on the one-row forms (TiDB, Vitess) sends it, and the fake says it is MySQL or MariaDB",
+	// A frozen holder's blocker is named by frozen_blocker_mysql or
+	// frozen_blocker_mariadb, which name nobody here (frozen.go).
+	"frozen_kill": "a Client sends it only for a connection a frozen_blocker statement named, which names none here",
 }
 
 // notSent are the sections of notImplemented that are whole statements: the
@@ -54,7 +55,7 @@ var setRows = map[string]bool{
 }
 
 // tidbPrefix begins the names of TiDB's forms, which a Client chooses only
-// when the server says it is TiDB: the fake says it is MySQL.
+// when the server says it is TiDB: the fake says it is MySQL or MariaDB.
 const tidbPrefix = "tidb_"
 
 // inTransactionGuard is the session guard's MariaDB-only test for an open
@@ -115,9 +116,13 @@ type template struct {
 	name     string // as in queries.sql, or one of the fake's own (schema, version, ...)
 	segments []segment
 	params   int  // bound placeholders, but those of a holeSlotRows
-	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL refuses
-	// refused says why a Client never sends the statement to MySQL, which
-	// the fake says it is: it is known only to be refused by name.
+	mariadb  bool // with MariaDB's lock-wait prefix, which MySQL (and the fake but WithMariaDB) refuses
+	// guarded: the statement carries the session guard's MariaDB part,
+	// which fails it inside a transaction there (call.guard).
+	guarded bool
+	// refused says why a Client never sends the statement to MySQL or
+	// MariaDB, which the fake says it is: it is known only to be refused
+	// by name.
 	refused string
 }
 
@@ -183,6 +188,9 @@ func mustTemplates() []*template {
 	}
 	addOne = func(name, text string, mariadb bool) {
 		t := newTemplate(name, text, textStatements[name], mariadb)
+		// all_acquire carries the guard in its rows (all_acquire_lease).
+		t.guarded = strings.Contains(normalize(text), normalize(inTransactionGuard)) ||
+			rowsStatements[name] && strings.Contains(normalize(qs["all_acquire_lease"]), normalize(inTransactionGuard))
 		if listStatements[name] {
 			for i := len(t.segments) - 1; i >= 0; i-- {
 				if t.segments[i].hole == holeLiteral {
@@ -220,7 +228,7 @@ func mustTemplates() []*template {
 			// Known, as sent (TiDB's with its hint), to be refused by name.
 			why := notImplemented[name]
 			if why == "" {
-				why = "TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL)"
+				why = "TiDB's form of a statement, which a Client sends only to TiDB (the fake says it is MySQL or MariaDB)"
 			}
 			addOne(name, text, false)
 			out[len(out)-1].refused = why
@@ -241,7 +249,13 @@ func mustTemplates() []*template {
 			add(name, strings.Replace(text, inTransactionGuard, "", 1), false)
 		}
 	}
-	add("acquire", qs["lock_wait_mariadb"]+"\n"+qs["acquire"], true)
+	// MariaDB's forms: the acquires with the lock wait bound first (a
+	// semaphore's in addSlotAcquire).
+	prefix := qs["lock_wait_mariadb"] + "\n"
+	add("acquire", prefix+qs["acquire"], true)
+	add("acquire", prefix+strings.Replace(qs["acquire"], inTransactionGuard, "", 1), true)
+	add("all_acquire", prefix+qs["all_acquire"], true)
+	mariadbLockWait = lockWaitOf(qs["lock_wait_mariadb"])
 	add("schema", schema["schema"], false)
 	for name, text := range ownStatements {
 		add(name, text, false)
@@ -250,6 +264,21 @@ func mustTemplates() []*template {
 	// it begins with.
 	sort.Slice(out, func(i, j int) bool { return len(out[i].segments) > len(out[j].segments) })
 	return out
+}
+
+// mariadbLockWait is how long MariaDB's forms of the acquires wait for a
+// row lock: the innodb_lock_wait_timeout their prefix sets
+// (lock_wait_mariadb).
+var mariadbLockWait time.Duration
+
+// lockWaitOf reads the seconds of lock_wait_mariadb's prefix.
+func lockWaitOf(prefix string) time.Duration {
+	m := regexp.MustCompile(`innodb_lock_wait_timeout = ([0-9]+) FOR`).FindStringSubmatch(normalize(prefix))
+	if m == nil {
+		panic("sqllocktest: queries.sql's lock_wait_mariadb sets no innodb_lock_wait_timeout in whole seconds: make the fake read it")
+	}
+	n, _ := strconv.Atoi(m[1])
+	return time.Duration(n) * time.Second
 }
 
 // splitQueries splits text into its "-- name: X" sections as the library
@@ -352,7 +381,7 @@ func parse(query string) (*parsed, error) {
 }
 
 // An unknownStatement is SQL that is none of sqllock's statements as a
-// Client sends them to MySQL. table, when not "", is the fake's table it
+// Client sends them to MySQL or MariaDB. table, when not "", is the fake's table it
 // names, which keeps it from a Handler.
 type unknownStatement struct{ q, table string }
 
@@ -363,9 +392,9 @@ func (e *unknownStatement) Error() string {
 		q = q[:max] + "..."
 	}
 	if e.table != "" {
-		return fmt.Sprintf("sqllocktest: not implemented: the statement names the fake's table %s but is not one of sqllock's statements in the forms a Client sends to MySQL, and the fake hands no SQL that names its tables to the Handler: %s", e.table, q)
+		return fmt.Sprintf("sqllocktest: not implemented: the statement names the fake's table %s but is not one of sqllock's statements in the forms a Client sends to MySQL or MariaDB, and the fake hands no SQL that names its tables to the Handler: %s", e.table, q)
 	}
-	return fmt.Sprintf("sqllocktest: not implemented: the fake knows sqllock's statements (queries.sql, schema.sql) in the forms a Client sends to MySQL, and this is not one of them; other SQL needs a Handler (WithHandler): %s", q)
+	return fmt.Sprintf("sqllocktest: not implemented: the fake knows sqllock's statements (queries.sql, schema.sql) in the forms a Client sends to MySQL or MariaDB, and this is not one of them; other SQL needs a Handler (WithHandler): %s", q)
 }
 
 func (t *template) match(q string) (*parsed, bool) {

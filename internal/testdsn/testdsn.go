@@ -63,6 +63,11 @@ type Server struct {
 // server's own behaviour (docs/testing.md lists them).
 const FakeDSN = "sqllocktest"
 
+// FakeMariaDBDSN, as a DSN in Env (fake-mariadb=sqllocktest-mariadb), names
+// the in-memory server made sqllocktest.WithMariaDB, which answers as
+// MariaDB 10.11.
+const FakeMariaDBDSN = "sqllocktest-mariadb"
+
 var (
 	labelAt   = regexp.MustCompile(`,\s*([A-Za-z][A-Za-z0-9._-]*)=`)
 	labelLead = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9._-]*)=`)
@@ -114,10 +119,17 @@ func Label(version string) string {
 // answer within ten seconds comes back with Err set.
 func Probe(label, dsn string) Server {
 	s := Server{Label: label, DSN: dsn}
-	if dsn == FakeDSN {
+	switch dsn {
+	case FakeDSN:
 		s.Version, s.Fake = sqllocktest.Version, true
 		if s.Label == "" {
 			s.Label = "fake"
+		}
+		return s
+	case FakeMariaDBDSN:
+		s.Version, s.Fake, s.MariaDB = sqllocktest.MariaDBVersion, true, true
+		if s.Label == "" {
+			s.Label = "fake-mariadb"
 		}
 		return s
 	}
