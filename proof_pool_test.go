@@ -53,6 +53,7 @@ func notProven(rec *recorder) []string {
 // proof row is left.
 func TestClient_firstUse_callerHoldsAConnection(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipFakeFor(t, e, "it holds the caller's connection in a transaction of plain SQL")
 		table := e.newTable(t)
 		for _, limit := range []int{1, 2, 4} {
 			t.Run(fmt.Sprintf("MaxOpenConns=%d", limit), func(t *testing.T) {
@@ -210,6 +211,7 @@ func TestClient_connWithin_fullPool(t *testing.T) {
 // was free but another goroutine took first holds it up only for a bound.
 func TestClient_firstUse_busyPool(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipFakeFor(t, e, "it counts the proof's rows with plain SQL")
 		table := e.newTable(t)
 		db := e.openDB(t)
 		db.SetMaxOpenConns(4)
