@@ -353,6 +353,27 @@ func TestClient_ForceRelease_minHoldNoDelay(t *testing.T) {
 	})
 }
 
+// The evicted holder's release for a minimum hold, under the lock-delay
+// that replaced its lease, finds the lease no longer its own: on MariaDB,
+// whose strict mode failed FROM_BASE64 of the lock-delay's owner with 1958,
+// it failed with that error instead, and a set's release too.
+func TestClient_ForceRelease_evictedMinHoldRelease(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		a, b := e.twoClients(t)
+		ctx := testCtx(t)
+		err := a.Do(ctx, "nightly", time.Minute, func(context.Context, *Lock) error {
+			_, err := b.ForceRelease(ctx, "nightly") // the lock-delay takes the lease's place
+			return err
+		}, WithMinHold(time.Hour))
+		if !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrLockLost) {
+			t.Fatalf("Do whose lease was forced away: got %v, want the lease no longer held", err)
+		}
+		if info, err := b.Inspect(ctx, "nightly"); err != nil || !info.Held || !strings.HasPrefix(info.Holder, lockDelayHolder) {
+			t.Fatalf("after the evicted release: %+v, %v; want the lock-delay kept", info, err)
+		}
+	})
+}
+
 // A forced release never touches a lease someone took over between its
 // read and its write: it reads again, and puts the lock-delay on that one.
 func TestClient_ForceRelease_takenOverBetween(t *testing.T) {

@@ -274,8 +274,11 @@ UPDATE `sqllock` SET fence = fence + 1 + 18446744073709551615 WHERE name = ?;
 -- late prolongs it while it lasts (they find another owner's live lease),
 -- and a DELETE by the token (an orphan's) leaves it. The statement matches
 -- the token or its released form (LOWER(HEX(FROM_BASE64(..))) gives the
--- token back; of a token, it gives 48 digits or NULL), so a send of it
--- repeated after a lost reply answers as the first, and leaves the released
+-- token back), read only from an owner of the released form's 24
+-- characters: MariaDB's strict mode fails a statement that writes on
+-- FROM_BASE64 of what is not base64 (1958), which a lock-delay's owner
+-- (31 characters) is, and would fail the evicted holder's release. A send
+-- of it repeated after a lost reply answers as the first, and leaves the released
 -- form as it is (only a 32-byte owner is turned). Each assignment reads
 -- only its own column or acquired_at, so both assignment orders agree.
 UPDATE `sqllock`
@@ -283,7 +286,7 @@ SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     fence = LAST_INSERT_ID(fence + 1) * 0
       + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
-WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
+WHERE name = ? AND kind = 'L' AND ? IN (owner, IF(LENGTH(owner) = 24, LOWER(HEX(FROM_BASE64(owner))), NULL));
 
 -- name: check
 -- Args: name, token. Sent inside the user's transaction by Lock.Check.
@@ -568,7 +571,7 @@ SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
       + INTERVAL 0 + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 MICROSECOND,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
-WHERE kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))) AND name IN (?);
+WHERE kind = 'L' AND ? IN (owner, IF(LENGTH(owner) = 24, LOWER(HEX(FROM_BASE64(owner))), NULL)) AND name IN (?);
 
 -- name: all_check
 -- Holes: token, the names. As check, for a set, inside the user's
@@ -668,7 +671,7 @@ SET expires_at = acquired_at + INTERVAL ? MICROSECOND,
     fence = fence + LAST_INSERT_ID(fence + 1) * 0
       + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
     owner = IF(LENGTH(owner) = 32, TO_BASE64(UNHEX(owner)), owner)
-WHERE name = ? AND kind = 'L' AND ? IN (owner, LOWER(HEX(FROM_BASE64(owner))));
+WHERE name = ? AND kind = 'L' AND ? IN (owner, IF(LENGTH(owner) = 24, LOWER(HEX(FROM_BASE64(owner))), NULL));
 
 -- name: tidb_inspect
 -- Args: name. As inspect: no row when the name was never taken, the lease

@@ -151,7 +151,7 @@ func (e *testEnv) tableFrom(t *testing.T, edit func(ddl string) string) string {
 	if _, err := e.db.Exec("DROP TABLE `" + table + "`"); err != nil {
 		t.Fatal(err)
 	}
-	ddl := edit(withTable(schema, table))
+	ddl := edit(strings.ReplaceAll(schema, "`sqllock`", "`"+table+"`")) // in the connection's database, as a person would
 	if _, err := e.db.Exec(ddl); err != nil {
 		t.Fatalf("%s: %v", ddl, err)
 	}

@@ -193,13 +193,17 @@ func releasedOwner(owner string) string {
 	return base64.StdEncoding.EncodeToString(b)
 }
 
-// ownedOrReleased reports ? IN (owner, LOWER(HEX(FROM_BASE64(owner)))),
-// in a statement that writes: there MariaDB's strict sql_mode fails the
-// statement on an owner that is not base64 (a lock-delay's, error 1958),
-// where MySQL's FROM_BASE64 gives NULL.
+// ownedOrReleased reports ? IN (owner, IF(LENGTH(owner) = 24,
+// LOWER(HEX(FROM_BASE64(owner))), NULL)), in a statement that writes:
+// there MariaDB's strict sql_mode fails the statement on an owner of 24
+// characters that is not base64 (error 1958), where MySQL's FROM_BASE64
+// gives NULL; an owner of another length is never decoded.
 func (x *call) ownedOrReleased(owner, token string) (bool, error) {
 	if owner == token {
 		return true, nil
+	}
+	if len(owner) != 24 {
+		return false, nil
 	}
 	b, err := base64.StdEncoding.DecodeString(owner)
 	var bad base64.CorruptInputError
