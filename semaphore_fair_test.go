@@ -366,3 +366,145 @@ func TestSemaphoreFairChild(t *testing.T) {
 	wg.Wait()
 	say("conns %d", most)
 }
+
+// BenchmarkSemaphoreContention is BenchmarkContention's loop on a
+// semaphore, as issue 43 measured it: procs Clients (processes, each on a
+// *sql.DB of its own) of 5 goroutines each loop Semaphore.Acquire, hold
+// 50ms, Release, for 5s (SQLLOCK_SEMFAIR_RUN), on a semaphore of 1 and of
+// 3 slots; each with lanes (the default) and with one queue per semaphore
+// ("one-queue": how every semaphore waited before lanes), in one run. It
+// reports:
+//
+//   - least-share: the smallest share of the acquisitions any Client got,
+//     as a fraction of a fair share (1/procs);
+//   - max-wait-ms: the longest any Acquire waited;
+//   - p50-µs, p99-µs: from a release while some call waited to the
+//     acquisition that took a slot next (each release paired with one);
+//   - most-held: the most Locks held at once (at most the slots).
+//
+// Each variant runs once whatever b.N is: run it with -benchtime 1x.
+func BenchmarkSemaphoreContention(b *testing.B) {
+	e := benchEnv(b)
+	if e.oneRow() {
+		b.Skip("no semaphores on TiDB and Vitess")
+	}
+	run := 5 * time.Second
+	if v := os.Getenv("SQLLOCK_SEMFAIR_RUN"); v != "" {
+		var err error
+		if run, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("SQLLOCK_SEMFAIR_RUN=%q: %v", v, err)
+		}
+	}
+	for _, slots := range []int{3, 1} {
+		for _, procs := range []int{2, 4, 8} {
+			for _, oneQueue := range []bool{false, true} {
+				if slots == 1 && oneQueue {
+					continue // one slot waits in one queue either way
+				}
+				name := fmt.Sprintf("slots=%d/procs=%d", slots, procs)
+				if oneQueue {
+					name += "/one-queue"
+				}
+				b.Run(name, func(b *testing.B) {
+					r := benchSemFair(b, e, procs, 5, slots, 50*time.Millisecond, run, oneQueue)
+					b.ReportMetric(float64(len(r.acqs)), "acquisitions")
+					b.ReportMetric(r.least(), "least-share")
+					b.ReportMetric(float64(r.maxWait.Milliseconds()), "max-wait-ms")
+					b.ReportMetric(float64(r.pct(50).Microseconds()), "p50-µs")
+					b.ReportMetric(float64(r.pct(99).Microseconds()), "p99-µs")
+					b.ReportMetric(float64(r.maxHeld), "most-held")
+				})
+			}
+		}
+	}
+}
+
+// benchSemFair runs BenchmarkSemaphoreContention's loop once.
+func benchSemFair(b *testing.B, e *testEnv, procs, goroutines, slots int, hold, run time.Duration, oneQueue bool) *semFairRun {
+	table := e.newTable(b)
+	var opts []Option
+	if oneQueue {
+		opts = append(opts, func(c *Client) error { c.oneLane = true; return nil })
+	}
+	sems := make([]*Semaphore, procs)
+	for p := range sems {
+		sems[p] = e.client(b, e.openDB(b), table, opts...).Semaphore("fair", slots)
+		l, err := sems[p].Acquire(context.Background(), time.Minute) // the first use's proofs
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release(context.Background())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), run)
+	defer cancel()
+	r := &semFairRun{procs: procs, per: make([]int, procs), conns: make([]int, procs)}
+	var mu sync.Mutex
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for p := range procs {
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					called := time.Now()
+					l, err := sems[p].Acquire(ctx, time.Minute)
+					if err != nil {
+						if ctx.Err() == nil {
+							b.Error(err)
+						}
+						mu.Lock()
+						r.unserved = max(r.unserved, time.Since(called))
+						mu.Unlock()
+						return
+					}
+					acquired := time.Now()
+					time.Sleep(hold)
+					released := time.Now()
+					if err := l.Release(context.Background()); err != nil {
+						b.Error(err)
+					}
+					mu.Lock()
+					r.acqs = append(r.acqs, semFairAcq{proc: p, called: called, acquired: acquired, released: released})
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	r.analyse()
+	return r
+}
+
+// BenchmarkSemaphoreAcquireUncontended is an Acquire and Release of a slot
+// of a semaphore of 3 nobody else wants, with lanes and with one queue (as
+// before lanes), in one run: an Acquire that does not wait takes lane 1,
+// the semaphore's own key, and sends and allocates what it did before.
+func BenchmarkSemaphoreAcquireUncontended(b *testing.B) {
+	e := benchEnv(b)
+	if e.oneRow() {
+		b.Skip("no semaphores on TiDB and Vitess")
+	}
+	ctx := context.Background()
+	for _, oneQueue := range []bool{false, true} {
+		b.Run(fmt.Sprintf("one-queue=%t", oneQueue), func(b *testing.B) {
+			var opts []Option
+			if oneQueue {
+				opts = append(opts, func(c *Client) error { c.oneLane = true; return nil })
+			}
+			sem := e.newClient(b, opts...).Semaphore("bench", 3)
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := sem.Acquire(ctx, benchTTL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
