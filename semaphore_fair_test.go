@@ -29,6 +29,11 @@ import (
 // oneLane" (oneLane: 1 to wait as before lanes).
 const semFairEnv = "SQLLOCK_SEMFAIR_CHILD"
 
+// withOneQueue makes a Client's semaphores wait in one queue per
+// semaphore, as before lanes: the reference the tests and benchmarks
+// compare lanes with.
+func withOneQueue() Option { return func(c *Client) error { c.oneLane = true; return nil } }
+
 // semFairAcq is one acquisition a child made: when its Acquire was
 // called, when it returned, and when its Release was called.
 type semFairAcq struct {
@@ -296,7 +301,7 @@ func TestSemaphoreFairChild(t *testing.T) {
 	defer db.Close()
 	opts := []Option{WithTable(f[1])}
 	if f[5] == "1" {
-		opts = append(opts, func(c *Client) error { c.oneLane = true; return nil })
+		opts = append(opts, withOneQueue())
 	}
 	c, err := New(db, opts...)
 	if err != nil {
@@ -424,7 +429,7 @@ func benchSemFair(b *testing.B, e *testEnv, procs, goroutines, slots int, hold, 
 	table := e.newTable(b)
 	var opts []Option
 	if oneQueue {
-		opts = append(opts, func(c *Client) error { c.oneLane = true; return nil })
+		opts = append(opts, withOneQueue())
 	}
 	sems := make([]*Semaphore, procs)
 	for p := range sems {
@@ -490,9 +495,9 @@ func BenchmarkSemaphoreAcquireUncontended(b *testing.B) {
 	ctx := context.Background()
 	for _, oneQueue := range []bool{false, true} {
 		b.Run(fmt.Sprintf("one-queue=%t", oneQueue), func(b *testing.B) {
-			var opts []Option
+			opts := []Option{}
 			if oneQueue {
-				opts = append(opts, func(c *Client) error { c.oneLane = true; return nil })
+				opts = append(opts, withOneQueue())
 			}
 			sem := e.newClient(b, opts...).Semaphore("bench", 3)
 			b.ReportAllocs()
