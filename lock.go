@@ -63,7 +63,10 @@ type Lock struct {
 	// allocation size class, 208 bytes.
 	wake, contended, probe bool
 	endObserved            bool
-	heldSince              time.Duration
+	// lane is the lane of its semaphore a slot's Acquire waited in
+	// (semaphore_lanes.go); 0 for the semaphore's own key. In the padding too.
+	lane      uint8
+	heldSince time.Duration
 	// lapse lets go of the channel if the lease lapses unreleased (wake_lock.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go

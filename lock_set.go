@@ -137,6 +137,15 @@ func (l *Lock) kickAll() {
 	}
 	if l.set == nil {
 		l.c.wait.Queues.Kick(l.waitKey())
+		l.mu.Lock()
+		waited := l.contended
+		l.mu.Unlock()
+		if sem, slot := splitSlotName(l.name); slot > 0 && !waited {
+			// A slot whose Acquire did not wait holds no lane's channel:
+			// its release woke no other process, so every lane here tries.
+			l.c.wait.Queues.Kick(slotRows(sem))
+			l.c.kickLanes(sem, slotRows(sem))
+		}
 		return
 	}
 	l.c.wait.Queues.Kick(l.waitKey())

@@ -147,6 +147,7 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lock, erro
 	if _, ok := c.retry.Backoff(1); !ok {
 		l, err = call.attempt(ctx)
 	} else {
+		call.chooseLane()
 		l, err = c.acquireQueued(ctx, call)
 	}
 	call.done(ctx, start, l, err)
@@ -178,6 +179,10 @@ type slotCall struct {
 	mariadb bool
 	v       int
 	rounds  int
+	// lanes: a waiting Acquire waits in lane (1-based) of the semaphore's
+	// lanes (semaphore_lanes.go); else in one queue, the key shared.
+	lanes bool
+	lane  int
 }
 
 func (c *Client) newSlotCall(name string, n int, ttl time.Duration) (*slotCall, error) {
@@ -287,7 +292,9 @@ func (s *slotCall) taken(ctx context.Context, id uint64, sent, last time.Time, u
 	if unknown > 0 {
 		s.releaseOthers(ctx, slot)
 	}
-	return newLock(s.c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl)), nil
+	l := newLock(s.c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl))
+	l.lane = uint8(s.lane) // its release wakes the lane it waited in
+	return l, nil
 }
 
 // releaseOthers deletes the slots other than slot that the call's token

@@ -56,7 +56,8 @@ type Client struct {
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.
 	wait    wait.Engine
-	wakeups int // WithWakeups
+	wakeups int  // WithWakeups
+	oneLane bool // a semaphore's callers wait in one queue, as before lanes; for tests
 
 	// mu guards the fields below it. It is never held across a call to
 	// the server: a call stuck on a dead connection must not hold up

@@ -61,7 +61,20 @@ func (s *slotCall) label() string                             { return s.sem }
 func (s *slotCall) op() string                                { return fmt.Sprintf("acquire a slot of %q", s.sem) }
 func (s *slotCall) final(err error) bool                      { return errors.Is(err, ErrSlotCount) }
 func (s *slotCall) lookName() string                          { return "" }
-func (s *slotCall) shared() bool                              { return s.n > 1 }
+func (s *slotCall) shared() bool                              { return s.n > 1 && !s.lanes }
+
+// key is the semaphore's fence row name, or its lane's (semaphore_lanes.go).
+func (s *slotCall) key() string { return laneKey(s.sem, s.name, s.lane) }
+
+// leaseTTL bounds a wait on the key's channel (wait.go): a lane's waits a
+// second at most, then polls once, since a slot freed on a lane nobody
+// waits on wakes no process (semaphore_lanes.go).
+func (s *slotCall) leaseTTL() time.Duration {
+	if s.lanes {
+		return min(s.ttl, time.Second)
+	}
+	return s.ttl
+}
 
 // A setCall is an acquireCall for a set (acquire_all.go): name is the set's
 // label, names its names; set is the lease set of the attempt under way.
@@ -71,10 +84,13 @@ type setCall struct {
 }
 
 // waitKey is the key of the queue and channel l's acquire waited in: a
-// set's key for a set, the semaphore's for a slot, else the name.
+// set's key for a set, the semaphore's lane's for a slot, else the name.
 func (l *Lock) waitKey() string {
 	if l.set != nil {
 		return setKey(l.set.names)
 	}
-	return orphanKey(l.name)
+	if sem, slot := splitSlotName(l.name); slot > 0 {
+		return laneKey(sem, slotRows(sem), int(l.lane))
+	}
+	return l.name
 }

@@ -158,6 +158,20 @@ func (ws *Channels) Contended(name string) bool {
 	return ok
 }
 
+// WaitedAny reports whether this Client waited for any key within the last
+// contendedFor.
+func (ws *Channels) WaitedAny() bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for n, t := range ws.recent {
+		if time.Since(t) < contendedFor {
+			return true
+		}
+		delete(ws.recent, n)
+	}
+	return false
+}
+
 // Waited records that this Client waited for name now.
 func (ws *Channels) Waited(name string) {
 	ws.mu.Lock()
