@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // maxCampaignPoll caps how long a candidate in [Client.Elect] waits between
@@ -64,8 +65,15 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			// until it ends, and whoever leads next is new, even the
 			// evicted one.
 			secs := (info.TTL + time.Second - 1) / time.Second
-			c.log.Info(fmt.Sprintf("sqllock: no leader: lock-delay for %d s after a forced release of %s", secs, evicted),
-				"name", name, "evicted", evicted, "lock_delay", info.TTL)
+			msg := fmt.Sprintf("no leader: lock-delay for %d s after a forced release of %s", secs, evicted)
+			c.log.Info("sqllock: "+msg, "name", name, "evicted", evicted, "lock_delay", info.TTL)
+			// The Observer sees it as the campaign's acquire refused by
+			// the lock-delay's statement (a metric's statement="lock_delay",
+			// outcome="held").
+			if c.obs.Retried != nil {
+				observed(c, c.obs.Retried, observe.RetryEvent{Statement: "lock_delay", Name: name, Outcome: observe.OutcomeHeld,
+					Err: errorf("%s: %w", msg, ErrNotAcquired)})
+			}
 			return
 		}
 		c.log.Info("sqllock: new leader", "name", name, "holder", holder)

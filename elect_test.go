@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Elect whose server is down the whole time returns its context's error
@@ -239,7 +242,13 @@ func TestClient_Elect_lockDelayIsNoLeader(t *testing.T) {
 		table := e.newTable(t)
 		a := e.client(t, e.db, table, WithHolder("a"))
 		rec, opt := newRecorder()
-		b := e.client(t, e.openDB(t), table, WithHolder("b"), opt)
+		var delays atomic.Int32
+		obs := WithObserver(observe.Observer{Retried: func(ev observe.RetryEvent) {
+			if ev.Statement == "lock_delay" && ev.Outcome == observe.OutcomeHeld && strings.Contains(ev.Err.Error(), "no leader: lock-delay for") {
+				delays.Add(1)
+			}
+		}})
+		b := e.client(t, e.openDB(t), table, WithHolder("b"), opt, obs)
 		ops := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(time.Minute))
 		free := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(0))
 		ctx, cancel := context.WithCancel(testCtx(t))
@@ -281,6 +290,9 @@ func TestClient_Elect_lockDelayIsNoLeader(t *testing.T) {
 		r := rec.find(slog.LevelInfo, "no leader: lock-delay", "boss")[0]
 		if !regexp.MustCompile(`^sqllock: no leader: lock-delay for [1-6]?[0-9] s after a forced release of a$`).MatchString(r.Message) {
 			t.Errorf("log: got %q, want no leader: lock-delay for about 60 s after a forced release of a", r.Message)
+		}
+		if delays.Load() != 1 {
+			t.Errorf("Observer: got %d lock-delay events, want 1 (the metric's statement=lock_delay, outcome=held)", delays.Load())
 		}
 		if _, err := free.ForceRelease(ctx, "boss"); err != nil { // the lock-delay ends
 			t.Fatal(err)

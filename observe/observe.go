@@ -171,7 +171,7 @@ type ReleaseEvent struct {
 
 // A RetryEvent is a statement that failed and may be sent again.
 type RetryEvent struct {
-	Statement string // its name in queries.sql: "acquire", "refresh", ...; or "frozen_holder"
+	Statement string // its name in queries.sql: "acquire", "refresh", ...; "frozen_holder"; or "lock_delay" (Outcome held), a lock-delay an Elect candidate found holding the name
 	Name      string // the lock name
 	Outcome   Outcome
 	Err       error
