@@ -158,7 +158,17 @@ func (c *Client) chooseForms(version, qualified, db string, carries bool) {
 		*f = *s
 		return true
 	})
-	if c.learned().oneRow {
+	f := c.learned()
+	if f.oneRow {
 		c.wait.Channels.Refuse()
+	}
+	if f.oneRow || !f.lockWait && !f.mysql {
+		// Said once, as the watch's own refusal is (frozen.go).
+		c.frozen.warned.Do(func() {
+			c.frozen.off.Store(true)
+			c.log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
+				"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
+				"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
+		})
 	}
 }

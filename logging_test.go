@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,7 +100,13 @@ func TestWithLogger_quietOnSuccess(t *testing.T) {
 		if _, err := c.Once(ctx, "o", func(_ context.Context, _ *Lock) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if got := rec.atLeast(slog.LevelInfo); len(got) > 0 {
+		got := rec.atLeast(slog.LevelInfo)
+		if e.oneRow() {
+			// The one line that says, once, that this server's frozen
+			// holders are not ended (forms.go).
+			got = slices.DeleteFunc(got, func(m string) bool { return strings.Contains(m, "frozen inside Lock.Check is not ended") })
+		}
+		if len(got) > 0 {
 			t.Fatalf("got records %q, want none at Info or above", got)
 		}
 	})
