@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"strconv"
@@ -196,4 +197,37 @@ func writtenSeries() map[string]bool {
 		}
 	}
 	return written
+}
+
+// The table's and sqllock run's panels of otel/dashboard.json read only
+// series that sqllock metrics (sqllock_table_) and run's textfile
+// (sqllock_run_) write; the otel module's tests check the others.
+func TestDashboard_seriesWritten(t *testing.T) {
+	b, err := os.ReadFile("../../otel/dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	written := writtenSeries()
+	found := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range regexp.MustCompile(`\bsqllock_(table|run)_[a-z_]+`).FindAllString(regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(tg.Expr, ""), -1) {
+				found++
+				if !written[n] {
+					t.Errorf("dashboard.json reads %s, which neither sqllock metrics nor sqllock run writes", n)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no table or run series found in dashboard.json")
+	}
 }
