@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,21 +19,34 @@ import (
 // scrape it reads every live lease (one List, and one Semaphore.Inspect per
 // semaphore held) and writes them in the text format. A lease is seen
 // whoever holds it, a process that exports nothing included, so an alert
-// on a lease held too long fires for any holder.
+// on a lease no longer renewed fires for any holder. A free name has no
+// series, except each name given with --expect-held: a name that must
+// always have a holder (a leader's) reads 0 while nobody holds it, so that
+// an alert sees nobody leading.
 
 // defaultListen is where sqllock metrics listens by default.
 const defaultListen = ":9187"
 
 func metricsCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	var (
-		co     common
-		listen string
+		co       common
+		listen   string
+		expected []string
 	)
 	fs := newFlagSet("metrics")
 	co.register(fs)
 	fs.StringVar(&listen, "listen", defaultListen, "serve the lock table's metrics at http://`ADDR`/metrics (host:port)")
+	fs.Func("expect-held", "a `NAME` that must always have a holder (a leader's): serve sqllock_table_name_held for it, 0 while nobody holds it; repeat for more names", func(name string) error {
+		if name == "" {
+			return errors.New("empty name")
+		}
+		if !slices.Contains(expected, name) {
+			expected = append(expected, name)
+		}
+		return nil
+	})
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sqllock metrics [--listen ADDR] [flags]")
+		fmt.Fprintln(fs.Output(), "usage: sqllock metrics [--listen ADDR] [--expect-held NAME]... [flags]")
 		fs.PrintDefaults()
 	}
 	pos, rest, _, err := parseArgs(fs, args, 0, stderr)
@@ -64,7 +78,7 @@ func metricsCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		ctx, cancel := context.WithTimeout(r.Context(), co.timeout)
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		err := writeTable(ctx, w, client, co.table)
+		err := writeTable(ctx, w, client, co.table, expected)
 		if err != nil {
 			fmt.Fprintf(stderr, "sqllock metrics: %s\n", co.errText(err, ""))
 		}
@@ -86,6 +100,7 @@ func metricsCmd(ctx context.Context, args []string, stderr io.Writer) int {
 var tableFamilies = []struct{ name, typ, help string }{
 	{"sqllock_table_up", "gauge", "1 when the lock table was read at this scrape, 0 when it could not be."},
 	{"sqllock_table_leases", "gauge", "Live leases in the table, slots of semaphores included."},
+	{"sqllock_table_name_held", "gauge", "1 when a name given with --expect-held has a live lease (of the lock, or a slot of the semaphore), 0 when nobody holds it."},
 	{"sqllock_table_lease_held", "gauge", "1 for each live lease of a lock, with its holder."},
 	{"sqllock_table_lease_age_seconds", "gauge", "How long each live lease of a lock has been held, by the server's clock."},
 	{"sqllock_table_lease_ttl_seconds", "gauge", "How long each live lease of a lock has left, by the server's clock."},
@@ -98,9 +113,10 @@ var tableFamilies = []struct{ name, typ, help string }{
 	{"sqllock_table_semaphore_fence", "gauge", "The last fencing token of each semaphore with a slot held."},
 }
 
-// writeTable reads the table and writes it as metrics. When the table
+// writeTable reads the table and writes it as metrics, with
+// sqllock_table_name_held for each name of expected. When the table
 // cannot be read it writes sqllock_table_up 0 and returns the error.
-func writeTable(ctx context.Context, w io.Writer, c *sqllock.Client, table string) error {
+func writeTable(ctx context.Context, w io.Writer, c *sqllock.Client, table string, expected []string) error {
 	samples := map[string][]string{} // family: its lines
 	add := func(family, lbl string, v float64) {
 		samples[family] = append(samples[family], family+braces(lbl)+" "+num(v))
@@ -150,6 +166,13 @@ func writeTable(ctx context.Context, w io.Writer, c *sqllock.Client, table strin
 	} else {
 		add("sqllock_table_up", tbl, 1)
 		add("sqllock_table_leases", tbl, float64(len(infos)))
+		for _, name := range expected {
+			held := 0.0
+			if slices.ContainsFunc(infos, func(i sqllock.Info) bool { return i.Name == name }) {
+				held = 1
+			}
+			add("sqllock_table_name_held", join(tbl, promLabels("name", name)), held)
+		}
 	}
 	var b strings.Builder
 	for _, f := range tableFamilies {

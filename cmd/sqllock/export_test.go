@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"regexp"
 	"strconv"
@@ -56,13 +57,14 @@ var sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-z
 // sqllock metrics serves the table as a scrape reads it: each live lease
 // with its holder, age, time left and fence, each held slot and its
 // semaphore; a lease held for an hour shows as an hour old, whoever holds
-// it; and a lease released is gone at the next scrape.
+// it; a lease released is gone at the next scrape; and a name given with
+// --expect-held reads 1 while held and 0 while free.
 func TestMetricsCmd_table(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		e := newEnv(t, s.DSN)
 		ctx := context.Background()
 		addr := freeAddr(t)
-		cmd, wait := e.start("metrics", "--listen", addr)
+		cmd, wait := e.start("metrics", "--listen", addr, "--expect-held", "nightly", "--expect-held", "exports", "--expect-held", "idle")
 		t.Cleanup(func() { _ = cmd.Process.Kill(); wait() })
 		c := e.client(sqllock.WithHolder(`web-1 "blue"`))
 		odd := "job\nwith\x00bytes\xff"
@@ -97,6 +99,9 @@ func TestMetricsCmd_table(t *testing.T) {
 			`sqllock_table_semaphore_slots{` + tbl + `,name="exports"}`:                                                         3,
 			`sqllock_table_semaphore_slots_held{` + tbl + `,name="exports"}`:                                                    1,
 			`sqllock_table_lease_held{` + tbl + `,name="job\nwith` + "\x00" + `bytes` + "\uFFFD" + `",holder="web-1 \"blue\""}`: 1,
+			`sqllock_table_name_held` + nightly:                                                                                 1,
+			`sqllock_table_name_held{` + tbl + `,name="exports"}`:                                                               1,
+			`sqllock_table_name_held{` + tbl + `,name="idle"}`:                                                                  0,
 		}
 		for k, v := range want {
 			if g, ok := got[k]; !ok || g != v {
@@ -123,6 +128,9 @@ func TestMetricsCmd_table(t *testing.T) {
 		if n := got[`sqllock_table_leases{`+tbl+`}`]; n != 2 {
 			t.Errorf("leases after a release: got %v, want 2", n)
 		}
+		if v, ok := got["sqllock_table_name_held"+nightly]; !ok || v != 0 {
+			t.Errorf("nightly released: sqllock_table_name_held got %v (present %v), want 0", v, ok)
+		}
 
 		// A table it cannot read: up 0, and nothing else.
 		if _, err := e.db.ExecContext(ctx, "RENAME TABLE `"+e.table+"` TO `"+e.table+"_away`"); err != nil {
@@ -144,20 +152,22 @@ func TestAlerts_seriesWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	written := map[string]bool{}
-	for _, f := range tableFamilies {
-		written[f.name] = true
-	}
-	for name, f := range newMetrics().families {
-		written[name] = true
-		if f.typ == "histogram" {
-			written[name+"_bucket"] = true
-		}
-	}
+	written := writtenSeries()
 	found := 0
+	// Every line of an expression: an expr: line and the lines of its
+	// block, up to the rule's next key.
+	inExpr := false
 	for _, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "expr:") && !strings.HasPrefix(line, "or ") && !strings.HasPrefix(line, "increase(") {
+		switch {
+		case strings.HasPrefix(line, "expr:"):
+			inExpr = true
+		case strings.HasPrefix(line, "#") || line == "":
+			continue
+		case inExpr && regexp.MustCompile(`^(- )?[a-z_]+:`).MatchString(line):
+			inExpr = false
+		}
+		if !inExpr {
 			continue
 		}
 		for _, n := range regexp.MustCompile(`\bsqllock_[a-z_]+`).FindAllString(regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(line, ""), -1) {
@@ -169,5 +179,55 @@ func TestAlerts_seriesWritten(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no series found in alerts.yml")
+	}
+}
+
+// writtenSeries returns the series sqllock metrics and run's metrics write.
+func writtenSeries() map[string]bool {
+	written := map[string]bool{}
+	for _, f := range tableFamilies {
+		written[f.name] = true
+	}
+	for name, f := range newMetrics().families {
+		written[name] = true
+		if f.typ == "histogram" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				written[name+suffix] = true
+			}
+		}
+	}
+	return written
+}
+
+// The table's and sqllock run's panels of otel/dashboard.json read only
+// series that sqllock metrics (sqllock_table_) and run's textfile
+// (sqllock_run_) write; the otel module's tests check the others.
+func TestDashboard_seriesWritten(t *testing.T) {
+	b, err := os.ReadFile("../../otel/dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	written := writtenSeries()
+	found := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range regexp.MustCompile(`\bsqllock_(table|run)_[a-z_]+`).FindAllString(regexp.MustCompile(`\{[^}]*\}`).ReplaceAllString(tg.Expr, ""), -1) {
+				found++
+				if !written[n] {
+					t.Errorf("dashboard.json reads %s, which neither sqllock metrics nor sqllock run writes", n)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no table or run series found in dashboard.json")
 	}
 }

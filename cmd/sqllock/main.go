@@ -8,7 +8,7 @@
 //	sqllock release --force [--json] [--slot K] [--lock-delay DURATION] NAME
 //	sqllock once-reset [--json] NAME
 //	sqllock create-table [--json]
-//	sqllock metrics [--listen ADDR]
+//	sqllock metrics [--listen ADDR] [--expect-held NAME]...
 //
 // Flags may stand before or after the operands, up to "--"; what follows
 // "--" is run's COMMAND, untouched. The server comes from --dsn or
@@ -57,6 +57,7 @@ const usage = `usage:
   sqllock once-reset [--json] NAME                 let Client.Once run NAME again
   sqllock create-table [--json]                    create the lock table if it is missing
   sqllock metrics [--listen :9187]                 serve the lock table as Prometheus metrics
+                                                   (--expect-held NAME: a name that must always be held)
 Every command takes --dsn (default $SQLLOCK_DSN), --table (default sqllock) and
 --timeout (default 10s: how long to wait for the server to answer). Flags may
 stand before or after NAME; everything after -- is the COMMAND.
