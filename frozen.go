@@ -54,6 +54,10 @@ const frozenResends = 3
 type frozenState struct {
 	off    atomic.Bool
 	warned sync.Once
+	// look replaces frozenLook when not 0: the sqlmock tests, whose one
+	// connection a watch would take from under their script, set it past
+	// any test's end.
+	look time.Duration
 }
 
 // acquireWatched sends the acquire of name with args (execSends), under a
@@ -106,7 +110,11 @@ func (c *Client) watchFrozen(ctx context.Context, name string) *frozenWatch {
 	}
 	w := &frozenWatch{c: c, name: name, parent: ctx}
 	w.wg.Add(1)
-	w.timer = time.AfterFunc(frozenLook, w.run)
+	look := frozenLook
+	if c.frozen.look != 0 {
+		look = c.frozen.look
+	}
+	w.timer = time.AfterFunc(look, w.run)
 	return w
 }
 

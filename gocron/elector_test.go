@@ -45,8 +45,10 @@ func TestElector_observed(t *testing.T) {
 		leaderAndFollower(t, c, other)
 		name := DefaultPrefix + "lead"
 		waitUntil(t, "the follower's attempts to be told", func() bool { return seen.count(name, observe.OutcomeHeld) > 0 })
-		if n := seen.count(name, observe.OutcomeAcquired); n != 1 {
-			t.Errorf("acquires told acquired: got %d, want 1", n)
+		// At least the lead a took; a loaded machine may pass the lead
+		// (a second's ttl) and tell another.
+		if n := seen.count(name, observe.OutcomeAcquired); n < 1 {
+			t.Errorf("acquires told acquired: got %d, want at least 1", n)
 		}
 	})
 }
