@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -260,6 +261,14 @@ func onceRecordRace(t *testing.T, e *testEnv, level string) {
 	b := e.client(t, e.isolated(t, level), table, WithHolder("b"),
 		WithRetry(LinearBackoff(10*time.Millisecond)))
 	ctx := testCtx(t)
+	// Each Client's first use (its proofs, the first kind's proof of Once)
+	// is made before the race: a proof's statement on the table counted
+	// below as a Once waiting would let the blocker go too early.
+	for _, c := range []*Client{a, b} {
+		if _, err := c.Once(ctx, "warm", func(context.Context, *Lock) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Another session holds the lock of the record's key until rollback (in
 	// a pessimistic transaction on TiDB, whose optimistic ones lock nothing
@@ -326,13 +335,17 @@ func onceRecordRace(t *testing.T, e *testEnv, level string) {
 	// it, so the takeover waits, finds the record and does not run fn. TiDB
 	// locks nothing before commit: the takeover goes ahead and runs fn, and
 	// the first record's commit must then fail, so that its call reports the
-	// lost lease (ErrLockLost) rather than a second success.
-	wantRuns := 1
+	// lost lease (ErrLockLost) rather than a second success. On TiDB the
+	// first record may also commit before the takeover's Once reads the
+	// records (the blocker's rollback lets both go at once): then the
+	// takeover finds it and runs nothing. Either way one call reports the
+	// run and one record is written.
+	wantRuns := []int{1}
 	if e.server.TiDB {
-		wantRuns = 2
+		wantRuns = []int{1, 2}
 	}
-	if reported != 1 || runs.Load() != int32(ran) || ran != wantRuns {
-		t.Fatalf("got %d calls reporting a run, %d saying fn ran, and fn run %d times, want 1, %d and %d", reported, ran, runs.Load(), wantRuns, wantRuns)
+	if reported != 1 || runs.Load() != int32(ran) || !slices.Contains(wantRuns, ran) {
+		t.Fatalf("got %d calls reporting a run, %d saying fn ran, and fn run %d times, want 1, and %v for both", reported, ran, runs.Load(), wantRuns)
 	}
 	var owners int
 	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"` WHERE name = 'job' AND kind = 'D'").Scan(&owners); err != nil || owners != 1 {
