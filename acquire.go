@@ -27,7 +27,7 @@ func checkName(name string) error {
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("sqllock: lock name is %d bytes, longer than the %d the table holds", len(name), MaxNameLen)
 	case isSlotMarked(name):
-		return fmt.Errorf("sqllock: lock name %q ends with the bytes that mark a semaphore's rows (0x00 'slot', maybe with two digits): those names are the semaphores' (slots.go)", name)
+		return fmt.Errorf("sqllock: lock name %q ends with the bytes that mark a semaphore's rows (0x00 'slot', maybe with two digits): those names are the semaphores' (semaphore.go)", name)
 	}
 	return nil
 }
@@ -125,7 +125,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 //     the orphan list until such a send can no longer commit (lateSent).
 type acquireCall struct {
 	c        *Client
-	name     string   // a set's label for a set (acquire_all.go)
+	name     string   // a set's label for a set (acquire_set.go)
 	names    []string // a set's names, sorted; nil for one name
 	ttl      time.Duration
 	token    string

@@ -16,7 +16,7 @@ import (
 // cleanup of an outcome left unknown (acquireCall's rules, acquire.go), what
 // a failure means, and the Lock's start, including a Close that raced it.
 // What a kind differs in is its leaseKind: its statement and how its answer
-// is read, in acquire.go (a name), acquire_all.go (a set) and slots.go (a
+// is read, in acquire.go (a name), acquire_set.go (a set) and semaphore.go (a
 // slot).
 
 // A leaseKind is one kind's part of an attempt, for one acquireCall.

@@ -227,7 +227,7 @@ func checkGoBlock(t *testing.T, body string, examples map[string]bool) error {
 	t.Helper()
 	first := strings.TrimSpace(body)
 	if strings.HasPrefix(first, "//") || strings.HasPrefix(first, "/*") || strings.HasPrefix(first, "package ") {
-		f, err := parser.ParseFile(token.NewFileSet(), "block.go", body, parser.ParseComments)
+		f, err := parser.ParseFile(token.NewFileSet(), "block", body, parser.ParseComments)
 		if err != nil {
 			return err
 		}
@@ -263,7 +263,7 @@ func checkGoBlock(t *testing.T, body string, examples map[string]bool) error {
 // checkFragment parses src, a fragment wrapped in a file, and checks that
 // gofmt leaves it as it is.
 func checkFragment(src string) error {
-	if _, err := parser.ParseFile(token.NewFileSet(), "block.go", src, parser.ParseComments); err != nil {
+	if _, err := parser.ParseFile(token.NewFileSet(), "block", src, parser.ParseComments); err != nil {
 		return err
 	}
 	return checkFormatted(src)

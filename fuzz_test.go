@@ -18,7 +18,7 @@ import (
 
 // FuzzCheckName: a lock name is accepted exactly when it is 1 to MaxNameLen
 // bytes, whatever the bytes are (the column is VARBINARY), but for the
-// endings that name a semaphore's rows (slots.go).
+// endings that name a semaphore's rows (semaphore.go).
 func FuzzCheckName(f *testing.F) {
 	f.Add("job")
 	f.Add("")

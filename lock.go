@@ -70,7 +70,7 @@ type Lock struct {
 	// lapse lets go of the channel if the lease lapses unreleased (wake_lock.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go
-	set   *lockSet   // the names of a Lock on several; acquire_all.go
+	set   *lockSet   // the names of a Lock on several; acquire_set.go
 }
 
 // A releaseFlight is one release of a Lock under way, as the calls that

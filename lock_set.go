@@ -12,7 +12,7 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// The statements of a Lock on a set of names (acquire_all.go): each acts on
+// The statements of a Lock on a set of names (acquire_set.go): each acts on
 // every lease of the set in one statement, sent as text, and succeeds only
 // when it finds every lease ours.
 

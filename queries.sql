@@ -448,7 +448,7 @@ SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 SELECT name FROM `sqllock`
 WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
 
--- Sets: a Lock on several names (acquire_all.go), taken all or nothing.
+-- Sets: a Lock on several names (acquire_set.go), taken all or nothing.
 -- The statements are sent as text, never prepared: the number of names
 -- varies. The Go side puts literals in place of the placeholders, in order
 -- (hex literals for names, tokens and holders, decimal numbers), and the
@@ -777,7 +777,7 @@ UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
 SET owner = '', holder = '', expires_at = UTC_TIMESTAMP(6)
 WHERE kind = 'L' AND owner = ? AND name IN (?);
 
--- Counting semaphores (slots.go). A semaphore of n slots on name keeps its
+-- Counting semaphores (semaphore.go). A semaphore of n slots on name keeps its
 -- rows under names derived from it with the mark M = 0x00 'slot', which no
 -- lock name may end with (nor with M and two digits; checkName refuses
 -- them), so they never meet a lock's rows:

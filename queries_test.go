@@ -113,7 +113,7 @@ func TestSplitQueries_statements(t *testing.T) {
 		"slot_acquire": 21, "slot_release": 3, "slot_list": 2,
 		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1,
-		// Sets: literal holes, which the Go side fills (acquire_all.go).
+		// Sets: literal holes, which the Go side fills (acquire_set.go).
 		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,
 		"all_acquire_fence_write": 1, "all_refresh": 3, "all_release": 2, "all_release_at_least": 3,
 		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}

@@ -72,7 +72,7 @@ type Client struct {
 	closeDone chan struct{} // closed when Close has finished
 
 	held    held                       // the Locks to release on Close; held.go
-	slots   slotStmts                  // slot_acquire prepared per number of slot rows; slots.go
+	slots   slotStmts                  // slot_acquire prepared per number of slot rows; semaphore_stmt.go
 	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
 	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
 

@@ -76,7 +76,7 @@ func (s *slotCall) leaseTTL() time.Duration {
 	return s.ttl
 }
 
-// A setCall is an acquireCall for a set (acquire_all.go): name is the set's
+// A setCall is an acquireCall for a set (acquire_set.go): name is the set's
 // label, names its names; set is the lease set of the attempt under way.
 type setCall struct {
 	acquireCall

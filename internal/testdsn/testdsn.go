@@ -237,7 +237,7 @@ func AtLeastParallel(n int) {
 	}
 }
 
-// QuietDriver discards go-sql-driver/mysql's log: the "[mysql] packets.go"
+// QuietDriver discards go-sql-driver/mysql's log: the "[mysql]"
 // lines it writes to stderr when a connection breaks, which the fault tests
 // do on purpose, and which buried a failing run's one FAIL line (issue 43).
 // Call it from TestMain, in the test process only: a command a test runs as
