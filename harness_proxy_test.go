@@ -49,6 +49,9 @@ type proxy struct {
 	flowing chan struct{} // closed unless stalled; pumps wait on it
 	stalled bool
 	refuse  bool
+	// cuts counts CutAll calls: a connection accepted before one and
+	// still dialing the server when it came is cut as it registers.
+	cuts    int
 	latency time.Duration
 	cutCode byte
 	cutLeft int // commands with cutCode to forward until a cut; 0 for none
@@ -170,6 +173,7 @@ func (p *proxy) Stall(on bool) {
 func (p *proxy) CutAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.cuts++
 	for pc := range p.conns {
 		pc.close(true)
 	}
@@ -237,19 +241,22 @@ func (p *proxy) accept() {
 		}
 		p.mu.Lock()
 		refuse := p.refuse || p.closed
+		cuts := p.cuts
 		p.mu.Unlock()
 		if refuse {
 			resetConn(c)
 			continue
 		}
 		p.wg.Add(1)
-		go p.serve(c)
+		go p.serve(c, cuts)
 	}
 }
 
 // serve connects client to the target and forwards both ways until either
-// side is done.
-func (p *proxy) serve(client net.Conn) {
+// side is done. cuts is the CutAll count when the client was accepted: a
+// CutAll while the server was being dialed cuts the connection too, since
+// it was live for the client.
+func (p *proxy) serve(client net.Conn, cuts int) {
 	defer p.wg.Done()
 	var d net.Dialer
 	server, err := d.DialContext(p.ctx, "tcp", p.target)
@@ -259,8 +266,8 @@ func (p *proxy) serve(client net.Conn) {
 	}
 	pc := &proxyConn{client: client, server: server, done: make(chan struct{})}
 	p.mu.Lock()
-	if p.closed {
-		// Cleanup has already closed the connections it knew of.
+	if p.closed || p.cuts != cuts {
+		// Cleanup or CutAll has already closed the connections it knew of.
 		p.mu.Unlock()
 		pc.close(true)
 		return
