@@ -242,3 +242,16 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// warm makes each Client's first use now, so that a test's timing starts
+// from warm Clients: a first use proves the server in several statements,
+// which take seconds on a loaded machine and would eat a short lease or
+// lock-delay the test measures.
+func warm(t testing.TB, cs ...*Client) {
+	t.Helper()
+	for _, c := range cs {
+		if err := mustAcquire(t, c, "warm-up", time.Minute).Release(testCtx(t)); err != nil {
+			t.Fatalf("warm-up release: %v", err)
+		}
+	}
+}

@@ -24,6 +24,8 @@ func TestSemaphore_ForceRelease(t *testing.T) {
 		ops := e.client(t, e.openDB(t), table, WithHolder("ops"))
 		soon := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(time.Second))
 		ctx := testCtx(t)
+		// b's acquires below run within a 1 s lock-delay.
+		warm(t, b, soon)
 		s1, s2 := mustSlot(t, a, "pool", 2, time.Minute), mustSlot(t, a, "pool", 2, time.Minute)
 		fence := s2.Fence()
 

@@ -202,8 +202,15 @@ func TestSemaphore_TryAcquire_fillsAndFrees(t *testing.T) {
 		// lease.
 		const short = 3 * time.Second
 		var lapse time.Time
+		var clients []*Client
 		for i := 1; i <= 3; i++ {
-			c := e.client(t, e.openDB(t), table, WithHolder("h"+string(rune('0'+i))))
+			clients = append(clients, e.client(t, e.openDB(t), table, WithHolder("h"+string(rune('0'+i)))))
+		}
+		other := e.client(t, e.db, table, WithHolder("other"))
+		// The checks below run within slot 2's short lease.
+		warm(t, append(clients, other)...)
+		for i := 1; i <= 3; i++ {
+			c := clients[i-1]
 			ttl := time.Minute
 			if i == 2 {
 				ttl = short
@@ -221,7 +228,6 @@ func TestSemaphore_TryAcquire_fillsAndFrees(t *testing.T) {
 			last = l.Fence()
 			locks = append(locks, l)
 		}
-		other := e.client(t, e.db, table, WithHolder("other"))
 		if _, err := other.Semaphore("jobs", 3).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) || errors.Is(err, ErrSlotCount) {
 			t.Fatalf("fourth: got %v, want ErrNotAcquired", err)
 		}
