@@ -26,7 +26,7 @@ func checkName(name string) error {
 		return errors.New("sqllock: empty lock name")
 	case len(name) > MaxNameLen:
 		return fmt.Errorf("sqllock: lock name is %d bytes, longer than the %d the table holds", len(name), MaxNameLen)
-	case isSlotMarked(name):
+	case isSemaphoreRow(name):
 		return fmt.Errorf("sqllock: lock name %q ends with the bytes that mark a semaphore's rows (0x00 'slot', maybe with two digits): those names are the semaphores' (semaphore.go)", name)
 	}
 	return nil
@@ -169,7 +169,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) { return a.run
 // queries.sql, whose insert id is the fence, or 0 when the name is held.
 
 func (a *acquireCall) ready(context.Context) error { return nil } // with the statement's prepare (exec.go)
-func (a *acquireCall) claim(ctx context.Context)   { a.c.claimOrphans(ctx, a.name) }
+func (a *acquireCall) claim(ctx context.Context)   { a.c.claimOrphans(ctx, &a.c.orphans, a.name) }
 
 func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	// Each argument is boxed once (a string or an int64 converted to any
@@ -248,26 +248,35 @@ func heldError(name string) error {
 // DELETE that removes the lease settles it only when one send could
 // commit; of several, the others may still be in flight.
 func (a *acquireCall) cleanup(ctx context.Context, last time.Time, sends int) {
+	a.cleanupIn(ctx, &a.c.orphans, a.name, last, sends)
+}
+
+// cleanupIn is cleanup with the token remembered under key of list: a
+// name's, or a semaphore's (slotCall).
+func (a *acquireCall) cleanupIn(ctx context.Context, list orphanList, key string, last time.Time, sends int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if a.c.deleteOrphan(ctx, a.name, newOrphan(a.token, a.ttl, last, sends == 1)) {
+	if a.c.deleteOrphan(ctx, list, key, newOrphan(a.token, a.ttl, last, sends == 1)) {
 		a.renew()
 		return
 	}
-	a.retire(last, sends == 1)
+	a.retireIn(list, key, last, sends == 1)
 }
 
 // retire hands the call's token, whose last statement was sent before last,
 // to the Client's orphan list (rule 2), and draws a fresh one for the
 // call's next attempt (rule 1). once says that one send of it at most may
 // have committed.
-func (a *acquireCall) retire(last time.Time, once bool) {
+func (a *acquireCall) retire(last time.Time, once bool) { a.retireIn(&a.c.orphans, a.name, last, once) }
+
+// retireIn is retire with the token remembered under key of list.
+func (a *acquireCall) retireIn(list orphanList, key string, last time.Time, once bool) {
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its lease, if any, is deleted before this Client's next acquire of the name", "name", a.name)
-	a.c.orphans.Remember(a.name, newOrphan(a.token, a.ttl, last, once))
-	a.c.unknown(a.name, false)
+	list.book().Remember(key, newOrphan(a.token, a.ttl, last, once))
+	a.c.unknown(key, false)
 	if a.c.isClosed() {
 		// Close's pass over the orphan list may have run already.
-		a.c.releaseOrphansOf(a.name)
+		a.c.releaseOrphansOf(list, key)
 	}
 	a.renew()
 }

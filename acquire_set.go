@@ -165,7 +165,7 @@ func (a *setCall) ready(ctx context.Context) error {
 
 func (a *setCall) claim(ctx context.Context) {
 	for _, n := range a.names {
-		a.c.claimOrphans(ctx, n)
+		a.c.claimOrphans(ctx, &a.c.orphans, n)
 	}
 }
 
@@ -188,7 +188,7 @@ func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time
 		return nil, false, fmt.Errorf("sqllock: %s: %w", a.op(), err)
 	}
 	l := newLock(a.c, a.names[0], a.token, slices.Max(s.fences), a.ttl, sent.Add(a.ttl))
-	l.set = s
+	l.kind = setKind{s}
 	return l, false, nil
 }
 
@@ -301,7 +301,7 @@ func (a *setCall) cleanup(ctx context.Context, last time.Time, sends int) {
 	}
 	if a.c.isClosed() {
 		for _, name := range s.names {
-			a.c.releaseOrphansOf(name)
+			a.c.releaseOrphansOf(&a.c.orphans, name)
 		}
 	}
 	a.renew()

@@ -107,7 +107,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		c.noteAhead(info.Name, aheadUs, true)
 		info.TTL = time.Duration(us) * time.Microsecond
 		info.Age = leaseAge(aheadUs)
-		info.Name, info.Slot = splitSlotName(info.Name) // a slot's fence is its semaphore's
+		info.Name, info.Slot = slotOfRow(info.Name) // a slot's fence is its semaphore's
 		infos = append(infos, info)
 	}
 	if err := rows.Err(); err != nil {
@@ -132,12 +132,12 @@ func (c *Client) ForceRelease(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
 	}
-	return c.forceRelease(ctx, name, fmt.Sprintf("%q", name))
+	return c.forceRelease(ctx, name, name, fmt.Sprintf("%q", name))
 }
 
-// forceRelease is ForceRelease of the lease row named row, which label
-// names in errors.
-func (c *Client) forceRelease(ctx context.Context, row, label string) (Info, error) {
+// forceRelease is ForceRelease of the lease row named row, whose waiting
+// callers wait in the queue key, and which label names in errors.
+func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info, error) {
 	op := "force release " + label
 	delayOwner, err := newDelayOwner()
 	if err != nil {
@@ -190,7 +190,7 @@ func (c *Client) forceRelease(ctx context.Context, row, label string) (Info, err
 		}
 		if delay == 0 {
 			// A waiter in this Client may take the name (or slot) now.
-			c.wait.Queues.Kick(orphanKey(row))
+			c.wait.Queues.Kick(key)
 			return info, nil
 		}
 		us, err := res.LastInsertId()

@@ -111,10 +111,7 @@ func (c *Client) Held() []string {
 	var names []string
 	for _, l := range locks {
 		if l.knownLive(now) {
-			for _, n := range l.Names() {
-				n, _ = splitSlotName(n) // a slot: its semaphore's name
-				names = append(names, n)
-			}
+			names = append(names, l.Names()...)
 		}
 	}
 	slices.Sort(names)

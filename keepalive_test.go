@@ -332,7 +332,7 @@ func TestLock_KeepAlive_lateDeadlineSaysExpired(t *testing.T) {
 		{300 * time.Millisecond, "may expire 100ms from now"},
 		{-1500 * time.Millisecond, "may have expired 1.5"},
 	} {
-		l := &Lock{name: "n", validUntil: time.Now().Add(tt.left)}
+		l := &Lock{name: "n", kind: nameKind{}, validUntil: time.Now().Add(tt.left)}
 		err := l.expiringErr(100*time.Millisecond, nil)
 		if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("lease ending in %v: got %v, want ErrLockLost saying %q", tt.left, err, tt.want)

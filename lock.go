@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -63,15 +64,53 @@ type Lock struct {
 	// allocation size class, 208 bytes.
 	wake, contended, probe bool
 	endObserved            bool
-	// lane is the lane of its semaphore a slot's Acquire waited in
-	// (semaphore_lanes.go); 0 for the semaphore's own key. In the padding too.
-	lane      uint8
-	heldSince time.Duration
+	heldSince              time.Duration
 	// lapse lets go of the channel if the lease lapses unreleased (wake_lock.go).
 	lapse *time.Timer
 	ka    *keepAlive // started by the first KeepAlive; keepalive.go
-	set   *lockSet   // the names of a Lock on several; acquire_set.go
+	kind  lockKind   // what the kind that acquired the Lock left on it
 }
+
+// A lockKind is what the kind of lease that acquired a Lock left on it: a
+// name's lease (nameKind), a set's (*lockSet, lock_set.go) or a semaphore's
+// slot (*slotKind, semaphore.go). A Lock's refresh, release, check, names
+// and wait key go through it: no name says what kind a Lock is. The Lock's
+// name is its lease row's, the statements' argument.
+type lockKind interface {
+	// name, slot, names and fences answer [Lock.Name], [Lock.Slot],
+	// [Lock.Names] and [Lock.Fences].
+	name(l *Lock) string
+	slot() int
+	names(l *Lock) []string
+	fences(l *Lock) []uint64
+	// label names the lease in errors.
+	label(l *Lock) string
+	// refresh, release and check send the kind's statement and answer as
+	// sendRefresh, sendRelease's send and Check do.
+	refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error)
+	release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error)
+	check(ctx context.Context, l *Lock, tx *sql.Tx) error
+	// waitKey is the key of the queue and wake-up channel the Lock's
+	// acquire waited in (wait_kinds.go).
+	waitKey(l *Lock) string
+	// kick makes this Client's callers waiting for what l held try now.
+	kick(l *Lock)
+	// orphans are the orphan list and keys under which l's token is
+	// remembered once released (rememberLate).
+	orphans(l *Lock) (orphanList, []string)
+}
+
+// A nameKind is the lockKind of a lease on one name, l.name.
+type nameKind struct{}
+
+func (nameKind) name(l *Lock) string                    { return l.name }
+func (nameKind) slot() int                              { return 0 }
+func (nameKind) names(l *Lock) []string                 { return []string{l.name} }
+func (nameKind) fences(l *Lock) []uint64                { return []uint64{l.fence} }
+func (nameKind) label(l *Lock) string                   { return strconv.Quote(l.name) }
+func (nameKind) waitKey(l *Lock) string                 { return l.name }
+func (nameKind) kick(l *Lock)                           { l.c.wait.Queues.Kick(l.name) }
+func (nameKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, []string{l.name} }
 
 // A releaseFlight is one release of a Lock under way, as the calls that
 // wait for it see it; err is set when done is closed. It is made, under the
@@ -85,15 +124,12 @@ type releaseFlight struct {
 // newLock returns the Lock for a lease just acquired.
 func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
 	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
-		nameArg: name, tokenArg: token}
+		nameArg: name, tokenArg: token, kind: nameKind{}}
 }
 
 // Name returns the name the lease is on: for a set, the first of
 // [Lock.Names]; for a semaphore's slot, the semaphore's name.
-func (l *Lock) Name() string {
-	name, _ := splitSlotName(l.name)
-	return name
-}
+func (l *Lock) Name() string { return l.kind.name(l) }
 
 // Token returns the random owner token that identifies this lease.
 func (l *Lock) Token() string { return l.token }
@@ -170,9 +206,11 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // was extended (for a set, every lease of it). An error that is not the
 // refresh's answer comes back as it is, for Refresh to wrap.
 func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
-	if l.set != nil {
-		return l.refreshSet(ctx, until, ttl)
-	}
+	return l.kind.refresh(ctx, l, until, ttl)
+}
+
+// refresh sends qRefresh for the lease row l.name.
+func (nameKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
 	name, token := l.keyArgs()
 	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
 	if err != nil {
@@ -270,20 +308,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		maybeApplied bool
 		err          error
 	)
-	switch {
-	case l.set != nil:
-		ours, maybeApplied, err = l.releaseSet(ctx, minHold)
-	case minHold > 0:
-		ours, maybeApplied, err = l.releaseAtLeast(ctx, minHold)
-	default:
-		var res sql.Result
-		name, token := l.keyArgs()
-		if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
-			var n int64
-			n, err = res.RowsAffected()
-			ours = n == 1
-		}
-	}
+	ours, maybeApplied, err = l.kind.release(ctx, l, minHold)
 	done := time.Now()
 	if l.c.wait.Channels.On() {
 		l.afterRelease(ctx, err == nil)
@@ -324,6 +349,21 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 		return nil
 	}
 	return fmt.Errorf("%w: the lease on %s expired and was taken over", ErrNotHeld, l.label())
+}
+
+// release deletes the lease row l.name, or keeps it for minHold.
+func (nameKind) release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error) {
+	if minHold > 0 {
+		return l.releaseAtLeast(ctx, minHold)
+	}
+	var res sql.Result
+	name, token := l.keyArgs()
+	if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
+		var n int64
+		n, err = res.RowsAffected()
+		ours = n == 1
+	}
+	return ours, maybeApplied, err
 }
 
 // keyArgs returns the name and token as statement arguments, boxed once
@@ -385,9 +425,11 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	if released {
 		return l.releasedErr()
 	}
-	if l.set != nil {
-		return l.checkSet(ctx, tx)
-	}
+	return l.kind.check(ctx, l, tx)
+}
+
+// check sends qCheck for the lease row l.name in tx.
+func (nameKind) check(ctx context.Context, l *Lock, tx *sql.Tx) error {
 	// By its text, not the Client's prepared statement: tx may come from
 	// another *sql.DB, and tx.StmtContext refuses a statement of another.
 	res, err := tx.ExecContext(ctx, l.c.learned().sql[qCheck], l.name, l.token)

@@ -40,37 +40,50 @@ func newLockSet(names []string, token string) *lockSet {
 }
 
 // Names returns the names the lease is on, sorted: a set's, or [Lock.Name].
-func (l *Lock) Names() []string {
-	if l.set == nil {
-		return []string{l.name}
-	}
-	return slices.Clone(l.set.names)
-}
+func (l *Lock) Names() []string { return l.kind.names(l) }
 
 // Fences returns the fence of each name of [Lock.Names], in order: each is
 // [Lock.Fence] on MySQL and MariaDB; on TiDB and Vitess each name has its
 // own, the greatest being Fence.
-func (l *Lock) Fences() []uint64 {
-	if l.set == nil {
-		return []uint64{l.fence}
-	}
-	return slices.Clone(l.set.fences)
-}
+func (l *Lock) Fences() []uint64 { return l.kind.fences(l) }
 
 // label names the Lock's name or set in errors.
-func (l *Lock) label() string {
-	if l.set != nil {
-		return l.set.label
+func (l *Lock) label() string { return l.kind.label(l) }
+
+// setKey is the key of the queue and wake-up channel of the set of sorted
+// names: the name a semaphore named by the set's label would give its slot
+// 0, in the names the semaphores' rows keep to themselves (checkName). No
+// lease row has it, as slots count from 1, so the set shares its queue with
+// no lock and no semaphore.
+func setKey(names []string) string { return slotName(setLabel(names), 0) }
+
+// A setKind is the lockKind (lock.go) of a Lock on a set; the Lock's name is
+// the set's first.
+type setKind struct{ set *lockSet }
+
+func (h setKind) name(l *Lock) string                    { return l.name }
+func (setKind) slot() int                                { return 0 }
+func (h setKind) names(*Lock) []string                   { return slices.Clone(h.set.names) }
+func (h setKind) fences(*Lock) []uint64                  { return slices.Clone(h.set.fences) }
+func (h setKind) label(*Lock) string                     { return h.set.label }
+func (h setKind) waitKey(*Lock) string                   { return setKey(h.set.names) }
+func (h setKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, h.set.names }
+
+// kick makes this Client's callers waiting for the set, or for any of its
+// names, try now.
+func (h setKind) kick(l *Lock) {
+	l.c.wait.Queues.Kick(h.waitKey(l))
+	for _, n := range h.set.names {
+		l.c.wait.Queues.Kick(n)
 	}
-	return strconv.Quote(l.name)
 }
 
-// refreshSet sends the refresh of a set; ok reports whether every lease of
+// refresh sends the refresh of a set; ok reports whether every lease of
 // the set was extended. It is all or nothing: a lease of the set another
 // owner holds, that expired or that is gone fails the statement with 1690
 // (queries.sql, all_refresh), which undoes it.
-func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
-	s := l.set
+func (h setKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
+	s := h.set
 	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
 	res, _, err := l.c.execTextUntil(ctx, until, "all_refresh", s.label, q)
 	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && sessionGuard(err) == "" {
@@ -79,14 +92,14 @@ func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duratio
 	if err != nil {
 		return false, err
 	}
-	return l.allRows(res)
+	return h.allRows(res)
 }
 
-// releaseSet sends the release of a set: the leases are deleted, or with
+// release sends the release of a set: the leases are deleted, or with
 // minHold > 0 kept until acquired_at + minHold (do.go). ours reports
 // whether every lease of the set was still ours.
-func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, maybeApplied bool, err error) {
-	s := l.set
+func (h setKind) release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error) {
+	s := h.set
 	q := l.c.releaseAllSQL(s)
 	stmt := "all_release"
 	if minHold > 0 {
@@ -97,18 +110,18 @@ func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, may
 	if res, maybeApplied, err = l.c.execText(ctx, stmt, s.label, q); err != nil {
 		return false, maybeApplied, err
 	}
-	ours, err = l.allRows(res)
+	ours, err = h.allRows(res)
 	return ours, maybeApplied, err
 }
 
-// checkSet is Check for a set.
-func (l *Lock) checkSet(ctx context.Context, tx *sql.Tx) error {
-	s := l.set
+// check is Check for a set.
+func (h setKind) check(ctx context.Context, l *Lock, tx *sql.Tx) error {
+	s := h.set
 	res, err := tx.ExecContext(ctx, l.c.setSQL("all_check", s.tokenLit, s.in))
 	if err != nil {
 		return l.c.serverError("check "+s.label, err)
 	}
-	ok, err := l.allRows(res)
+	ok, err := h.allRows(res)
 	if err != nil {
 		return errorf("check %s: %w", s.label, err)
 	}
@@ -121,12 +134,12 @@ func (l *Lock) checkSet(ctx context.Context, tx *sql.Tx) error {
 // allRows reports whether res affected every row of the set. The set's
 // statements change every row they match (queries.sql), so the count does
 // not depend on clientFoundRows.
-func (l *Lock) allRows(res sql.Result) (bool, error) {
+func (h setKind) allRows(res sql.Result) (bool, error) {
 	n, err := res.RowsAffected()
 	if err != nil {
 		return false, err
 	}
-	return n == int64(len(l.set.names)), nil
+	return n == int64(len(h.set.names)), nil
 }
 
 // kickAll makes callers of this Client waiting for any name of the Lock,
@@ -135,23 +148,7 @@ func (l *Lock) kickAll() {
 	if l.c.wait.Queues.Len() == 0 {
 		return
 	}
-	if l.set == nil {
-		l.c.wait.Queues.Kick(l.waitKey())
-		l.mu.Lock()
-		waited := l.contended
-		l.mu.Unlock()
-		if sem, slot := splitSlotName(l.name); slot > 0 && !waited {
-			// A slot whose Acquire did not wait holds no lane's channel:
-			// its release woke no other process, so every lane here tries.
-			l.c.wait.Queues.Kick(slotRows(sem))
-			l.c.kickLanes(sem, slotRows(sem))
-		}
-		return
-	}
-	l.c.wait.Queues.Kick(l.waitKey())
-	for _, n := range l.set.names {
-		l.c.wait.Queues.Kick(n)
-	}
+	l.kind.kick(l)
 }
 
 // sentTwice records that the Lock's acquire was sent more than once, the
@@ -173,7 +170,8 @@ func (l *Lock) lateOrphan(kept time.Time) orphan {
 // rule 3). kept, when set, is when a release with a minimum hold keeps the
 // leases until at the latest: the list deletes nothing before.
 func (l *Lock) rememberLate(kept time.Time) {
-	for _, n := range l.Names() {
-		l.c.orphans.Remember(orphanKey(n), l.lateOrphan(kept))
+	list, keys := l.kind.orphans(l)
+	for _, k := range keys {
+		list.book().Remember(k, l.lateOrphan(kept))
 	}
 }

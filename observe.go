@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -149,9 +148,6 @@ func (c *Client) unknown(name string, settled bool) {
 	if c.obs.Unknown == nil {
 		return
 	}
-	// A semaphore's token is kept under its fence row's name: the event
-	// names the semaphore, as its AcquireEvent does.
-	name = strings.TrimSuffix(name, slotMark)
 	observed(c, c.obs.Unknown, observe.UnknownEvent{Name: name, Settled: settled})
 }
 

@@ -201,7 +201,7 @@ func TestClient_deleteOrphan_settledBySendTime(t *testing.T) {
 	e.expectExec("release", releaseArgs("job", tok), reply{id: 0, rows: 0, delay: 100 * time.Millisecond})
 	token, _ := newToken()
 	x := orphan{Value: token, Settled: time.Now().Add(50 * time.Millisecond)}
-	if e.c.deleteOrphan(t.Context(), "job", x) {
+	if e.c.deleteOrphan(t.Context(), &e.c.orphans, "job", x) {
 		t.Error("a DELETE sent before the acquire could commit, finding no row: got settled, want not")
 	}
 	e.done()

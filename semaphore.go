@@ -31,8 +31,10 @@ const (
 // [ErrNotAcquired].
 var ErrSlotCount = errors.New("sqllock: the semaphore has another number of slots")
 
-// slotMark follows a semaphore's name in the names of its rows; no lock
-// name may end with it, or with it and two digits (checkName).
+// slotMark follows a semaphore's name in the names of its rows in the
+// table; no lock name may end with it, or with it and two digits
+// (checkName). It is in the rows' names alone, the statements' arguments:
+// a Lock's kind is its lockKind, never read from a name.
 const slotMark = "\x00slot"
 
 // slotRows is the fence row's name of semaphore name: P in queries.sql.
@@ -49,9 +51,10 @@ func slotName(name string, i int) string {
 	return slotRows(name) + string([]byte{'0' + byte(i/10), '0' + byte(i%10)})
 }
 
-// isSlotMarked reports whether a lock name ends with slotMark, alone or
-// followed by two digits: such names are a semaphore's.
-func isSlotMarked(name string) bool {
+// isSemaphoreRow reports whether a name ends with slotMark, alone or
+// followed by two digits: such rows are a semaphore's, and no lock may
+// have the name.
+func isSemaphoreRow(name string) bool {
 	if strings.HasSuffix(name, slotMark) {
 		return true
 	}
@@ -62,9 +65,10 @@ func isSlotMarked(name string) bool {
 
 func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
-// splitSlotName returns the semaphore and the slot of a slot's row name, or
-// s and 0 for a lock's name.
-func splitSlotName(s string) (name string, slot int) {
+// slotOfRow returns the semaphore and the slot of a row read from the
+// table (Client.List, Semaphore.Inspect) that is a slot's, or s and 0 for
+// a lock's.
+func slotOfRow(s string) (name string, slot int) {
 	n := len(s)
 	if n < len(slotMark)+2 || !isDigit(s[n-1]) || !isDigit(s[n-2]) || s[n-2-len(slotMark):n-2] != slotMark {
 		return s, 0
@@ -72,14 +76,18 @@ func splitSlotName(s string) (name string, slot int) {
 	return s[:n-2-len(slotMark)], int(s[n-2]-'0')*10 + int(s[n-1]-'0')
 }
 
-// orphanKey is the name under which the orphan list remembers the token
-// of an acquire of lease name: for a slot, its semaphore's fence row name,
-// whose tokens are deleted from every slot (deleteSlotOrphan).
-func orphanKey(name string) string {
-	if sem, slot := splitSlotName(name); slot > 0 {
-		return slotRows(sem)
+// deleteByToken deletes any slot token holds in semaphore sem and returns
+// how many rows went.
+func (*semOrphans) deleteByToken(ctx context.Context, c *Client, sem, token string) (int64, error) {
+	var res sql.Result
+	err := fault.Transient(ctx, func() (err error) {
+		res, err = c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), token)
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
-	return name
+	return res.RowsAffected()
 }
 
 // checkSlotArgs returns an error naming what is wrong with a semaphore's
@@ -90,7 +98,7 @@ func checkSlotArgs(name string, n int, ttl time.Duration) error {
 		return errors.New("sqllock: empty semaphore name")
 	case len(name) > maxSemaphoreNameLen:
 		return fmt.Errorf("sqllock: semaphore name is %d bytes, longer than the %d its slots' names leave (maxSemaphoreNameLen)", len(name), maxSemaphoreNameLen)
-	case isSlotMarked(name):
+	case isSemaphoreRow(name):
 		return fmt.Errorf("sqllock: semaphore name %q ends with the bytes that mark a semaphore's rows (0x00 'slot')", name)
 	case n < 1:
 		return fmt.Errorf("sqllock: a semaphore needs at least 1 slot, not %d", n)
@@ -169,7 +177,7 @@ func (s *slotCall) done(ctx context.Context, start time.Time, l *Lock, err error
 // A slotCall is one call that takes a slot of a semaphore. It owns the
 // call's owner token, and follows an acquireCall's rules for statements
 // whose outcome stays unknown (acquire.go), with the orphan list keyed by
-// the semaphore (orphanKey). It is used by one goroutine.
+// the semaphore (semOrphans). It is used by one goroutine.
 type slotCall struct {
 	acquireCall // name is the fence row's (P); the Lock's is the slot's
 	sem         string
@@ -227,7 +235,16 @@ func (s *slotCall) ready(ctx context.Context) error {
 	return nil
 }
 
-func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, s.name) }
+// A slot's token is remembered under its semaphore, in the semaphores'
+// orphan list: a send may have taken any slot.
+
+func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, &s.c.semOrphans, s.sem) }
+
+func (s *slotCall) cleanup(ctx context.Context, last time.Time, sends int) {
+	s.cleanupIn(ctx, &s.c.semOrphans, s.sem, last, sends)
+}
+
+func (s *slotCall) retire(last time.Time, once bool) { s.retireIn(&s.c.semOrphans, s.sem, last, once) }
 
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
@@ -293,7 +310,7 @@ func (s *slotCall) taken(ctx context.Context, id uint64, sent, last time.Time, u
 		s.releaseOthers(ctx, slot)
 	}
 	l := newLock(s.c, slotName(s.sem, slot), s.token, fence, s.ttl, sent.Add(s.ttl))
-	l.lane = uint8(s.lane) // its release wakes the lane it waited in
+	l.kind = &slotKind{sem: s.sem, num: uint8(slot), lane: uint8(s.lane)}
 	return l, nil
 }
 
@@ -368,7 +385,38 @@ func (c *Client) slotsForms(ctx context.Context, i int) (*forms, error) {
 
 // Slot returns the number of the semaphore slot the lease is on, 1 to n,
 // for a Lock taken by a [Semaphore]; 0 otherwise.
-func (l *Lock) Slot() int {
-	_, slot := splitSlotName(l.name)
-	return slot
+func (l *Lock) Slot() int { return l.kind.slot() }
+
+// A slotKind is the lockKind (lock.go) of a Lock on slot num of the semaphore
+// sem: the Lock's name is the slot's row, refreshed, released and checked
+// as a name's lease is. lane is the lane its Acquire waited in
+// (semaphore_lanes.go), whose channel its release lets go of; 0 for the
+// semaphore's own key.
+type slotKind struct {
+	nameKind
+	sem       string
+	num, lane uint8
+}
+
+func (h *slotKind) name(*Lock) string    { return h.sem }
+func (h *slotKind) slot() int            { return int(h.num) }
+func (h *slotKind) names(*Lock) []string { return []string{h.sem} }
+func (h *slotKind) waitKey(*Lock) string { return laneKey(h.sem, slotRows(h.sem), int(h.lane)) }
+func (h *slotKind) orphans(l *Lock) (orphanList, []string) {
+	return &l.c.semOrphans, []string{h.sem}
+}
+
+// kick makes this Client's callers waiting in the slot's lane try now; and
+// every lane's, when its Acquire did not wait: it held no lane's channel,
+// so its release woke no other process.
+func (h *slotKind) kick(l *Lock) {
+	l.c.wait.Queues.Kick(h.waitKey(l))
+	l.mu.Lock()
+	waited := l.contended
+	l.mu.Unlock()
+	if !waited {
+		p := slotRows(h.sem)
+		l.c.wait.Queues.Kick(p)
+		l.c.kickLanes(h.sem, p)
+	}
 }

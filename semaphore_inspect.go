@@ -44,7 +44,7 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
 		if err := rows.Scan(&rowName, &kind, &text, &f, &live, &us); err != nil {
 			return nil, c.serverError(op, err)
 		}
-		sem, slot := splitSlotName(rowName)
+		sem, slot := slotOfRow(rowName)
 		switch {
 		case kind == "F" && rowName == p:
 			n, _ = strconv.Atoi(text)
@@ -84,7 +84,7 @@ func (s *Semaphore) ForceRelease(ctx context.Context, slot int) (Info, error) {
 	if slot < 1 || slot > MaxSlots {
 		return Info{}, fmt.Errorf("sqllock: slot %d: a semaphore's slots are 1 to at most %d (MaxSlots)", slot, MaxSlots)
 	}
-	info, err := s.c.forceRelease(ctx, slotName(s.name, slot), fmt.Sprintf("slot %d of the semaphore %q", slot, s.name))
+	info, err := s.c.forceRelease(ctx, slotName(s.name, slot), slotRows(s.name), fmt.Sprintf("slot %d of the semaphore %q", slot, s.name))
 	if err != nil {
 		return Info{}, err
 	}

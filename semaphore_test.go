@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,22 +25,22 @@ func TestSlotName_roundTrip(t *testing.T) {
 		slot int
 	}{{"jobs", 1}, {"jobs", 64}, {"", 7}, {"a\x00slot", 12}, {"\xff\x00", 9}} {
 		s := slotName(tc.name, tc.slot)
-		if got, slot := splitSlotName(s); got != tc.name || slot != tc.slot {
-			t.Errorf("splitSlotName(slotName(%q, %d)): got %q, %d", tc.name, tc.slot, got, slot)
+		if got, slot := slotOfRow(s); got != tc.name || slot != tc.slot {
+			t.Errorf("slotOfRow(slotName(%q, %d)): got %q, %d", tc.name, tc.slot, got, slot)
 		}
-		if !isSlotMarked(s) {
-			t.Errorf("isSlotMarked(%q): got false, want true", s)
+		if !isSemaphoreRow(s) {
+			t.Errorf("isSemaphoreRow(%q): got false, want true", s)
 		}
 		if p, q := slotRows(tc.name), slotRowsEnd(tc.name); !(p < s && s < q) || !strings.HasPrefix(s, p) {
 			t.Errorf("%q: got outside [%q, %q)", s, p, q)
 		}
 	}
 	for _, name := range []string{"jobs", "job\x00", "job\x00slo", "job\x00slot1", "job\x00slotab", "job\x00Slot01", "01"} {
-		if isSlotMarked(name) {
-			t.Errorf("isSlotMarked(%q): got true, want false", name)
+		if isSemaphoreRow(name) {
+			t.Errorf("isSemaphoreRow(%q): got true, want false", name)
 		}
-		if got, slot := splitSlotName(name); got != name || slot != 0 {
-			t.Errorf("splitSlotName(%q): got %q, %d, want it unchanged, 0", name, got, slot)
+		if got, slot := slotOfRow(name); got != name || slot != 0 {
+			t.Errorf("slotOfRow(%q): got %q, %d, want it unchanged, 0", name, got, slot)
 		}
 		if err := checkName(name); err != nil {
 			t.Errorf("checkName(%q): got %v, want nil", name, err)
@@ -221,6 +222,9 @@ func TestSemaphore_TryAcquire_fillsAndFrees(t *testing.T) {
 			}
 			if l.Slot() != i || l.Name() != "jobs" {
 				t.Fatalf("slot %d: got %q slot %d", i, l.Name(), l.Slot())
+			}
+			if got := l.Names(); !slices.Equal(got, []string{"jobs"}) {
+				t.Fatalf("slot %d: Names: got %q, want [jobs]", i, got)
 			}
 			if l.Fence() <= last {
 				t.Fatalf("fence: got %d, want above %d", l.Fence(), last)
@@ -429,7 +433,7 @@ func TestSemaphore_TryAcquire_lostReply_leavesNothing(t *testing.T) {
 		}
 		// Every send ran: the DELETE removed what one wrote, which proves
 		// nothing of the others, so the token stays remembered (orphans.go).
-		if got := le.c.orphans.Count(slotRows("lost")); got != 1 {
+		if got := le.c.semOrphans.Count("lost"); got != 1 {
 			t.Errorf("tokens remembered: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 		}
 	})
@@ -459,7 +463,7 @@ func TestSemaphore_TryAcquire_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 			if _, err := le.c.Semaphore("orph", 1).TryAcquire(ctx, time.Minute); err == nil {
 				t.Fatal("got nil, want an error")
 			}
-			if got := le.c.orphans.Count(slotRows("orph")); got != 1 {
+			if got := le.c.semOrphans.Count("orph"); got != 1 {
 				t.Fatalf("tokens remembered: got %d, want 1", got)
 			}
 			if _, err := le.witness.Semaphore("orph", 1).TryAcquire(ctx, time.Minute); !errors.Is(err, ErrNotAcquired) {
@@ -483,7 +487,7 @@ func TestSemaphore_TryAcquire_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
 			}
 			// Deleted again until no send of it can commit (orphans.go).
-			if got := le.c.orphans.Count(slotRows("orph")); got != 1 {
+			if got := le.c.semOrphans.Count("orph"); got != 1 {
 				t.Errorf("tokens remembered after: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 			}
 		})
@@ -606,7 +610,7 @@ func TestSemaphore_TryAcquire_sentTwice_releaseRemembersToken(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if got := le.c.orphans.Count(slotRows("twice")); got != 1 {
+		if got := le.c.semOrphans.Count("twice"); got != 1 {
 			t.Fatalf("tokens remembered after the release: got %d, want 1", got)
 		}
 		// The first send runs late now, and takes slot 1 under the token.

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sqllock/sqllock/internal/settle"
 	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
 )
@@ -71,10 +70,11 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
-	held    held                       // the Locks to release on Close; held.go
-	slots   slotStmts                  // slot_acquire prepared per number of slot rows; semaphore_stmt.go
-	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
-	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
+	held       held                       // the Locks to release on Close; held.go
+	slots      slotStmts                  // slot_acquire prepared per number of slot rows; semaphore_stmt.go
+	later      [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
+	orphans    nameOrphans                // tokens whose leases may be left on the server; orphans.go
+	semOrphans semOrphans                 // the same for semaphores' slots
 
 	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go
 }

@@ -11,9 +11,9 @@ import (
 // Semaphore.Acquire of a semaphore) waits in one path, acquireQueued (wait.go),
 // on internal/wait's machinery: the Client's fair queue, the wake-up
 // channel and the look. A waitCall is what that path needs of each kind.
-// Its key names the queue and the channel: a lock's name, a set's label
-// followed by setKeyMark, a semaphore's fence row name (slotRows). No lock
-// name ends with either mark (checkName), so no two kinds share a queue.
+// Its key names the queue and the channel: a lock's name, a set's setKey,
+// a semaphore's lane's key (laneKey): each kind makes its own, and no two
+// kinds share a queue.
 
 // A waitCall is one waiting acquire, used by one goroutine.
 type waitCall interface {
@@ -37,14 +37,6 @@ type waitCall interface {
 	// the next caller in line wait, and the Lock does not keep the channel.
 	shared() bool
 }
-
-// setKeyMark follows a set's label in its key: slotMark and two digits,
-// which no lock name ends with and no semaphore's slot row is named by
-// (slots are numbered from 01).
-const setKeyMark = slotMark + "00"
-
-// setKey is the key of the set of sorted names.
-func setKey(names []string) string { return setLabel(names) + setKeyMark }
 
 func (a *acquireCall) key() string                            { return a.name }
 func (a *acquireCall) label() string                          { return a.name }
@@ -85,12 +77,4 @@ type setCall struct {
 
 // waitKey is the key of the queue and channel l's acquire waited in: a
 // set's key for a set, the semaphore's lane's for a slot, else the name.
-func (l *Lock) waitKey() string {
-	if l.set != nil {
-		return setKey(l.set.names)
-	}
-	if sem, slot := splitSlotName(l.name); slot > 0 {
-		return laneKey(sem, slotRows(sem), int(l.lane))
-	}
-	return l.name
-}
+func (l *Lock) waitKey() string { return l.kind.waitKey(l) }

@@ -163,23 +163,3 @@ func TestTicket_Sleep_ends(t *testing.T) {
 		t.Errorf("closed: got %v, want the closed error", err)
 	}
 }
-
-// Anyway outlives its parent's end, but keeps a Bounded parent's deadline.
-func TestAnyway_bounded(t *testing.T) {
-	parent, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	ctx, stop := Anyway(parent, time.Hour)
-	defer stop()
-	if d, _ := ctx.Deadline(); time.Until(d) < 59*time.Minute {
-		t.Errorf("unbounded: deadline in %v, want the hour", time.Until(d))
-	}
-	ctx2, stop2 := Anyway(Bounded(parent), time.Hour)
-	defer stop2()
-	if d, _ := ctx2.Deadline(); time.Until(d) > time.Second {
-		t.Errorf("bounded: deadline in %v, want the parent's", time.Until(d))
-	}
-	cancel()
-	if ctx.Err() != nil || ctx2.Err() != nil {
-		t.Error("Anyway's context ended with its parent's cancel")
-	}
-}
