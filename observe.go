@@ -11,15 +11,6 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
-// WithObserver makes the Client report its events to o (see [observe.Observer]).
-// The default reports nothing.
-func WithObserver(o observe.Observer) Option {
-	return func(c *Client) error {
-		c.obs = o
-		return nil
-	}
-}
-
 // errorOutcome is the Outcome of a statement's error.
 func errorOutcome(err error) observe.Outcome {
 	switch {
