@@ -53,15 +53,6 @@ func observed[E any](c *Client, f func(E), ev E) {
 	f(ev)
 }
 
-// acquireStart is the start time of an acquire call, read only when
-// AcquireDone is set.
-func (c *Client) acquireStart() time.Time {
-	if c.obs.AcquireDone == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
 // acquireDone reports the acquire call a, begun at start, that returned l
 // and err.
 func (c *Client) acquireDone(ctx context.Context, a *acquireCall, start time.Time, l *Lock, err error) {
