@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -15,7 +14,7 @@ const ReleaseTimeout = 5 * time.Second
 func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts []DoOption) (doConfig, error) {
 	var c doConfig
 	if fn == nil {
-		return doConfig{}, errors.New("sqllock: nil func")
+		return doConfig{}, errorf("nil func")
 	}
 	for _, opt := range opts {
 		if err := opt(&c); err != nil {
@@ -26,7 +25,7 @@ func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts 
 		c.margin = defaultSafetyMargin(ttl)
 	}
 	if c.margin >= ttl {
-		return doConfig{}, fmt.Errorf("sqllock: safety margin %v is not below the ttl %v", c.margin, ttl)
+		return doConfig{}, errorf("safety margin %v is not below the ttl %v", c.margin, ttl)
 	}
 	return c, nil
 }

@@ -1,8 +1,6 @@
 package sqllock
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -33,13 +31,13 @@ func WithTable(name string) Option {
 func WithHolder(desc string) Option {
 	return func(c *Client) error {
 		if desc == "" {
-			return errors.New("sqllock: empty holder description")
+			return errorf("empty holder description")
 		}
 		if len(desc) > maxHolderLen {
-			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), maxHolderLen)
+			return errorf("holder description is %d bytes, longer than the %d the table holds", len(desc), maxHolderLen)
 		}
 		if strings.HasPrefix(desc, lockDelayHolder) {
-			return fmt.Errorf("sqllock: holder description %q begins as a lock-delay's, which Elect and the sqllock command would take for one", desc)
+			return errorf("holder description %q begins as a lock-delay's, which Elect and the sqllock command would take for one", desc)
 		}
 		c.holder = desc
 		return nil
@@ -51,7 +49,7 @@ func WithHolder(desc string) Option {
 func WithRetry(s RetryStrategy) Option {
 	return func(c *Client) error {
 		if s == nil {
-			return errors.New("sqllock: nil RetryStrategy")
+			return errorf("nil RetryStrategy")
 		}
 		c.retry = s
 		return nil
@@ -65,7 +63,7 @@ func WithRetry(s RetryStrategy) Option {
 func WithLockDelay(d time.Duration) Option {
 	return func(c *Client) error {
 		if d < 0 || d > MaxTTL {
-			return fmt.Errorf("sqllock: lock-delay %v: must be between 0 and %v", d, MaxTTL)
+			return errorf("lock-delay %v: must be between 0 and %v", d, MaxTTL)
 		}
 		c.lockDelay = d
 		return nil
@@ -105,7 +103,7 @@ func WithObserver(o observe.Observer) Option {
 func WithWakeups(n int) Option {
 	return func(c *Client) error {
 		if n < 0 {
-			return fmt.Errorf("sqllock: WithWakeups(%d): the number of wake-up channels cannot be negative", n)
+			return errorf("WithWakeups(%d): the number of wake-up channels cannot be negative", n)
 		}
 		c.wakeups = n
 		return nil
@@ -128,7 +126,7 @@ type doConfig struct {
 func WithMinHold(d time.Duration) DoOption {
 	return func(c *doConfig) error {
 		if d < 0 || d > MaxTTL {
-			return fmt.Errorf("sqllock: minimum hold %v is outside [0, %v]", d, MaxTTL)
+			return errorf("minimum hold %v is outside [0, %v]", d, MaxTTL)
 		}
 		c.minHold = d
 		return nil
@@ -143,7 +141,7 @@ func WithMinHold(d time.Duration) DoOption {
 func WithSafetyMargin(d time.Duration) DoOption {
 	return func(c *doConfig) error {
 		if d < 0 {
-			return fmt.Errorf("sqllock: safety margin %v is negative", d)
+			return errorf("safety margin %v is negative", d)
 		}
 		c.margin, c.marginSet = d, true
 		return nil

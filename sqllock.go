@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"log/slog"
 	"os"
 	"strconv"
@@ -81,7 +80,7 @@ type Client struct {
 // [Client.CreateTable]). It sends nothing to the server.
 func New(db *sql.DB, opts ...Option) (*Client, error) {
 	if db == nil {
-		return nil, errors.New("sqllock: nil *sql.DB")
+		return nil, errorf("nil *sql.DB")
 	}
 	c := &Client{
 		db:        db,
