@@ -33,27 +33,6 @@ const MaxNames = 64
 // half a set taken.
 var errSetsThroughVitess = errorf("%w: several names at once are refused through Vitess: a set's names may live on different shards, which neither lock in one order nor commit at once (docs/servers.md)", ErrUnsupportedServer)
 
-// A HeldError is the error of [Client.TryAcquireSet] when a name of the set
-// was held by another owner: nothing was taken. Names lists, sorted, those a
-// read right after the refusal found held. It wraps [ErrNotAcquired].
-type HeldError struct {
-	Names []string
-}
-
-func (e *HeldError) Error() string {
-	if len(e.Names) == 0 {
-		return ErrNotAcquired.Error() + ": a name of the set was held by another owner (and released since)"
-	}
-	q := make([]string, len(e.Names))
-	for i, n := range e.Names {
-		q[i] = strconv.Quote(n)
-	}
-	return ErrNotAcquired.Error() + ": " + strings.Join(q, ", ") + " held by another owner"
-}
-
-// Unwrap returns [ErrNotAcquired].
-func (e *HeldError) Unwrap() error { return ErrNotAcquired }
-
 // checkNames returns the names of a set sorted, or an error naming what is
 // wrong with them.
 func checkNames(names []string) ([]string, error) {

@@ -203,20 +203,6 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 	return Info{}, errorf("%s: the lease changed hands %d times while being released; try again", op, forceReleaseAttempts)
 }
 
-// WithLockDelay sets how long [Client.ForceRelease] keeps a live lease's
-// name from everyone: 0 frees it at once, d > 0 exactly d. The default lasts
-// until the evicted holder's keep-alive has seen the loss and its work has
-// stopped (docs/operations.md). d must be between 0 and [MaxTTL].
-func WithLockDelay(d time.Duration) Option {
-	return func(c *Client) error {
-		if d < 0 || d > MaxTTL {
-			return fmt.Errorf("sqllock: lock-delay %v: must be between 0 and %v", d, MaxTTL)
-		}
-		c.lockDelay = d
-		return nil
-	}
-}
-
 // lockDelayCap bounds the second term of the default lock-delay: the
 // default safety margin's cap, and a second for the round trips.
 const lockDelayCap = maxDefaultSafetyMargin + time.Second

@@ -256,19 +256,6 @@ func TestDefaultLockDelay_outlastsTheNextRenewal(t *testing.T) {
 	}
 }
 
-func TestWithLockDelay_bad(t *testing.T) {
-	db, _, err := sqlmock.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, d := range []time.Duration{-time.Nanosecond, MaxTTL + 1} {
-		if c, err := New(db, WithLockDelay(d)); c != nil || err == nil {
-			t.Errorf("WithLockDelay(%v): got %v, %v, want an error", d, c, err)
-		}
-	}
-}
-
 // Issue 32: the holder evicted by a forced release, working under Do with
 // its renewals, sees the loss before a second Client, trying all the while,
 // gets the name, or the semaphore's slot; and the second Client's fence is

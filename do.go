@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -12,48 +11,10 @@ import (
 // context of its own so that it happens even when the caller's has ended.
 const ReleaseTimeout = 5 * time.Second
 
-// A DoOption changes how [Client.Do] and [Lock.Do] hold the lease.
-type DoOption func(*doConfig) error
-
-type doConfig struct {
-	minHold   time.Duration
-	margin    time.Duration
-	marginSet bool
-}
-
-// WithMinHold keeps the lease after fn returns until d after it was acquired
-// (ShedLock's lockAtLeastFor), so that a host whose trigger fires late does
-// not run the job again: the release then sets the expiry instead of deleting
-// the lease. d may exceed the ttl; it must be between 0 and [MaxTTL].
-func WithMinHold(d time.Duration) DoOption {
-	return func(c *doConfig) error {
-		if d < 0 || d > MaxTTL {
-			return fmt.Errorf("sqllock: minimum hold %v is outside [0, %v]", d, MaxTTL)
-		}
-		c.minHold = d
-		return nil
-	}
-}
-
-// WithSafetyMargin sets how long before the lease could expire fn's context is
-// cancelled when renewals keep failing ([Lock.KeepAlive]): the time fn needs
-// to stop, plus how far the client's clock may run slow of the server's over
-// one ttl. The default is min(ttl/10, 5s); d must be at least 0 and below the
-// ttl.
-func WithSafetyMargin(d time.Duration) DoOption {
-	return func(c *doConfig) error {
-		if d < 0 {
-			return fmt.Errorf("sqllock: safety margin %v is negative", d)
-		}
-		c.margin, c.marginSet = d, true
-		return nil
-	}
-}
-
 func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts []DoOption) (doConfig, error) {
 	var c doConfig
 	if fn == nil {
-		return doConfig{}, errors.New("sqllock: nil func")
+		return doConfig{}, errorf("nil func")
 	}
 	for _, opt := range opts {
 		if err := opt(&c); err != nil {
@@ -64,7 +25,7 @@ func newDoConfig(ttl time.Duration, fn func(context.Context, *Lock) error, opts 
 		c.margin = defaultSafetyMargin(ttl)
 	}
 	if c.margin >= ttl {
-		return doConfig{}, fmt.Errorf("sqllock: safety margin %v is not below the ttl %v", c.margin, ttl)
+		return doConfig{}, errorf("safety margin %v is not below the ttl %v", c.margin, ttl)
 	}
 	return c, nil
 }

@@ -467,24 +467,6 @@ func TestLock_Do_WithMinHold_result(t *testing.T) {
 	}
 }
 
-func TestClient_Do_badOptions(t *testing.T) {
-	e := newMockEnv(t)
-	for _, opts := range [][]DoOption{
-		{WithMinHold(-time.Second)},
-		{WithMinHold(MaxTTL + time.Second)},
-		{WithSafetyMargin(-time.Second)},
-		{WithSafetyMargin(time.Minute)}, // not below the ttl
-	} {
-		err := e.c.Do(t.Context(), "job", time.Minute, noop, opts...)
-		if err == nil {
-			t.Errorf("Do with a bad option: got nil, want an error")
-		}
-	}
-	assertErrContains(t, e.c.Do(t.Context(), "job", time.Minute, nil), "nil func")
-	e.assertNothingPrepared()
-	e.done()
-}
-
 // heldLock returns the Lock c holds on name, as Do keeps it to itself.
 func heldLock(t *testing.T, c *Client, name string) *Lock {
 	t.Helper()

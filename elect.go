@@ -45,7 +45,7 @@ type Callbacks struct {
 // refused login, a closed Client).
 func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb Callbacks) error {
 	if cb.OnStartedLeading == nil {
-		return errors.New("sqllock: Callbacks.OnStartedLeading is nil")
+		return errorf("Callbacks.OnStartedLeading is nil")
 	}
 	if err := checkName(name); err != nil {
 		return err

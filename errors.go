@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -20,6 +21,56 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("sqllock: client closed")
 )
+
+// ErrLockLost means a lease ended while work ran under it: someone took the
+// name over, or no renewal succeeded before the lease could expire. It is
+// the cause (see [context.Cause]) of a context from [Lock.KeepAlive] that
+// ended because of loss, and [Client.Do] returns it wrapped.
+var ErrLockLost = errors.New("sqllock: lock lost")
+
+// ErrBadTable means the Client's table differs from schema.sql, at first
+// use or after an ALTER TABLE; the error that wraps it names each
+// difference and the ALTER TABLE that mends them.
+var ErrBadTable = errors.New("sqllock: table does not match schema.sql")
+
+// ErrSlotCount means a semaphore was asked for with another n than it has
+// while a slot is held; the error that wraps it names both, and also wraps
+// [ErrNotAcquired].
+var ErrSlotCount = errors.New("sqllock: the semaphore has another number of slots")
+
+// ErrUnsupportedServer means the server, or a layer in front of it, does not
+// run sqllock's statements as MySQL does, or cannot serve a kind of lease (a
+// set through Vitess, a semaphore on TiDB), found before any such lease is
+// taken (docs/servers.md). It matches errors.ErrUnsupported too.
+var ErrUnsupportedServer error = unsupportedServer{}
+
+type unsupportedServer struct{}
+
+func (unsupportedServer) Error() string { return "sqllock: unsupported server" }
+
+// Is makes ErrUnsupportedServer match errors.ErrUnsupported.
+func (unsupportedServer) Is(target error) bool { return target == errors.ErrUnsupported }
+
+// A HeldError is the error of [Client.TryAcquireSet] when a name of the set
+// was held by another owner: nothing was taken. Names lists, sorted, those a
+// read right after the refusal found held. It wraps [ErrNotAcquired].
+type HeldError struct {
+	Names []string
+}
+
+func (e *HeldError) Error() string {
+	if len(e.Names) == 0 {
+		return ErrNotAcquired.Error() + ": a name of the set was held by another owner (and released since)"
+	}
+	q := make([]string, len(e.Names))
+	for i, n := range e.Names {
+		q[i] = strconv.Quote(n)
+	}
+	return ErrNotAcquired.Error() + ": " + strings.Join(q, ", ") + " held by another owner"
+}
+
+// Unwrap returns [ErrNotAcquired].
+func (e *HeldError) Unwrap() error { return ErrNotAcquired }
 
 // passable reports whether err may pass: whether a loop that keeps trying
 // (Elect, Acquire's polling, Once, a keep-alive) should go on after it.

@@ -196,7 +196,7 @@ func (c *Client) execSends(ctx context.Context, until time.Time, i int, args ...
 	})
 }
 
-// execText is exec for a statement sent as text (a set's, acquire_all.go),
+// execText is exec for a statement sent as text (a set's, acquire_set.go),
 // named stmt for logs and the Observer, about the set labelled name.
 func (c *Client) execText(ctx context.Context, stmt, name, text string) (res sql.Result, maybeApplied bool, err error) {
 	return c.execTextUntil(ctx, time.Time{}, stmt, name, text)

@@ -11,12 +11,6 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
-// ErrLockLost means a lease ended while work ran under it: someone took the
-// name over, or no renewal succeeded before the lease could expire. It is
-// the cause (see [context.Cause]) of a context from [Lock.KeepAlive] that
-// ended because of loss, and [Client.Do] returns it wrapped.
-var ErrLockLost = errors.New("sqllock: lock lost")
-
 // maxDefaultSafetyMargin caps the safety margin a keep-alive uses unless
 // [WithSafetyMargin] sets one: ttl/10, at most this.
 const maxDefaultSafetyMargin = 5 * time.Second

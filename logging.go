@@ -6,20 +6,6 @@ import (
 	"log/slog"
 )
 
-// WithLogger makes the Client report to l what a service could not see
-// otherwise: retries, failed renewals, lost leases, changes of lead and
-// Close's releases (docs/operations.md#logging), each with the lock's name
-// under "name". The default, and a nil l, log nothing.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *Client) error {
-		if l == nil {
-			l = discardLogger
-		}
-		c.log = l
-		return nil
-	}
-}
-
 var discardLogger = slog.New(slog.DiscardHandler)
 
 // logRetry reports a statement that failed in a way that is retried, to

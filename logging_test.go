@@ -223,14 +223,3 @@ func TestWithLogger_retry(t *testing.T) {
 	}
 	e.done()
 }
-
-// A nil logger logs nothing, and works.
-func TestWithLogger_nil(t *testing.T) {
-	e := newMockEnv(t, WithLogger(nil))
-	tok := &tokenArg{}
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 60_000_000, tok), errReply(errDeadlock), okReply(42, 1))
-	if _, err := e.c.TryAcquire(t.Context(), "job", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	e.done()
-}

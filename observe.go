@@ -10,15 +10,6 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
-// WithObserver makes the Client report its events to o (see [observe.Observer]).
-// The default reports nothing.
-func WithObserver(o observe.Observer) Option {
-	return func(c *Client) error {
-		c.obs = o
-		return nil
-	}
-}
-
 // errorOutcome is the Outcome of a statement's error.
 func errorOutcome(err error) observe.Outcome {
 	switch {
@@ -59,15 +50,6 @@ func observed[E any](c *Client, f func(E), ev E) {
 		}
 	}()
 	f(ev)
-}
-
-// acquireStart is the start time of an acquire call, read only when
-// AcquireDone is set.
-func (c *Client) acquireStart() time.Time {
-	if c.obs.AcquireDone == nil {
-		return time.Time{}
-	}
-	return time.Now()
 }
 
 // acquireDone reports the acquire call a, begun at start, that returned l

@@ -16,7 +16,7 @@ const onceTTL = 15 * time.Second
 
 // errOnceDone stops Once's work when the completion record is found under
 // the lease.
-var errOnceDone = errors.New("sqllock: already done")
+var errOnceDone = errorf("already done")
 
 // Once runs fn so that it succeeds at most once for name across every
 // replica and restart that share the table, and reports whether this call ran
@@ -29,7 +29,7 @@ var errOnceDone = errors.New("sqllock: already done")
 // ran, the error wraps [ErrLockLost] and nothing is recorded.
 func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error) (ran bool, err error) {
 	if fn == nil {
-		return false, errors.New("sqllock: nil func")
+		return false, errorf("nil func")
 	}
 	if err := checkName(name); err != nil {
 		return false, err
@@ -145,7 +145,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 		id, err = res.RowsAffected()
 	}
 	if err != nil {
-		return fmt.Errorf("sqllock: %s: %w", op, err)
+		return errorf("%s: %w", op, err)
 	}
 	if id == 0 { // else 1, or the fence plus one on TiDB (queries.sql)
 		return errorf("%w: %w: the lease on %q was taken over before fn's success was recorded", ErrLockLost, ErrNotHeld, l.name)

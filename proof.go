@@ -11,19 +11,6 @@ import (
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
-// ErrUnsupportedServer means the server, or a layer in front of it, does not
-// run sqllock's statements as MySQL does, or cannot serve a kind of lease (a
-// set through Vitess, a semaphore on TiDB), found before any such lease is
-// taken (docs/servers.md). It matches errors.ErrUnsupported too.
-var ErrUnsupportedServer error = unsupportedServer{}
-
-type unsupportedServer struct{}
-
-func (unsupportedServer) Error() string { return "sqllock: unsupported server" }
-
-// Is makes ErrUnsupportedServer match errors.ErrUnsupported.
-func (unsupportedServer) Is(target error) bool { return target == errors.ErrUnsupported }
-
 // A server that calls itself MySQL may not behave like it: every decision
 // sqllock makes rests on the insert id of the OK packet of the statement
 // that made it (queries.sql), so a layer that hands back another number (one

@@ -26,11 +26,6 @@ const (
 	maxSemaphoreNameLen = MaxNameLen - len(slotMark) - 2
 )
 
-// ErrSlotCount means a semaphore was asked for with another n than it has
-// while a slot is held; the error that wraps it names both, and also wraps
-// [ErrNotAcquired].
-var ErrSlotCount = errors.New("sqllock: the semaphore has another number of slots")
-
 // slotMark follows a semaphore's name in the names of its rows in the
 // table; no lock name may end with it, or with it and two digits
 // (checkName). It is in the rows' names alone, the statements' arguments:

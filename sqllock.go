@@ -3,12 +3,9 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,59 +76,11 @@ type Client struct {
 	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go
 }
 
-// An Option configures a Client in [New].
-type Option func(*Client) error
-
-// WithTable makes the Client use table name instead of [DefaultTable]. The
-// name must match ^[A-Za-z0-9_]{1,64}$; it is quoted, never interpolated raw.
-func WithTable(name string) Option {
-	return func(c *Client) error {
-		q, err := quoteTable(name)
-		if err != nil {
-			return err
-		}
-		c.table = q
-		return nil
-	}
-}
-
-// WithHolder sets the description stored with each lease this Client takes,
-// for people reading the table; the default is "hostname:pid". It may not
-// begin "lock-delay after a forced release of ", as a lock-delay's does
-// ([Info]).
-func WithHolder(desc string) Option {
-	return func(c *Client) error {
-		if desc == "" {
-			return errors.New("sqllock: empty holder description")
-		}
-		if len(desc) > maxHolderLen {
-			return fmt.Errorf("sqllock: holder description is %d bytes, longer than the %d the table holds", len(desc), maxHolderLen)
-		}
-		if strings.HasPrefix(desc, lockDelayHolder) {
-			return fmt.Errorf("sqllock: holder description %q begins as a lock-delay's, which Elect and the sqllock command would take for one", desc)
-		}
-		c.holder = desc
-		return nil
-	}
-}
-
-// WithRetry sets how [Client.Acquire] waits between attempts. The default is
-// ExponentialBackoff(8*time.Millisecond, 256*time.Millisecond).
-func WithRetry(s RetryStrategy) Option {
-	return func(c *Client) error {
-		if s == nil {
-			return errors.New("sqllock: nil RetryStrategy")
-		}
-		c.retry = s
-		return nil
-	}
-}
-
 // New returns a Client that keeps its leases in db's table (see
 // [Client.CreateTable]). It sends nothing to the server.
 func New(db *sql.DB, opts ...Option) (*Client, error) {
 	if db == nil {
-		return nil, errors.New("sqllock: nil *sql.DB")
+		return nil, errorf("nil *sql.DB")
 	}
 	c := &Client{
 		db:        db,

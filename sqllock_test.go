@@ -19,78 +19,7 @@ import (
 )
 
 // ---------------------------------------------------------------------------
-// Options and the SQL text
-
-func TestNew_WithTable(t *testing.T) {
-	db, _, err := sqlmock.New()
-	if err != nil {
-		t.Fatalf("sqlmock.New: got %v, want nil", err)
-	}
-	defer db.Close()
-	c, err := New(db, WithTable("my_locks"))
-	if err != nil {
-		t.Fatalf("New: got %v, want nil", err)
-	}
-	for i, name := range stmtNames {
-		// Before the first use has found the database, the table alone.
-		want := strings.ReplaceAll(queries[name], "`sqllock`", "`my_locks`")
-		if c.learned().sql[i] != want {
-			t.Errorf("%s: got %q, want %q", name, c.learned().sql[i], want)
-		}
-		if strings.Contains(c.learned().sql[i], "`sqllock`") {
-			t.Errorf("%s: got %q, want no `sqllock` left", name, c.learned().sql[i])
-		}
-	}
-}
-
-func TestNew_badOptions(t *testing.T) {
-	db, mock, err := sqlmock.New()
-	if err != nil {
-		t.Fatalf("sqlmock.New: got %v, want nil", err)
-	}
-	defer db.Close()
-
-	if c, err := New(nil); c != nil || err == nil {
-		t.Errorf("New(nil): got %v, %v, want nil and an error", c, err)
-	} else {
-		assertErrContains(t, err, "nil *sql.DB")
-	}
-
-	tests := []struct {
-		name string
-		opt  Option
-		want []string
-	}{
-		{"empty table", WithTable(""), []string{"bad table name", `""`}},
-		{"table with a dash", WithTable("a-b"), []string{"bad table name", `"a-b"`}},
-		{"table with SQL", WithTable("x;drop"), []string{"bad table name", `"x;drop"`}},
-		{"table of 65 chars", WithTable(strings.Repeat("t", 65)), []string{"bad table name", "1 to 64"}},
-		{"quoted table", WithTable("`t`"), []string{"bad table name", "\"`t`\""}},
-		{"empty holder", WithHolder(""), []string{"empty holder description"}},
-		{"holder of 256 bytes", WithHolder(strings.Repeat("h", maxHolderLen+1)), []string{"holder description is 256 bytes", "longer than"}},
-		{"holder of a lock-delay", WithHolder("lock-delay after a forced release of a"), []string{`holder description "lock-delay after a forced release of a" begins as a lock-delay's`}},
-		{"nil RetryStrategy", WithRetry(nil), []string{"nil RetryStrategy"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := New(db, tt.opt)
-			if c != nil {
-				t.Errorf("Client: got %v, want nil", c)
-			}
-			assertErrContains(t, err, tt.want...)
-		})
-	}
-
-	t.Run("limits accepted", func(t *testing.T) {
-		_, err := New(db, WithTable(strings.Repeat("t", 64)), WithHolder(strings.Repeat("h", maxHolderLen)))
-		if err != nil {
-			t.Errorf("got %v, want nil", err)
-		}
-	})
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Errorf("ExpectationsWereMet: got %v, want nil", err)
-	}
-}
+// The table
 
 func TestClient_CreateTable(t *testing.T) {
 	eachMockTable(t, func(t *testing.T, e *mockEnv) {

@@ -17,13 +17,6 @@ import (
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
-var (
-	// ErrBadTable means the Client's table differs from schema.sql, at first
-	// use or after an ALTER TABLE; the error that wraps it names each
-	// difference and the ALTER TABLE that mends them.
-	ErrBadTable = errors.New("sqllock: table does not match schema.sql")
-)
-
 // A schemaColumn is a column of schema.sql as information_schema shows it.
 type schemaColumn struct {
 	name string

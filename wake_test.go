@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/wait"
@@ -499,43 +498,6 @@ func TestWithWakeups_offOnTiDB(t *testing.T) {
 			t.Errorf("after the hand-over: the name's channel held by connection %d, want free", h)
 		}
 	})
-}
-
-// Wake-up channels are on by default, four at once; WithWakeups sets how
-// many, 0 turns them off, and a negative count is refused in New, naming
-// the problem, before anything is sent.
-func TestWithWakeups(t *testing.T) {
-	db, mock, err := sqlmock.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, tc := range []struct {
-		opts []Option
-		on   bool
-		max  int
-	}{
-		{nil, true, defaultWakeups},
-		{[]Option{WithWakeups(0)}, false, 0},
-		{[]Option{WithWakeups(16)}, true, 16},
-	} {
-		c, err := New(db, tc.opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.wait.Channels.On() != tc.on || c.wait.Channels.Max() != tc.max {
-			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wait.Channels.On(), c.wait.Channels.Max(), tc.on, tc.max)
-		}
-	}
-	if defaultWakeups != 4 {
-		t.Errorf("defaultWakeups: got %d, want the 4 the docs state", defaultWakeups)
-	}
-	if _, err := New(db, WithWakeups(-1)); err == nil || !strings.Contains(err.Error(), "negative") {
-		t.Errorf("WithWakeups(-1): got %v, want an error that says the count is negative", err)
-	}
-	if err := mock.ExpectationsWereMet(); err != nil {
-		t.Error(err)
-	}
 }
 
 // Release ends within ReleaseTimeout on a connection that stops answering,

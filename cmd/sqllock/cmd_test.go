@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	// TestRun_pausedPastLease's command did not start within 30 s and
 	// TestRun_grandchildDiesWithSqllock's tree outlived sqllock by 10 s,
 	// on a quiet machine, though each passes alone; the cause is not
-	// found yet (docs/testing.md).
+	// found yet (bench/testing-history.md, Under load).
 	testdsn.Serial = true
 	testdsn.Parallel()
 	os.Exit(m.Run())
