@@ -276,7 +276,9 @@ func TestLocker_Task_contextEndsBeforeExpiry(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		c, p, _, _ := newProxiedClient(t, s)
 		ctx := context.Background()
-		locker, err := NewLocker(ctx, c, WithTTL(2*time.Second), WithMinHold(0), WithLogger(nil))
+		// The lock timeout is the setup's: a 5 s one ran out at a load
+		// average of 45.
+		locker, err := NewLocker(ctx, c, WithTTL(2*time.Second), WithMinHold(0), WithLogger(nil), WithLockTimeout(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,6 +319,39 @@ func TestLocker_Task_contextEndsBeforeExpiry(t *testing.T) {
 		p.close()
 		if err := lk.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) {
 			t.Errorf("Unlock: got %v, want ErrLockLost", err)
+		}
+	})
+}
+
+// Unlock reports the loss a Task's context ended with even when the
+// renewing goroutine was stopped before its timer fired past the deadline
+// (on a loaded machine it fires late, and a select with both the stop and
+// the timer ready picks either): the lease may expire, and the release,
+// which cannot reach the server here, must not hide that. It failed at a
+// load average of 20, Unlock returning the release's connection error.
+func TestLocker_Unlock_lossPastDeadlineBeforeRenewSawIt(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		c, p, _, _ := newProxiedClient(t, s)
+		ctx := context.Background()
+		locker, err := NewLocker(ctx, c, WithTTL(time.Second), WithMinHold(0), WithLogger(nil), WithLockTimeout(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := locker.lock(ctx, "job", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Stop the renewals before the first, as Unlock's stop does when it
+		// wins over the timer; Unlock then finds them stopped.
+		close(r.stop)
+		<-r.done
+		r.stop = make(chan struct{})
+		for r.expired() == nil {
+			time.Sleep(time.Until(r.lock.ValidUntil()))
+		}
+		p.close() // the release cannot tell ErrNotHeld
+		if err := r.Unlock(ctx); !errors.Is(err, sqllock.ErrLockLost) || !strings.Contains(err.Error(), "no renewal") {
+			t.Errorf("Unlock past the deadline: got %v, want ErrLockLost: no renewal succeeded in time", err)
 		}
 	})
 }
