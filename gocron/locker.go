@@ -335,6 +335,15 @@ func (r *run) Unlock(ctx context.Context) error {
 func (r *run) unlock(ctx context.Context) error {
 	close(r.stop)
 	<-r.done
+	if r.lost == nil {
+		// Stopped before its timer fired, or with both ready (a loaded
+		// machine wakes it late, and select picks either): renew has not
+		// seen the deadline pass, but a Task's context has ended at it with
+		// this loss, and the lease may expire. Report it, as renew would.
+		if lost := r.expired(); lost != nil {
+			r.fail(lost)
+		}
+	}
 	r.lose(nil) // the job has returned
 	l, name := r.l, r.lock.Name()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sqllock.ReleaseTimeout)
