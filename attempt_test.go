@@ -130,9 +130,9 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				e.done()
 			})
 			t.Run("bounded", func(t *testing.T) {
-				e := newMockEnv(t, quickRetries)
 				tok := &tokenArg{}
 				if tc.rolledBack {
+					e := newMockEnv(t, quickRetries)
 					// Conflicts go on past the Client's budget: the
 					// retries stop within it (internal/fault's TestRetry
 					// shows they stop within a context's deadline too).
@@ -147,6 +147,9 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 					assertErrIs(t, err, tc.err)
 					return
 				}
+				// A broken connection ends after MaxTransientAttempts
+				// sends, within the library's budget.
+				e := newMockEnv(t, quickBackoff)
 				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok),
 					repeatReply(errReply(tc.err), fault.MaxTransientAttempts)...)
 				// The cleanup of the unknown outcome.
