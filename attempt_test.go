@@ -116,7 +116,7 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				failures = manyConflicts
 			}
 			t.Run("then success, same token", func(t *testing.T) {
-				e := newMockEnv(t)
+				e := newMockEnv(t, quickBackoff)
 				tok := &tokenArg{}
 				replies := append(repeatReply(errReply(tc.err), failures), okReply(7, 1))
 				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), replies...)
@@ -130,16 +130,16 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				e.done()
 			})
 			t.Run("bounded", func(t *testing.T) {
-				e := newMockEnv(t)
 				tok := &tokenArg{}
 				if tc.rolledBack {
-					// Conflicts go on past the context's deadline: the
-					// retries stop within it. The deadline is far enough
-					// that a loaded machine answers the first attempt
-					// before it (the error is then the conflict, not the
-					// cancelled query: at a load average of 11, with the
-					// other packages' tests beside them, 2 s was not); the
-					// cases wait out theirs together.
+					e := newMockEnv(t, quickRetries)
+					// Conflicts go on past the Client's budget: the
+					// retries stop within it (internal/fault's TestRetry
+					// shows they stop within a context's deadline too).
+					// The deadline is far enough that a loaded machine
+					// answers the first attempt before it (the error is
+					// then the conflict, not the cancelled query: at a
+					// load average of 11, 2 s was not).
 					e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), repeatReply(errReply(tc.err), 10_000)...)
 					ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 					defer cancel()
@@ -147,6 +147,9 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 					assertErrIs(t, err, tc.err)
 					return
 				}
+				// A broken connection ends after MaxTransientAttempts
+				// sends, within the library's budget.
+				e := newMockEnv(t, quickBackoff)
 				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok),
 					repeatReply(errReply(tc.err), fault.MaxTransientAttempts)...)
 				// The cleanup of the unknown outcome.

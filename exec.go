@@ -233,6 +233,7 @@ func (c *Client) execTextSends(ctx context.Context, until time.Time, stmt, name,
 func (c *Client) send(ctx context.Context, until time.Time, stmt, name string, acquire bool, do func() (sql.Result, error)) (res sql.Result, unknown int, err error) {
 	return fault.Send(ctx, fault.Sending{
 		Until:    until,
+		Budget:   c.budget,
 		Acquire:  acquire,
 		Classify: classify,
 		Retried:  func(err error) { c.logRetry(ctx, stmt, name, err) },

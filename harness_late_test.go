@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,4 +208,82 @@ func (le *lateEnv) owner(t *testing.T, name string) (owner string, expires strin
 		t.Fatal(err)
 	}
 	return owner, expires
+}
+
+// A lateKind is one kind of lease as the late-statement tests use it: a
+// lease on one name, a set of two names, or a slot of a semaphore. A
+// fourth kind adds a value to lateKinds, and every late test runs on it.
+type lateKind struct {
+	name string
+	// skip skips t where e's server refuses the kind.
+	skip func(t *testing.T, e *testEnv)
+	// acquire takes, for ttl, the kind's lease on base: base itself, the
+	// names base1 and base2, or a slot of a semaphore of n on base.
+	acquire func(ctx context.Context, c *Client, base string, n int, ttl time.Duration) (*Lock, error)
+	// isAcquire reports whether q, sent with args, is the kind's acquire
+	// of base, and not a proof's.
+	isAcquire func(le *lateEnv, q string, args []driver.NamedValue, base string) bool
+	// isRefresh reports whether q, sent with args, refreshes the lease of
+	// token; false while token is "".
+	isRefresh func(le *lateEnv, q string, args []driver.NamedValue, token string) bool
+}
+
+// isPlainRefresh: a name and a slot are refreshed by the one refresh
+// statement, whose third argument is the token.
+func isPlainRefresh(le *lateEnv, q string, args []driver.NamedValue, token string) bool {
+	return token != "" && le.is(q, qRefresh) && arg(args, 2) == token
+}
+
+var lateKinds = []lateKind{
+	{
+		name: "name",
+		skip: func(*testing.T, *testEnv) {},
+		acquire: func(ctx context.Context, c *Client, base string, _ int, ttl time.Duration) (*Lock, error) {
+			return c.TryAcquire(ctx, base, ttl)
+		},
+		isAcquire: func(le *lateEnv, q string, args []driver.NamedValue, base string) bool {
+			return le.is(q, qAcquire) && arg(args, 0) == base
+		},
+		isRefresh: isPlainRefresh,
+	},
+	{
+		name: "set",
+		skip: skipSetsOnVitess,
+		acquire: func(ctx context.Context, c *Client, base string, _ int, ttl time.Duration) (*Lock, error) {
+			return c.TryAcquireSet(ctx, []string{base + "1", base + "2"}, ttl)
+		},
+		// A set's statements carry its names as literals: any set acquire
+		// but the proof's is the test's.
+		isAcquire: func(_ *lateEnv, q string, _ []driver.NamedValue, _ string) bool {
+			return isSetAcquire(q) && !strings.Contains(q, proofLiteral)
+		},
+		isRefresh: func(_ *lateEnv, q string, _ []driver.NamedValue, token string) bool {
+			return token != "" && strings.HasPrefix(q, "UPDATE") && strings.Contains(q, "expires_at = GREATEST(") && strings.Contains(q, hexLiteral(token))
+		},
+	},
+	{
+		name: "slot",
+		skip: slotServer,
+		acquire: func(ctx context.Context, c *Client, base string, n int, ttl time.Duration) (*Lock, error) {
+			return c.Semaphore(base, n).TryAcquire(ctx, ttl)
+		},
+		isAcquire: func(_ *lateEnv, q string, args []driver.NamedValue, _ string) bool {
+			return isSlotAcquire(q) && !aboutProof(args)
+		},
+		isRefresh: isPlainRefresh,
+	},
+}
+
+// eachLateKind runs f as a subtest per kind of lease, on each test
+// environment that every (eachServerEnv) or only the default DSN variant
+// (eachEnv) gives, skipped where the kind is refused, with a lateEnv.
+func eachLateKind(t *testing.T, each func(*testing.T, func(*testing.T, *testEnv)), f func(t *testing.T, k lateKind, le *lateEnv)) {
+	for _, k := range lateKinds {
+		t.Run(k.name, func(t *testing.T) {
+			each(t, func(t *testing.T, e *testEnv) {
+				k.skip(t, e)
+				f(t, k, newLateEnv(t, e))
+			})
+		})
+	}
 }

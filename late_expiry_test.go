@@ -3,7 +3,6 @@ package sqllock
 import (
 	"database/sql"
 	"database/sql/driver"
-	"strings"
 	"testing"
 	"time"
 )
@@ -36,31 +35,6 @@ func (le *lateEnv) wantLeaseAtLeast(t *testing.T, l *Lock, min time.Duration, wh
 	if until := time.Until(l.ValidUntil()); until > left {
 		t.Fatalf("%s: ValidUntil %v ahead, beyond the lease the server holds, %v", when, until, left)
 	}
-}
-
-// newLateEnvFor is newLateEnv for a test of kind "name", "set" or "slot",
-// skipped where that kind is refused.
-func newLateEnvFor(t *testing.T, e *testEnv, kind string) *lateEnv {
-	t.Helper()
-	switch kind {
-	case "set":
-		skipSetsOnVitess(t, e)
-	case "slot":
-		slotServer(t, e)
-	}
-	return newLateEnv(t, e)
-}
-
-// acquireKind takes, for ttl, the lease of kind "name" (on name), "set" (on
-// name 1 and name 2) or "slot" (a slot of a semaphore of two on name).
-func (le *lateEnv) acquireKind(t *testing.T, kind, name string, ttl time.Duration) (*Lock, error) {
-	switch kind {
-	case "set":
-		return le.c.TryAcquireSet(testCtx(t), []string{name + "1", name + "2"}, ttl)
-	case "slot":
-		return le.c.Semaphore(name, 2).TryAcquire(testCtx(t), ttl)
-	}
-	return le.c.TryAcquire(testCtx(t), name, ttl)
 }
 
 // holdFirst makes the connector hold back the first send mine picks and
@@ -99,27 +73,14 @@ func (le *lateEnv) refreshThenRunHeld(t *testing.T, l *Lock, when string) {
 // took the name, is refreshed for a minute; the held send then runs. It
 // finds the lease ours and must not move its expiry back to 1s ahead.
 func TestLate_acquireRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
-	for _, kind := range []string{"name", "set", "slot"} {
-		t.Run(kind, func(t *testing.T) {
-			eachEnv(t, func(t *testing.T, e *testEnv) {
-				le := newLateEnvFor(t, e, kind)
-				le.holdFirst(func(q string, args []driver.NamedValue) bool {
-					switch kind {
-					case "set":
-						return isSetAcquire(q) && !strings.Contains(q, proofLiteral)
-					case "slot":
-						return isSlotAcquire(q) && !aboutProof(args)
-					}
-					return le.is(q, qAcquire) && arg(args, 0) == "r"
-				})
-				l, err := le.acquireKind(t, kind, "r", time.Second)
-				if err != nil {
-					t.Fatalf("acquire, first send held: %v", err)
-				}
-				le.refreshThenRunHeld(t, l, "after the late acquire")
-			})
-		})
-	}
+	eachLateKind(t, eachEnv, func(t *testing.T, k lateKind, le *lateEnv) {
+		le.holdFirst(func(q string, args []driver.NamedValue) bool { return k.isAcquire(le, q, args, "r") })
+		l, err := k.acquire(testCtx(t), le.c, "r", 2, time.Second)
+		if err != nil {
+			t.Fatalf("acquire, first send held: %v", err)
+		}
+		le.refreshThenRunHeld(t, l, "after the late acquire")
+	})
 }
 
 // A Lock refreshed for 1s, whose first send of that refresh was held back
@@ -127,28 +88,18 @@ func TestLate_acquireRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 // then runs. It finds the lease ours and must not move its expiry back to
 // 1s ahead: Refresh never shortens a lease.
 func TestLate_refreshRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
-	for _, kind := range []string{"name", "set", "slot"} {
-		t.Run(kind, func(t *testing.T) {
-			eachEnv(t, func(t *testing.T, e *testEnv) {
-				le := newLateEnvFor(t, e, kind)
-				l, err := le.acquireKind(t, kind, "f", time.Minute)
-				if err != nil {
-					t.Fatalf("acquire: %v", err)
-				}
-				token := l.Token()
-				le.holdFirst(func(q string, args []driver.NamedValue) bool {
-					if kind == "set" {
-						return strings.Contains(q, "INTERVAL 1000000 MICROSECOND") && strings.Contains(q, hexLiteral(token))
-					}
-					return le.is(q, qRefresh) && arg(args, 2) == token
-				})
-				if err := l.Refresh(testCtx(t), time.Second); err != nil {
-					t.Fatalf("Refresh(1s), first send held: %v", err)
-				}
-				le.refreshThenRunHeld(t, l, "after the late Refresh(1s)")
-			})
-		})
-	}
+	eachLateKind(t, eachEnv, func(t *testing.T, k lateKind, le *lateEnv) {
+		l, err := k.acquire(testCtx(t), le.c, "f", 2, time.Minute)
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+		token := l.Token()
+		le.holdFirst(func(q string, args []driver.NamedValue) bool { return k.isRefresh(le, q, args, token) })
+		if err := l.Refresh(testCtx(t), time.Second); err != nil {
+			t.Fatalf("Refresh(1s), first send held: %v", err)
+		}
+		le.refreshThenRunHeld(t, l, "after the late Refresh(1s)")
+	})
 }
 
 // runHeldAnyway runs the statements held back so far, as runHeld does, and
@@ -172,32 +123,16 @@ func (lc *lateConnector) runHeldAnyway(db *sql.DB) (ran, refused int) {
 // refresh that runs after it must not prolong it (nor revive it). The
 // release leaves the lease under the token's released form.
 func TestLate_sendAfterMinHoldRelease_doesNotProlong(t *testing.T) {
-	for _, kind := range []string{"acquire", "refresh", "set acquire", "set refresh", "slot acquire"} {
-		t.Run(kind, func(t *testing.T) {
-			eachEnv(t, func(t *testing.T, e *testEnv) {
-				set := strings.HasPrefix(kind, "set")
-				switch {
-				case set:
-					skipSetsOnVitess(t, e)
-				case strings.HasPrefix(kind, "slot"):
-					slotServer(t, e)
-				}
-				le := newLateEnv(t, e)
+	for _, refresh := range []bool{false, true} {
+		op := map[bool]string{false: "acquire", true: "refresh"}[refresh]
+		t.Run(op, func(t *testing.T) {
+			eachLateKind(t, eachEnv, func(t *testing.T, k lateKind, le *lateEnv) {
 				sends := 0
 				var token string
 				le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-					var mine bool
-					switch kind {
-					case "acquire":
-						mine = le.is(q, qAcquire) && arg(args, 0) == "m"
-					case "refresh":
-						mine = le.is(q, qRefresh) && arg(args, 2) == token
-					case "set acquire":
-						mine = isSetAcquire(q) && !strings.Contains(q, proofLiteral)
-					case "set refresh":
-						mine = token != "" && strings.HasPrefix(q, "UPDATE") && strings.Contains(q, "expires_at = GREATEST(") && strings.Contains(q, hexLiteral(token))
-					case "slot acquire":
-						mine = isSlotAcquire(q) && !aboutProof(args)
+					mine := k.isAcquire(le, q, args, "m")
+					if refresh {
+						mine = k.isRefresh(le, q, args, token)
 					}
 					if mine {
 						if sends++; sends == 1 {
@@ -206,20 +141,11 @@ func TestLate_sendAfterMinHoldRelease_doesNotProlong(t *testing.T) {
 					}
 					return pass
 				})
-				var l *Lock
-				var err error
-				switch {
-				case set:
-					l, err = le.c.TryAcquireSet(testCtx(t), []string{"m1", "m2"}, time.Minute)
-				case kind == "slot acquire":
-					l, err = le.c.Semaphore("m", 1).TryAcquire(testCtx(t), time.Minute)
-				default:
-					l, err = le.c.TryAcquire(testCtx(t), "m", time.Minute)
-				}
+				l, err := k.acquire(testCtx(t), le.c, "m", 1, time.Minute)
 				if err != nil {
 					t.Fatalf("acquire: %v", err)
 				}
-				if strings.HasSuffix(kind, "refresh") {
+				if refresh {
 					token = l.Token()
 					if err := l.Refresh(testCtx(t), time.Hour); err != nil {
 						t.Fatalf("Refresh, first send held: %v", err)

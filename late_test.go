@@ -263,59 +263,33 @@ func TestLate_setSendTakesNamesAfterRelease_notBlocked(t *testing.T) {
 // the acquire, but the Client's next acquire must not delete that lease as
 // an orphan and run the job again at once. For one name, a set and a slot.
 func TestLate_minHoldSentTwice_notRunAgain(t *testing.T) {
-	for _, kind := range []string{"lock", "set", "slot"} {
-		t.Run(kind, func(t *testing.T) {
-			eachServerEnv(t, func(t *testing.T, e *testEnv) {
-				switch kind {
-				case "set":
-					skipSetsOnVitess(t, e)
-				case "slot":
-					slotServer(t, e)
+	eachLateKind(t, eachServerEnv, func(t *testing.T, k lateKind, le *lateEnv) {
+		ctx := testCtx(t)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if k.isAcquire(le, q, args, "mh") {
+				if sends++; sends == 1 {
+					return hold // never run: the late send is another test's
 				}
-				le := newLateEnv(t, e)
-				ctx := testCtx(t)
-				sends := 0
-				le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-					first := false
-					switch kind {
-					case "lock":
-						first = le.is(q, qAcquire) && arg(args, 0) == "mh"
-					case "set":
-						first = isSetAcquire(q) && !strings.Contains(q, proofLiteral)
-					case "slot":
-						first = isSlotAcquire(q) && !aboutProof(args)
-					}
-					if first {
-						if sends++; sends == 1 {
-							return hold // never run: the late send is another test's
-						}
-					}
-					return pass
-				})
-				runs := 0
-				job := func(context.Context, *Lock) error { runs++; return nil }
-				do := func() error {
-					switch kind {
-					case "set":
-						return lockDo(le.c.TryAcquireSet(ctx, []string{"mh1", "mh2"}, time.Minute))(ctx, job, WithMinHold(time.Hour))
-					case "slot":
-						return lockDo(le.c.Semaphore("mh", 1).TryAcquire(ctx, time.Minute))(ctx, job, WithMinHold(time.Hour))
-					}
-					return lockDo(le.c.TryAcquire(ctx, "mh", time.Minute))(ctx, job, WithMinHold(time.Hour))
-				}
-				if err := do(); err != nil {
-					t.Fatalf("first TryAcquire and Do: %v", err)
-				}
-				if sends < 2 {
-					t.Fatalf("acquire sends: got %d, want 2: the test did not send it twice", sends)
-				}
-				err := do()
-				if !errors.Is(err, ErrNotAcquired) || runs != 1 {
-					t.Fatalf("second TryAcquire within the minimum hold: got %v, %d runs, want ErrNotAcquired and 1 run", err, runs)
-				}
-			})
+			}
+			return pass
 		})
-	}
+		runs := 0
+		job := func(context.Context, *Lock) error { runs++; return nil }
+		do := func() error {
+			return lockDo(k.acquire(ctx, le.c, "mh", 1, time.Minute))(ctx, job, WithMinHold(time.Hour))
+		}
+		if err := do(); err != nil {
+			t.Fatalf("first TryAcquire and Do: %v", err)
+		}
+		if sends < 2 {
+			t.Fatalf("acquire sends: got %d, want 2: the test did not send it twice", sends)
+		}
+		err := do()
+		if !errors.Is(err, ErrNotAcquired) || runs != 1 {
+			t.Fatalf("second TryAcquire within the minimum hold: got %v, %d runs, want ErrNotAcquired and 1 run", err, runs)
+		}
+	})
 }
 
 // An acquire whose every reply is lost was sent several times with one
@@ -325,74 +299,43 @@ func TestLate_minHoldSentTwice_notRunAgain(t *testing.T) {
 // acquire deletes that lease instead of finding the name blocked for the
 // ttl. For one name, a set and a slot.
 func TestLate_resentAcquireCommitsAfterCleanup_notBlocked(t *testing.T) {
-	for _, kind := range []string{"lock", "set", "slot"} {
-		t.Run(kind, func(t *testing.T) {
-			eachServerEnv(t, func(t *testing.T, e *testEnv) {
-				switch kind {
-				case "set":
-					skipSetsOnVitess(t, e)
-				case "slot":
-					slotServer(t, e)
-				}
-				le := newLateEnv(t, e)
-				ctx := testCtx(t)
-				sends := 0
-				le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-					acquire := false
-					switch kind {
-					case "lock":
-						acquire = le.is(q, qAcquire) && arg(args, 0) == "rs"
-					case "set":
-						acquire = isSetAcquire(q) && !strings.Contains(q, proofLiteral)
-					case "slot":
-						acquire = isSlotAcquire(q) && !aboutProof(args)
-					}
-					if !acquire {
-						return pass
-					}
-					if sends++; sends == 1 {
-						return hold // in flight until the test runs it
-					}
-					return lose // runs; its reply is lost
-				})
-				try := func() error {
-					var (
-						l   *Lock
-						err error
-					)
-					switch kind {
-					case "set":
-						l, err = le.c.TryAcquireSet(ctx, []string{"rs1", "rs2"}, time.Hour)
-					case "slot":
-						l, err = le.c.Semaphore("rs", 1).TryAcquire(ctx, time.Hour)
-					default:
-						l, err = le.c.TryAcquire(ctx, "rs", time.Hour)
-					}
-					if err == nil {
-						err = l.Release(ctx)
-					}
-					return err
-				}
-				if err := try(); err == nil {
-					t.Fatal("acquire with every reply lost: got a Lock, want an error")
-				}
-				if sends != fault.MaxTransientAttempts {
-					t.Fatalf("sends: got %d, want %d", sends, fault.MaxTransientAttempts)
-				}
-				le.lc.setDecide(nil)
-				if n := le.lc.runHeld(t, le.straight); n != 1 {
-					t.Fatalf("held sends: got %d, want 1", n)
-				}
-				var held int
-				if err := le.straight.QueryRow("SELECT COUNT(*) FROM `" + le.table + "` WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name LIKE 'rs%'").Scan(&held); err != nil || held == 0 {
-					t.Fatalf("leases after the held send ran: got %d, %v: the test did not make the race", held, err)
-				}
-				if err := try(); err != nil {
-					t.Fatalf("the Client's next acquire after the held send committed: got %v, want it (its lease has no holder)", err)
-				}
-			})
+	eachLateKind(t, eachServerEnv, func(t *testing.T, k lateKind, le *lateEnv) {
+		ctx := testCtx(t)
+		sends := 0
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if !k.isAcquire(le, q, args, "rs") {
+				return pass
+			}
+			if sends++; sends == 1 {
+				return hold // in flight until the test runs it
+			}
+			return lose // runs; its reply is lost
 		})
-	}
+		try := func() error {
+			l, err := k.acquire(ctx, le.c, "rs", 1, time.Hour)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			return err
+		}
+		if err := try(); err == nil {
+			t.Fatal("acquire with every reply lost: got a Lock, want an error")
+		}
+		if sends != fault.MaxTransientAttempts {
+			t.Fatalf("sends: got %d, want %d", sends, fault.MaxTransientAttempts)
+		}
+		le.lc.setDecide(nil)
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		var held int
+		if err := le.straight.QueryRow("SELECT COUNT(*) FROM `" + le.table + "` WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name LIKE 'rs%'").Scan(&held); err != nil || held == 0 {
+			t.Fatalf("leases after the held send ran: got %d, %v: the test did not make the race", held, err)
+		}
+		if err := try(); err != nil {
+			t.Fatalf("the Client's next acquire after the held send committed: got %v, want it (its lease has no holder)", err)
+		}
+	})
 }
 
 // A slot acquire whose first send is held back and whose resend takes slot 2

@@ -728,7 +728,7 @@ func TestLock_Refresh_retries(t *testing.T) {
 	for _, tc := range transientErrors {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Run("then success", func(t *testing.T) {
-				e := newMockEnv(t)
+				e := newMockEnv(t, quickBackoff)
 				l, tok := e.acquired("job")
 				failures := 1
 				if tc.rolledBack {
@@ -741,7 +741,7 @@ func TestLock_Refresh_retries(t *testing.T) {
 				e.done()
 			})
 			t.Run("bounded", func(t *testing.T) {
-				e := newMockEnv(t)
+				e := newMockEnv(t, quickBackoff)
 				l, tok := e.acquired("job")
 				ctx := t.Context()
 				if tc.rolledBack {

@@ -3,6 +3,8 @@ package sqllock
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // A RetryStrategy tells [Client.Acquire] how long to wait between attempts.
@@ -73,4 +75,15 @@ func LimitRetry(s RetryStrategy, n int) RetryStrategy {
 		}
 		return s.Backoff(attempt)
 	})
+}
+
+// withRetryBudget sets how long the Client's statements are sent again
+// while the server rolls them back, and the pause between sends, in place
+// of the library's (fault.MaxRetryBudget, fault.Backoff): for tests that
+// only wait on them.
+func withRetryBudget(b fault.Budget) Option {
+	return func(c *Client) error {
+		c.budget = b
+		return nil
+	}
 }

@@ -1,8 +1,11 @@
 package sqllock
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 func TestNoRetry(t *testing.T) {
@@ -96,5 +99,33 @@ func TestLimitRetry(t *testing.T) {
 	}
 	if got := attempts(LimitRetry(NoRetry(), 5)); got != 1 {
 		t.Errorf("LimitRetry(NoRetry(), 5): got %d attempts, want 1", got)
+	}
+}
+
+// Options for mock tests that only wait on the resends' budget and backoff:
+// quickRetries ends the rollbacks' resends within 100 ms, pausing 1 ms
+// between them; quickBackoff keeps the library's budget, so that a test
+// sees the resends end at a lease's end, with the same pause.
+var (
+	quickRetries = withRetryBudget(fault.Budget{Max: 100 * time.Millisecond, Backoff: func(int) time.Duration { return time.Millisecond }})
+	quickBackoff = withRetryBudget(fault.Budget{Backoff: func(int) time.Duration { return time.Millisecond }})
+)
+
+// withRetryBudget reaches every statement's resends: an acquire rolled back
+// without end stops within the Client's budget, pausing as its Backoff says.
+func TestWithRetryBudget(t *testing.T) {
+	pauses := 0
+	e := newMockEnv(t, withRetryBudget(fault.Budget{Max: 50 * time.Millisecond, Backoff: func(int) time.Duration {
+		pauses++
+		return 5 * time.Millisecond
+	}}))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(errReply(errDeadlock), 1000)...)
+	start := time.Now()
+	_, err := e.c.TryAcquire(t.Context(), "job", time.Second)
+	if took := time.Since(start); !errors.Is(err, errDeadlock) || took > 3*time.Second {
+		t.Fatalf("TryAcquire: got %v after %v, want %v within the 50ms budget", err, took, errDeadlock)
+	}
+	if pauses == 0 || pauses > 10 {
+		t.Errorf("pauses: got %d, want 1 to 10 (5ms each within 50ms)", pauses)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
 )
@@ -39,6 +40,7 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
+	budget    fault.Budget     // the resends' (exec.go); set by tests only (retry.go)
 	lockDelay time.Duration    // WithLockDelay; negative: the default (admin.go)
 	log       *slog.Logger     // logging.go
 	obs       observe.Observer // observe.go

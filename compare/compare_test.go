@@ -197,7 +197,7 @@ func TestProxy_countsRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := net.Dial("tcp", p.addr())
+		c, err := net.Dial("tcp", p.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +214,8 @@ func TestProxy_countsRoundTrips(t *testing.T) {
 		}
 		elapsed := time.Since(start)
 		c.Close()
-		p.close()
-		if got := p.roundTrips(); got != n {
+		p.Close()
+		if got := p.RoundTrips(); got != n {
 			t.Errorf("delay %v: got %d round trips, want %d", delay, got, n)
 		}
 		if least := n * 2 * delay; elapsed < least {

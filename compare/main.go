@@ -252,7 +252,7 @@ func run(ctx context.Context, cfg config, logw interface{ Write([]byte) (int, er
 			}
 			n, errs, err := localHandoffs(ctx, k, addr, cfg.Goroutines, cfg.LocalTime)
 			if p != nil {
-				p.close()
+				p.Close()
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: goroutines: %w", k.label, err)
@@ -305,7 +305,7 @@ func pairs(ctx context.Context, ks []kind, cfg config, through bool, delay time.
 			var a, b uint64
 			samples[i], a, b, err = pairRound(ctx, ks[i], addr, cfg.PairTime, samples[i])
 			if p != nil {
-				p.close()
+				p.Close()
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: uncontended pair: %w", ks[i].label, err)

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/faultproxy"
 )
 
 // runName is a name no other run on the same servers uses.
@@ -25,7 +27,7 @@ func runName(what, key string) string {
 
 // dial starts a proxy in front of k's server when through is set and
 // returns the address to dial, the proxy (nil without one) and its stop.
-func dial(k kind, through bool, delay time.Duration) (string, *proxy, error) {
+func dial(k kind, through bool, delay time.Duration) (string, *faultproxy.Proxy, error) {
 	if !through {
 		return k.addr, nil, nil
 	}
@@ -33,7 +35,7 @@ func dial(k kind, through bool, delay time.Duration) (string, *proxy, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return p.addr(), p, nil
+	return p.Addr(), p, nil
 }
 
 // --- 1. The uncontended pair ---
@@ -88,7 +90,7 @@ func pairTrips(ctx context.Context, k kind, delay time.Duration, n int) (float64
 	if err != nil {
 		return 0, err
 	}
-	defer p.close()
+	defer p.Close()
 	c, err := k.open(ctx, addr)
 	if err != nil {
 		return 0, err
@@ -103,7 +105,7 @@ func pairTrips(ctx context.Context, k kind, delay time.Duration, n int) (float64
 	var start int64
 	for i := range n + 3 {
 		if i == 3 { // after the pool and the statements are warm
-			start = p.roundTrips()
+			start = p.RoundTrips()
 		}
 		rel, err := s.acquire(ctx, name)
 		if err != nil {
@@ -113,7 +115,7 @@ func pairTrips(ctx context.Context, k kind, delay time.Duration, n int) (float64
 			return 0, err
 		}
 	}
-	return float64(p.roundTrips()-start) / float64(n), nil
+	return float64(p.RoundTrips()-start) / float64(n), nil
 }
 
 // --- 2. Goroutines of one process on one name ---
@@ -228,7 +230,7 @@ func runChild(spec childSpec, proc int, in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer p.close()
+	defer p.Close()
 	c, err := k.open(ctx, addr)
 	if err != nil {
 		return err
@@ -243,12 +245,12 @@ func runChild(spec childSpec, proc int, in io.Reader, out io.Writer) error {
 	// acquire sends once they are warm.
 	base := int64(-1)
 	for i := range 3 {
-		r0 := p.roundTrips()
+		r0 := p.RoundTrips()
 		rel, err := s.acquire(ctx, fmt.Sprintf("%s-warm-%d", spec.Name, proc))
 		if err != nil {
 			return err
 		}
-		if n := p.roundTrips() - r0; i > 0 && (base < 0 || n < base) {
+		if n := p.RoundTrips() - r0; i > 0 && (base < 0 || n < base) {
 			base = n
 		}
 		if err := rel(ctx); err != nil {
@@ -265,11 +267,11 @@ func runChild(spec childSpec, proc int, in io.Reader, out io.Writer) error {
 	run, cancel := context.WithTimeout(ctx, spec.Duration)
 	defer cancel()
 	sum := childSummary{Proc: proc, BaseTrips: base}
-	start := p.roundTrips()
+	start := p.RoundTrips()
 	for run.Err() == nil {
-		t0, r0 := time.Now(), p.roundTrips()
+		t0, r0 := time.Now(), p.RoundTrips()
 		rel, err := s.acquire(run, spec.Name)
-		t1, r1 := time.Now(), p.roundTrips()
+		t1, r1 := time.Now(), p.RoundTrips()
 		sum.WaitNs += t1.Sub(t0).Nanoseconds()
 		sum.MaxWait = max(sum.MaxWait, t1.Sub(t0).Nanoseconds())
 		sum.WaitTrip += r1 - r0
@@ -295,9 +297,9 @@ func runChild(spec childSpec, proc int, in io.Reader, out io.Writer) error {
 				sum.FirstErr = "release: " + err.Error()
 			}
 		}
-		enc.Encode(event{proc, t0.UnixNano(), t1.UnixNano(), t2.UnixNano(), t3.UnixNano(), r1 - r0, p.roundTrips() - r1})
+		enc.Encode(event{proc, t0.UnixNano(), t1.UnixNano(), t2.UnixNano(), t3.UnixNano(), r1 - r0, p.RoundTrips() - r1})
 	}
-	sum.Trips = p.roundTrips() - start
+	sum.Trips = p.RoundTrips() - start
 	fmt.Fprint(w, "summary ")
 	enc.Encode(sum)
 	return w.Flush()

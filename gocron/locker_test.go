@@ -3,15 +3,13 @@ package gocronlock
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/faultproxy"
 	"github.com/sqllock/sqllock/internal/testdsn"
 	"github.com/sqllock/sqllock/observe"
 )
@@ -396,7 +394,7 @@ func TestLocker_Lock_silentServer(t *testing.T) {
 // newProxiedClient returns a Client on a fresh table of s, reached through
 // a silentProxy, p, whose DSN is dsn; p closes, then the Client, when the
 // test ends. It skips when s is not reached over TCP.
-func newProxiedClient(t *testing.T, s testdsn.Server) (c *sqllock.Client, p *silentProxy, dsn, table string) {
+func newProxiedClient(t *testing.T, s testdsn.Server) (c *sqllock.Client, p silentProxy, dsn, table string) {
 	t.Helper()
 	_, table = newClient(t, s.DSN)
 	cfg, err := mysql.ParseDSN(s.DSN)
@@ -419,83 +417,19 @@ func newProxiedClient(t *testing.T, s testdsn.Server) (c *sqllock.Client, p *sil
 }
 
 // A silentProxy forwards connections to a server until it is frozen; from
-// then on it accepts connections and never answers, and drops what the
-// connections it forwarded carry, as a frozen mysqld or a stalled proxy
-// does.
-type silentProxy struct {
-	ln     net.Listener
-	target string
-	frozen atomic.Bool
+// then on it holds what the connections carry and carries no new one to
+// the server, as a frozen mysqld or a stalled proxy does.
+type silentProxy struct{ *faultproxy.Proxy }
 
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func newSilentProxy(t *testing.T, target string) *silentProxy {
+func newSilentProxy(t *testing.T, target string) silentProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.Start(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &silentProxy{ln: ln, target: target}
-	go p.serve()
-	return p
+	return silentProxy{p}
 }
 
-func (p *silentProxy) addr() string { return p.ln.Addr().String() }
-func (p *silentProxy) freeze()      { p.frozen.Store(true) }
-
-func (p *silentProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		p.track(c)
-		if p.frozen.Load() {
-			continue // accepted, never answered
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.track(s)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
-	}
-}
-
-func (p *silentProxy) track(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns = append(p.conns, c)
-}
-
-// pipe copies src to dst until src ends, or drops it once p is frozen.
-func (p *silentProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.frozen.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if !p.frozen.Load() {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *silentProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
+func (p silentProxy) addr() string { return p.Addr() }
+func (p silentProxy) freeze()      { p.Stall(faultproxy.Both) }
+func (p silentProxy) close()       { _ = p.Close() }

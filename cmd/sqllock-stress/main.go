@@ -386,7 +386,7 @@ func runParent(ctx context.Context, cfg config, stderr io.Writer) (summary, erro
 	}
 	defer func() {
 		for _, p := range ps {
-			p.close()
+			p.Close()
 		}
 	}()
 	var hist *history

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/faultproxy"
 )
 
 // The faults -fault injects, -fault-after into the run, for -fault-for.
@@ -26,16 +27,16 @@ import (
 var faultNames = []string{"partition-both", "partition-to-server", "partition-to-client", "pause", "crash"}
 
 // cut returns the directions a partition fault blackholes.
-func cut(fault string) (direction, bool) {
+func cut(fault string) (faultproxy.Direction, bool) {
 	switch fault {
 	case "partition-both":
-		return bothWays, true
+		return faultproxy.Both, true
 	case "partition-to-server":
-		return toServer, true
+		return faultproxy.ToServer, true
 	case "partition-to-client":
-		return toClient, true
+		return faultproxy.ToClient, true
 	}
-	return pass, false
+	return 0, false
 }
 
 // checkFaultFlags adds to bad what is wrong with the fault flags, and fills
@@ -79,29 +80,29 @@ func checkFaultFlags(cfg *config, bad []string) []string {
 
 // proxies makes a partition run's proxies, one per DSN, and returns the
 // DSNs that lead through them; nil, nil when the run makes no partition.
-func proxies(cfg config) ([]*proxy, []string, error) {
+func proxies(cfg config) ([]*faultproxy.Proxy, []string, error) {
 	if _, ok := cut(cfg.fault); !ok {
 		return nil, nil, nil
 	}
-	var ps []*proxy
+	var ps []*faultproxy.Proxy
 	var dsns []string
 	for _, d := range cfg.dsns {
 		mc, err := mysql.ParseDSN(d)
 		if err == nil && mc.Net != "tcp" {
 			err = fmt.Errorf("a partition needs a TCP DSN, not %q", mc.Net)
 		}
-		var p *proxy
+		var p *faultproxy.Proxy
 		if err == nil {
 			p, err = newProxy(mc.Addr)
 		}
 		if err != nil {
 			for _, p := range ps {
-				p.close()
+				p.Close()
 			}
 			return nil, nil, err
 		}
 		ps = append(ps, p)
-		mc.Addr = p.addr()
+		mc.Addr = p.Addr()
 		dsns = append(dsns, mc.FormatDSN())
 	}
 	return ps, dsns, nil
@@ -119,7 +120,7 @@ type faultOutcome struct {
 // server is started again. A partition or a pause waits, up to a second
 // more, for a faulty process to hold a name, so that the fault catches a
 // holder.
-func inject(ctx context.Context, cfg config, db *sql.DB, startAt time.Time, ps []*proxy, procs []*os.Process) faultOutcome {
+func inject(ctx context.Context, cfg config, db *sql.DB, startAt time.Time, ps []*faultproxy.Proxy, procs []*os.Process) faultOutcome {
 	if cfg.fault == "crash" {
 		at, problem := kill(ctx, cfg, startAt)
 		if problem != "" {
@@ -149,7 +150,7 @@ func inject(ctx context.Context, cfg config, db *sql.DB, startAt time.Time, ps [
 	o.at = time.Now().UnixMicro()
 	if partition {
 		for _, p := range ps {
-			p.set(d)
+			p.Stall(d)
 		}
 	} else if err := signal(syscall.SIGSTOP); err != nil {
 		o.problem = err.Error()
@@ -163,7 +164,7 @@ func inject(ctx context.Context, cfg config, db *sql.DB, startAt time.Time, ps [
 	o.healedAt = time.Now().UnixMicro()
 	if partition {
 		for _, p := range ps {
-			p.set(pass)
+			p.Stall(0)
 		}
 	} else if err := signal(syscall.SIGCONT); err != nil && o.problem == "" {
 		o.problem = err.Error()

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,13 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock"
+	"github.com/sqllock/sqllock/internal/faultproxy"
 	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
@@ -465,7 +464,7 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := startStallProxy(t, cfg.Addr)
-		cfg.Addr = p.addr()
+		cfg.Addr = p.Addr()
 		pidFile, beats := e.path("pid"), e.path("beats")
 		// SIGTERM is ignored by the shell and, inherited, by its sleep.
 		script := `trap '' TERM; echo $$ > ` + pidFile + `; while :; do echo beat >> ` + beats + `; sleep 0.02; done`
@@ -483,7 +482,7 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 			return pid > 0
 		})
 		time.Sleep(1500 * time.Millisecond) // a renewal or two
-		p.stall()
+		p.Stall(faultproxy.Both)
 
 		other := e.client(sqllock.WithHolder("other-host"))
 		var l *sqllock.Lock
@@ -506,7 +505,7 @@ func TestRun_leaseLostKillsCommand(t *testing.T) {
 		if t.Failed() {
 			_ = syscall.Kill(-pid, syscall.SIGKILL) // sqllock did not: do not hang
 		}
-		p.resume()
+		p.Stall(0)
 		_ = cmd.Wait()
 		t.Logf("stderr: %s", stderr.String())
 		if got := cmd.ProcessState.ExitCode(); got != exitLost {
@@ -915,85 +914,21 @@ func (e *env) runJSON(v any, args ...string) {
 	}
 }
 
-// stallProxy forwards TCP connections to a server and, while stalled, holds
-// every byte in both directions, as a partition would; resume delivers them.
-type stallProxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	cond    *sync.Cond
-	stalled bool
-}
-
-func startStallProxy(t *testing.T, target string) *stallProxy {
+// startStallProxy starts a fault proxy to target, stopped in t.Cleanup; its
+// Stall(faultproxy.Both) holds every byte in both directions, as a
+// partition would, and Stall(0) delivers them.
+func startStallProxy(t *testing.T, target string) *faultproxy.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := faultproxy.Start(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &stallProxy{ln: ln, target: target}
-	p.cond = sync.NewCond(&p.mu)
 	t.Cleanup(func() {
-		p.resume()
-		ln.Close()
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
 	})
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(conn)
-		}
-	}()
 	return p
-}
-
-func (p *stallProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *stallProxy) serve(client net.Conn) {
-	server, err := net.Dial("tcp", p.target)
-	if err != nil {
-		client.Close()
-		return
-	}
-	go p.pipe(server, client)
-	p.pipe(client, server)
-}
-
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			for p.stalled {
-				p.cond.Wait()
-			}
-			p.mu.Unlock()
-			if _, err := dst.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *stallProxy) stall() {
-	p.mu.Lock()
-	p.stalled = true
-	p.mu.Unlock()
-}
-
-func (p *stallProxy) resume() {
-	p.mu.Lock()
-	p.stalled = false
-	p.cond.Broadcast()
-	p.mu.Unlock()
 }
 
 // -q keeps a run that finds the name held silent (exit 75, nothing on

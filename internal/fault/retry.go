@@ -17,25 +17,53 @@ const MaxTransientAttempts = 4
 // conflicts), when its context has no sooner deadline.
 const MaxRetryBudget = 5 * time.Second
 
+// A Budget is how long Retry goes on sending while the server rolls a
+// statement back, and how long it waits between sends. The zero value is
+// the library's: MaxRetryBudget and Backoff. A Client carries one, so that
+// tests that only wait on it can make it short.
+type Budget struct {
+	Max     time.Duration                   // MaxRetryBudget when 0
+	Backoff func(attempt int) time.Duration // Backoff when nil
+}
+
+func (b Budget) max() time.Duration {
+	if b.Max > 0 {
+		return b.Max
+	}
+	return MaxRetryBudget
+}
+
+func (b Budget) backoff(attempt int) time.Duration {
+	if b.Backoff != nil {
+		return b.Backoff(attempt)
+	}
+	return Backoff(attempt)
+}
+
 // Transient runs f, which changes nothing on the server (a prepare, a
 // read), again while it fails with a broken connection or a rollback, as
 // retry does.
 func Transient(ctx context.Context, f func() error) error {
-	return Retry(ctx, time.Time{}, f)
+	return Budget{}.Retry(ctx, time.Time{}, f)
 }
 
-// retry runs f again while it fails in a way the same statement may get
+// Retry is [Budget.Retry] with the library's budget.
+func Retry(ctx context.Context, until time.Time, f func() error) error {
+	return Budget{}.Retry(ctx, until, f)
+}
+
+// Retry runs f again while it fails in a way the same statement may get
 // past at once: a rollback (deadlock, lock wait timeout, cluster
 // certification conflict) until the budget ends, a broken connection or the
 // session guard's clock refusal (ClockGuard) up to MaxTransientAttempts
 // times. The budget ends at ctx's deadline, at until
-// if that is sooner and set, and at the latest MaxRetryBudget from now; a
+// if that is sooner and set, and at the latest b's Max from now; a
 // pause that would end past it is not taken. A refusal (a read-only
 // server, no server) is returned at once: a failover outlasts any pause
 // here, and the loops that keep trying (Acquire, Elect, the keep-alive)
 // pace themselves.
-func Retry(ctx context.Context, until time.Time, f func() error) error {
-	budget := time.Now().Add(MaxRetryBudget)
+func (b Budget) Retry(ctx context.Context, until time.Time, f func() error) error {
+	budget := time.Now().Add(b.max())
 	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
 		budget = d
 	}
@@ -70,7 +98,7 @@ func Retry(ctx context.Context, until time.Time, f func() error) error {
 				return err
 			}
 		}
-		wait := Backoff(attempt)
+		wait := b.backoff(attempt)
 		if time.Now().Add(wait).After(budget) {
 			return err
 		}

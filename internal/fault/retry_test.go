@@ -62,3 +62,57 @@ func TestBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A Budget's Max ends the rollbacks' resends, its Backoff paces them, a
+// context's sooner deadline ends them too, and the zero Budget is the
+// library's.
+func TestBudget_Retry(t *testing.T) {
+	deadlocks := func(sends *int) func() error {
+		return func() error { *sends++; return mysqlerr.Deadlock }
+	}
+	t.Run("max", func(t *testing.T) {
+		var pauses []int
+		b := Budget{Max: 50 * time.Millisecond, Backoff: func(attempt int) time.Duration {
+			pauses = append(pauses, attempt)
+			return 10 * time.Millisecond
+		}}
+		sends := 0
+		start := time.Now()
+		err := b.Retry(context.Background(), time.Time{}, deadlocks(&sends))
+		if took := time.Since(start); !errors.Is(err, mysqlerr.Deadlock) || took > 2*time.Second {
+			t.Fatalf("got %v after %v, want %v within the 50ms budget", err, took, mysqlerr.Deadlock)
+		}
+		// Each pause that fits is taken: 10ms each, within 50ms.
+		if sends < 2 || sends > 6 || len(pauses) != sends {
+			t.Errorf("got %d sends and pauses for attempts %v, want 2 to 6 sends, each but the last followed by a pause asked for", sends, pauses)
+		}
+		for i, a := range pauses {
+			if a != i+1 {
+				t.Fatalf("pauses asked for attempts %v, want 1, 2, ...", pauses)
+			}
+		}
+	})
+	t.Run("context deadline", func(t *testing.T) {
+		b := Budget{Backoff: func(int) time.Duration { return time.Millisecond }}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		sends := 0
+		start := time.Now()
+		err := b.Retry(ctx, time.Time{}, deadlocks(&sends))
+		if took := time.Since(start); !errors.Is(err, mysqlerr.Deadlock) || took > 2*time.Second || sends < 2 {
+			t.Fatalf("got %v after %v and %d sends, want %v within the deadline after several", err, took, sends, mysqlerr.Deadlock)
+		}
+	})
+	t.Run("zero", func(t *testing.T) {
+		var b Budget
+		if b.max() != MaxRetryBudget {
+			t.Errorf("max: got %v, want %v", b.max(), MaxRetryBudget)
+		}
+		for attempt := 1; attempt < 8; attempt++ {
+			step := min(time.Millisecond<<attempt, MaxBackoff)
+			if d := b.backoff(attempt); d < step/2 || d > step {
+				t.Fatalf("backoff(%d): got %v, want %v to %v", attempt, d, step/2, step)
+			}
+		}
+	})
+}

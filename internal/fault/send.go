@@ -18,6 +18,9 @@ type Sending struct {
 	// Until, when set, ends the rollbacks' budget sooner (Retry): a
 	// refresh's resends end when the lease could.
 	Until time.Time
+	// Budget is the resends' budget and backoff; the zero value is the
+	// library's.
+	Budget Budget
 	// Acquire: the statement takes a lease; a lock wait timeout (1205)
 	// ends it, not a resend: its row stayed locked past its bound.
 	Acquire bool
@@ -37,7 +40,7 @@ type Sending struct {
 // sent again.
 func Send(ctx context.Context, s Sending, do func() (sql.Result, error)) (res sql.Result, unknown int, err error) {
 	var rowBusy error
-	err = Retry(ctx, s.Until, func() error {
+	err = s.Budget.Retry(ctx, s.Until, func() error {
 		var err error
 		if res, err = do(); err == nil {
 			return nil
