@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/settle"
 )
@@ -151,7 +152,7 @@ func (a *setCall) ready(ctx context.Context) error {
 	c := a.c
 	// The first use's check and proof, and the choice of forms, come with
 	// the acquire's prepare; the set's statement is sent as text.
-	if _, err := c.stmt(ctx, qAcquire); err != nil {
+	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return c.serverError(a.op(), err)
 	}
 	if f := c.learned(); f.oneRow && !f.tidb {
@@ -171,7 +172,7 @@ func (a *setCall) claim(ctx context.Context) {
 
 func (a *setCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.set = newLockSet(a.names, a.token)
-	return a.c.execTextSends(ctx, time.Time{}, "all_acquire", a.name, a.c.acquireAllSQL(a.set, a.ttl))
+	return a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_acquire", Name: a.name, Text: a.c.acquireAllSQL(a.set, a.ttl)})
 }
 
 func (a *setCall) heldBy(ctx context.Context, err error) error {
@@ -282,7 +283,7 @@ func (a *setCall) cleanup(ctx context.Context, last time.Time, sends int) {
 	defer cancel()
 	x := newOrphan(a.token, a.ttl, last, sends == 1)
 	if settle.Delete(ctx, x, func(ctx context.Context, _ string) (int64, error) {
-		res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
+		res, _, err := a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_release", Name: a.name, Text: a.c.releaseAllSQL(s)})
 		if err != nil {
 			return 0, err
 		}

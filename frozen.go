@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/observe"
 )
@@ -60,7 +61,7 @@ type frozenState struct {
 	look time.Duration
 }
 
-// acquireWatched sends the acquire of name with args (execSends), under a
+// acquireWatched sends the acquire of name with args (engine.Server.Exec), under a
 // watch for a frozen holder; on MariaDB, a send that stopped waiting for
 // its row behind a lease that has ended is sent again at once, a few times
 // (frozenResends), so that a transaction waits for the row when its
@@ -68,12 +69,12 @@ type frozenState struct {
 func (c *Client) acquireWatched(ctx context.Context, name string, args ...any) (res sql.Result, unknown int, err error) {
 	// The statement prepared first: the first use finds the server, which
 	// says whether to watch.
-	if _, err := c.stmt(ctx, qAcquire); err != nil {
+	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return nil, 0, err
 	}
 	for resends := 0; ; resends++ {
 		w := c.watchFrozen(ctx, name)
-		r, u, err := c.execSends(ctx, time.Time{}, qAcquire, args...)
+		r, u, err := c.eng.Exec(ctx, engine.Send{Stmt: qAcquire, Args: args})
 		unknown += u
 		if !w.stop() || resends == frozenResends {
 			return r, unknown, err

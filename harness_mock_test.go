@@ -339,8 +339,8 @@ func (e *mockEnv) assertNothingPrepared() {
 	if e.c.learned().checked {
 		e.t.Errorf("autocommit checked: got true, want false")
 	}
-	for i := range e.c.stmts {
-		if st := e.c.stmts[i].Load(); st != nil {
+	for i := range numStmts {
+		if st := e.c.eng.Prepared(i); st != nil {
 			e.t.Errorf("statement %s prepared: got %v, want nil", stmtNames[i], st)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -174,7 +175,7 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 		return l.refreshSet(ctx, until, ttl)
 	}
 	name, token := l.keyArgs()
-	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qRefresh, Until: until, Args: []any{ttl.Microseconds(), name, token}})
 	if err != nil {
 		return false, err
 	}
@@ -278,7 +279,9 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	default:
 		var res sql.Result
 		name, token := l.keyArgs()
-		if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
+		var unknown int
+		res, unknown, err = l.c.eng.Exec(ctx, engine.Send{Stmt: qRelease, Args: []any{name, token}})
+		if maybeApplied = unknown > 0; err == nil {
 			var n int64
 			n, err = res.RowsAffected()
 			ours = n == 1

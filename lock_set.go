@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -72,7 +73,7 @@ func (l *Lock) label() string {
 func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duration) (ok bool, err error) {
 	s := l.set
 	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
-	res, _, err := l.c.execTextUntil(ctx, until, "all_refresh", s.label, q)
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_refresh", Name: s.label, Text: q, Until: until})
 	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && sessionGuard(err) == "" {
 		return false, nil
 	}
@@ -94,7 +95,8 @@ func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, may
 		q = l.c.setSQL(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
 	}
 	var res sql.Result
-	if res, maybeApplied, err = l.c.execText(ctx, stmt, s.label, q); err != nil {
+	res, unknown, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: stmt, Name: s.label, Text: q})
+	if maybeApplied = unknown > 0; err != nil {
 		return false, maybeApplied, err
 	}
 	ours, err = l.allRows(res)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -85,7 +86,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 // onceDone reports whether name has a completion record.
 func (c *Client) onceDone(ctx context.Context, name string) (bool, error) {
 	op := fmt.Sprintf("once %q", name)
-	st, err := c.stmt(ctx, qOnceDone)
+	st, err := c.eng.Stmt(ctx, qOnceDone)
 	if err != nil {
 		return false, c.serverError(op, err)
 	}
@@ -127,7 +128,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
-	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qOnceRecord, Args: []any{l.name, l.token}})
 	if n, _ := fault.Errno(err); n == fault.DupEntry {
 		// Written by an earlier attempt whose reply was lost: the insert
 		// found our lease row, or it would have had nothing to insert.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/settle"
 )
@@ -55,7 +56,7 @@ func (c *Client) deleteByToken(ctx context.Context, name, token string) (int64, 
 			return err
 		})
 	} else {
-		res, _, err = c.exec(ctx, qRelease, name, token)
+		res, _, err = c.eng.Exec(ctx, engine.Send{Stmt: qRelease, Args: []any{name, token}})
 		if errors.Is(err, ErrClosed) {
 			// Close has closed the statements, or this Client never
 			// prepared the release; the *sql.DB is still open: send it

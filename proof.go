@@ -185,7 +185,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 		// goes, on any connection, whatever ctx has become.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = retryRolledBack(cctx, func() error {
+		_ = fault.RetryRolledBack(cctx, func() error {
 			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
 			return err
 		})
@@ -203,7 +203,7 @@ func isRefusal(err error) bool { return classify(err) == fault.Refused }
 // Vitess passes on to the server behind it), then the statements.
 func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]string, name, a, b string) error {
 	var version string
-	if err := retryRolledBack(ctx, func() error {
+	if err := fault.RetryRolledBack(ctx, func() error {
 		return conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version)
 	}); err != nil {
 		return err
@@ -220,25 +220,4 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 		return err
 	}
 	return c.proveServer(ctx, conn, text, version, first, &plain, name, a, b)
-}
-
-// retryRolledBack runs f, a step of the proof, again while the server rolls
-// it back (a deadlock, a cluster conflict), within retry's budget: the
-// tokens make a repeat give the first attempt's answer. A broken connection
-// ends the attempt, which prove makes again on another.
-func retryRolledBack(ctx context.Context, f func() error) error {
-	budget := time.Now().Add(fault.MaxRetryBudget)
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil || classify(err) != fault.RolledBack {
-			return err
-		}
-		wait := fault.Backoff(attempt)
-		if time.Now().Add(wait).After(budget) {
-			return err
-		}
-		if werr := fault.Sleep(ctx, wait); werr != nil {
-			return fmt.Errorf("%w (last error: %w)", werr, err)
-		}
-	}
 }

@@ -92,7 +92,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 	)
 	// A rollback (a deadlock, a cluster conflict) ends the transaction:
 	// it begins again.
-	err := retryRolledBack(ctx, func() error {
+	err := fault.RetryRolledBack(ctx, func() error {
 		var err error
 		if tx, err = conn1.BeginTx(ctx, nil); err != nil {
 			return err

@@ -41,7 +41,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 	// takes the name, free, with a lease already expired. Neither an
 	// acquire nor a refresh of owner's own lease would end it: they never
 	// move an owner's expiry earlier (queries.sql).
-	if err := retryRolledBack(ctx, func() error {
+	if err := fault.RetryRolledBack(ctx, func() error {
 		if _, err := preparedExec(ctx, conn, text[qRelease], name, owner); err != nil {
 			return err
 		}
@@ -51,7 +51,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		return err
 	}
 	var id uint64
-	if err := retryRolledBack(ctx, func() (err error) {
+	if err := fault.RetryRolledBack(ctx, func() (err error) {
 		id, err = c.proofAcquire(ctx, conn, text[qAcquire], name, taker, proofEngineTTL.Microseconds())
 		return err
 	}); err != nil {
@@ -61,7 +61,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		got             []byte
 		length, oneUsec sql.NullInt64
 	)
-	if err := retryRolledBack(ctx, func() error {
+	if err := fault.RetryRolledBack(ctx, func() error {
 		return preparedQueryRow(ctx, conn, c.substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
 	}); err != nil {
 		return err
@@ -79,7 +79,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		failed = append(failed, fmt.Sprintf("DATETIME(6) + INTERVAL n MICROSECOND lost the fraction of a second: a lease of %d µs was stored as %d µs, "+
 			"and a microsecond added to UTC_TIMESTAMP(6) came to %d µs", proofEngineTTL.Microseconds(), length.Int64, oneUsec.Int64))
 	}
-	err := retryRolledBack(ctx, func() error {
+	err := fault.RetryRolledBack(ctx, func() error {
 		_, err := preparedExec(ctx, conn, c.substitute(queries["proof_overflow"]), name)
 		return err // 1690, the answer, is no rollback: it comes back at once
 	})

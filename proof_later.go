@@ -112,7 +112,7 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	for _, n := range names(name) {
-		cerr := retryRolledBack(cctx, func() error {
+		cerr := fault.RetryRolledBack(cctx, func() error {
 			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), n)
 			return err
 		})
@@ -146,7 +146,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		} else if id&1 == 0 || id < 4 {
 			return p.unsupported("all_acquire", "an acquire of a set of free names reported %d, not twice its fence plus one", uint64(id))
 		}
-		if err := retryRolledBack(p.ctx, func() error {
+		if err := fault.RetryRolledBack(p.ctx, func() error {
 			_, err := p.conn.ExecContext(p.ctx, c.acquireAllSQL(other, proofTTL))
 			return err
 		}); err == nil {
@@ -232,7 +232,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 // nil when it fails with 1690 (not the session guard's), as it must: an
 // error naming what raised no error (cause) when it succeeds.
 func (p *prover) refreshRefused(q, what, cause string) error {
-	err := retryRolledBack(p.ctx, func() error {
+	err := fault.RetryRolledBack(p.ctx, func() error {
 		_, err := p.conn.ExecContext(p.ctx, q)
 		return err
 	})
@@ -249,7 +249,7 @@ func (p *prover) refreshRefused(q, what, cause string) error {
 // just taken with the one-row form.
 func (p *prover) proveSetFences(s *lockSet) error {
 	var rows *sql.Rows
-	err := retryRolledBack(p.ctx, func() (err error) {
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
 		rows, err = p.conn.QueryContext(p.ctx, p.c.setSQL("all_fences", s.tokenLit, s.in))
 		return err
 	})
@@ -314,7 +314,7 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 			by    string
 		}{{b, 0, "under another token"}, {a, 1, "by the owner"}} {
 			var res sql.Result
-			err := retryRolledBack(p.ctx, func() (err error) {
+			err := fault.RetryRolledBack(p.ctx, func() (err error) {
 				res, err = p.conn.ExecContext(p.ctx, c.substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), step.token)
 				return err
 			})
@@ -375,7 +375,7 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 				return err
 			}
 			var one int
-			err = retryRolledBack(p.ctx, func() error { return st.QueryRowContext(p.ctx, name).Scan(&one) })
+			err = fault.RetryRolledBack(p.ctx, func() error { return st.QueryRowContext(p.ctx, name).Scan(&one) })
 			if found := err == nil; err != nil && err != sql.ErrNoRows {
 				return p.failed("once_done", "read the record after a record "+step.by, err)
 			} else if found != step.done {

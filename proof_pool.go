@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The part of the first proof that needs more than one connection of the
@@ -176,7 +178,7 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 	closeConns() // before the cleanup, which a small pool needs
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	if cerr := retryRolledBack(cctx, func() error {
+	if cerr := fault.RetryRolledBack(cctx, func() error {
 		_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
 		return err
 	}); err == nil && cerr != nil {

@@ -50,7 +50,7 @@ func (p *prover) stmt(stmt, text string) (*sql.Stmt, error) {
 		return st, nil
 	}
 	var st *sql.Stmt
-	err := retryRolledBack(p.ctx, func() (err error) {
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
 		st, err = p.conn.PrepareContext(p.ctx, text)
 		return err
 	})
@@ -69,7 +69,7 @@ func (p *prover) exec(stmt, step, text string, args ...any) (sql.Result, error) 
 		return nil, err
 	}
 	var res sql.Result
-	err = retryRolledBack(p.ctx, func() (err error) {
+	err = fault.RetryRolledBack(p.ctx, func() (err error) {
 		res, err = st.ExecContext(p.ctx, args...)
 		return err
 	})
@@ -80,10 +80,10 @@ func (p *prover) exec(stmt, step, text string, args ...any) (sql.Result, error) 
 }
 
 // execText runs statement stmt, text with no arguments, as the Client sends
-// a set's statements: as text (execText).
+// a set's statements: as text (engine.Send with Text).
 func (p *prover) execText(stmt, step, text string) (sql.Result, error) {
 	var res sql.Result
-	err := retryRolledBack(p.ctx, func() (err error) {
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
 		res, err = p.conn.ExecContext(p.ctx, text)
 		return err
 	})
@@ -118,7 +118,7 @@ func (p *prover) rows(stmt, step string, res sql.Result) (int64, error) {
 // inTx runs f in a transaction on the proof's connection, as Lock.Check
 // runs in the caller's, and rolls it back: what it wrote is the proof's.
 func (p *prover) inTx(stmt string, f func(tx *sql.Tx) error) error {
-	return retryRolledBack(p.ctx, func() error {
+	return fault.RetryRolledBack(p.ctx, func() error {
 		tx, err := p.conn.BeginTx(p.ctx, nil)
 		if err != nil {
 			return p.failed(stmt, "begin a transaction for it", err)
@@ -201,7 +201,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 		return err
 	}
 	var stored uint64
-	err = retryRolledBack(ctx, func() error {
+	err = fault.RetryRolledBack(ctx, func() error {
 		var holder sql.NullString
 		var held, minHold sql.NullBool
 		var left, ahead sql.NullInt64

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
@@ -33,38 +34,24 @@ func splitQueries(text string) (map[string]string, error) { return sqltext.Split
 // quoteTable checks name and returns it backtick-quoted (sqltext.QuoteTable).
 func quoteTable(name string) (string, error) { return sqltext.QuoteTable(name) }
 
-// Statements of queries.sql, by index into Client.stmts.
+// Statements of queries.sql, by index (internal/engine).
 const (
-	qAcquire = iota
-	qRefresh
-	qRelease
-	qInspect
-	qReleaseAtLeast // do.go
-	qCheck          // lock.go
-	qList           // admin.go
-	qOnceDone       // once.go
-	qOnceRecord     // once.go
-	qLease          // admin.go
-	qOnceReset      // admin.go
-	qLockDelay      // admin.go
-	numStmts
+	qAcquire        = engine.Acquire
+	qRefresh        = engine.Refresh
+	qRelease        = engine.Release
+	qInspect        = engine.Inspect
+	qReleaseAtLeast = engine.ReleaseAtLeast // do.go
+	qCheck          = engine.Check          // lock.go
+	qList           = engine.List           // admin.go
+	qOnceDone       = engine.OnceDone       // once.go
+	qOnceRecord     = engine.OnceRecord     // once.go
+	qLease          = engine.Lease          // admin.go
+	qOnceReset      = engine.OnceReset      // admin.go
+	qLockDelay      = engine.LockDelay      // admin.go
+	numStmts        = engine.NumStmts
 )
 
-var stmtNames = [numStmts]string{
-	qAcquire: "acquire",
-	qRefresh: "refresh",
-	qRelease: "release",
-	qInspect: "inspect",
-
-	qReleaseAtLeast: "release_at_least",
-	qCheck:          "check",
-	qList:           "list",
-	qOnceDone:       "once_done",
-	qOnceRecord:     "once_record",
-	qLease:          "lease",
-	qOnceReset:      "once_reset",
-	qLockDelay:      "lock_delay",
-}
+var stmtNames = engine.Names
 
 // The forms' names and marks (sqltext).
 const (
@@ -77,8 +64,8 @@ const (
 var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord, qLockDelay}
 
 // tidbAcquireArgs is how many of the acquire's arguments the one-row form
-// (TiDB's) takes: the first four, which both forms begin with (queries.sql).
-const tidbAcquireArgs = 4
+// takes (engine.OneRowAcquireArgs).
+const tidbAcquireArgs = engine.OneRowAcquireArgs
 
 // textForms returns what the text of the Client's statements depends on,
 // as the first use has found it so far.

@@ -20,7 +20,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 		}
 		c := e.newClient(t)
 		ctx := testCtx(t)
-		if _, err := c.stmt(ctx, qAcquire); err != nil { // the first use: the server's forms
+		if _, err := c.eng.Stmt(ctx, qAcquire); err != nil { // the first use: the server's forms
 			t.Fatal(err)
 		}
 		conn, err := e.db.Conn(ctx)

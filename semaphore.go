@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -232,7 +233,7 @@ func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, s.name) }
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
 	c := s.c
-	return c.execSlot(ctx, s.sem, slotSQL(c.learned().table, s.mariadb, s.v), s.args(s.v))
+	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: slotSQL(c.learned().table, s.mariadb, s.v), Args: s.args(s.v)})
 }
 
 func (s *slotCall) heldBy(_ context.Context, err error) error {
@@ -353,7 +354,7 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 // servers without semaphores. Semaphore.Inspect prepares inspect, a read,
 // which needs no proof, as Client.Inspect needs none.
 func (c *Client) slotsForms(ctx context.Context, i int) (*forms, error) {
-	if _, err := c.stmt(ctx, i); err != nil {
+	if _, err := c.eng.Stmt(ctx, i); err != nil {
 		return nil, err
 	}
 	f := c.learned()

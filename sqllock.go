@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/settle"
 	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
@@ -51,7 +52,7 @@ type Client struct {
 	skew    skewWarnings          // clock.go
 	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
 	frozen  frozenState           // ending a frozen holder's transaction; frozen.go
-	stmts   [numStmts]atomic.Pointer[sql.Stmt]
+	eng     *engine.Server        // prepares and sends the statements; internal/engine
 
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.
@@ -63,8 +64,6 @@ type Client struct {
 	// the server: a call stuck on a dead connection must not hold up
 	// others, which wait only as long as their own contexts allow.
 	mu           sync.Mutex
-	prepares     [numStmts]*prepareFlight // prepares under way
-	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
 	closeErr     error // Close's result, set before closeDone is closed
 
@@ -72,7 +71,6 @@ type Client struct {
 	closeDone chan struct{} // closed when Close has finished
 
 	held    held                       // the Locks to release on Close; held.go
-	slots   slotStmts                  // slot_acquire prepared per number of slot rows; semaphore_stmt.go
 	later   [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
 	orphans settle.Book                // tokens whose leases may be left on the server; orphans.go
 
@@ -151,6 +149,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	}
 	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
+	c.eng = c.newEngine()
 	c.wait.Init(wait.Config{
 		DB:      db,
 		Wakeups: c.wakeups,
@@ -228,11 +227,7 @@ func (c *Client) Close() error {
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
 	c.wait.Channels.CloseAll(ctx)
-	c.mu.Lock()
-	c.closed = true // a prepare that ends from now on closes its statement
-	c.mu.Unlock()
-	c.closeStmts(ctx)
-	c.slots.close()
+	c.eng.Close(ctx)
 	c.closeErr = err
 	close(c.closeDone)
 	return err

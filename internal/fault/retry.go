@@ -35,8 +35,21 @@ func Transient(ctx context.Context, f func() error) error {
 // here, and the loops that keep trying (Acquire, Elect, the keep-alive)
 // pace themselves.
 func Retry(ctx context.Context, until time.Time, f func() error) error {
+	return retry(ctx, until, false, f)
+}
+
+// RetryRolledBack runs f, a statement on a connection of the caller's own
+// (a proof's step), again only while the server rolls it back, within
+// MaxRetryBudget: any other failure, a broken connection too, is returned
+// at once, for the caller to begin again on another connection.
+func RetryRolledBack(ctx context.Context, f func() error) error {
+	return retry(ctx, time.Time{}, true, f)
+}
+
+// retry is Retry, or RetryRolledBack when rolledBackOnly is set.
+func retry(ctx context.Context, until time.Time, rolledBackOnly bool, f func() error) error {
 	budget := time.Now().Add(MaxRetryBudget)
-	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
+	if d, ok := ctx.Deadline(); ok && d.Before(budget) && !rolledBackOnly {
 		budget = d
 	}
 	if !until.IsZero() && until.Before(budget) {
@@ -48,6 +61,9 @@ func Retry(ctx context.Context, until time.Time, f func() error) error {
 		err := f()
 		if err == nil {
 			return nil
+		}
+		if rolledBackOnly && Classify(err) != RolledBack {
+			return err
 		}
 		switch Classify(err) {
 		case Refused:
