@@ -155,7 +155,7 @@ func (a *setCall) ready(ctx context.Context) error {
 	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return c.serverError(a.op(), err)
 	}
-	if f := c.learned(); f.oneRow && !f.tidb {
+	if f := c.eng.Forms(); f.OneRow && !f.TiDB {
 		return errSetsThroughVitess
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {
@@ -176,7 +176,7 @@ func (a *setCall) send(ctx context.Context) (sql.Result, int, error) {
 }
 
 func (a *setCall) heldBy(ctx context.Context, err error) error {
-	if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && sessionGuard(err) == "" || n == fault.LockWaitTimeout) {
+	if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && engine.SessionGuard(err) == "" || n == fault.LockWaitTimeout) {
 		return a.c.heldOf(ctx, a.set)
 	}
 	return nil
@@ -195,7 +195,7 @@ func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time
 
 // readFences sets the fences of set s, just acquired, from the reply res.
 func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) error {
-	if c.learned().oneRow {
+	if c.eng.Forms().OneRow {
 		return c.readFencesOneRow(ctx, s)
 	}
 	id, err := res.LastInsertId()

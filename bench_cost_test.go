@@ -87,7 +87,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 		return nil
 	}
 	prepared := func(b *testing.B, c *Client, guard bool) direct {
-		acq, rel := c.learned().sql[qAcquire], c.learned().sql[qRelease]
+		acq, rel := c.eng.Forms().SQL[qAcquire], c.eng.Forms().SQL[qRelease]
 		if !guard {
 			acq = withoutGuard(b, acq)
 		}
@@ -191,7 +191,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 			}
 		}},
 		{"unprepared", nil, func(b *testing.B, c *Client) func() error {
-			d := direct{acqText: c.learned().sql[qAcquire], relText: c.learned().sql[qRelease]}
+			d := direct{acqText: c.eng.Forms().SQL[qAcquire], relText: c.eng.Forms().SQL[qRelease]}
 			return func() error { return withToken(c, d, ctx) }
 		}},
 	}

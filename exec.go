@@ -18,9 +18,10 @@ import (
 func (c *Client) newEngine() *engine.Server {
 	return engine.New(engine.Config{
 		DB:        c.db,
+		Queries:   queries,
+		Table:     c.table,
 		Ready:     c.ready,
 		StillGood: c.tableStillGood,
-		OneRow:    func() bool { return c.learned().oneRow },
 		Classify:  classify,
 		Retried:   c.logRetry,
 		Closed:    ErrClosed,
@@ -29,25 +30,25 @@ func (c *Client) newEngine() *engine.Server {
 
 // ready makes the first-use check (tablecheck.go), until it has found the
 // table as it should be, and the proof before the first statement that
-// writes (proof.go), and returns the text of statement i.
-func (c *Client) ready(ctx context.Context, i int) (string, error) {
-	checked := c.learned().checked
+// writes (proof.go), before statement i is first prepared.
+func (c *Client) ready(ctx context.Context, i int) error {
+	checked := c.eng.Forms().Checked
 	if !checked {
 		found, err := c.checkFirstUse(ctx)
 		if err != nil {
-			return "", err
+			return err
 		}
 		if found {
-			c.mark(func(f *forms) *bool { return &f.checked })
+			c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
 		}
 		checked = found
 	}
 	if checked && writes(i) {
 		if err := c.proveOnce(ctx); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return c.learned().sql[i], nil
+	return nil
 }
 
 // ctxErr is fault.CtxErr: ctx's error, or DeadlineExceeded once its
@@ -71,7 +72,7 @@ func (c *Client) serverError(op string, err error) error {
 		// "sql: statement is closed", which is ErrClosed, as exec says.
 		return ErrClosed
 	}
-	if g := sessionGuard(err); g != "" {
+	if g := engine.SessionGuard(err); g != "" {
 		if fault.ReadOnlyGuard(err) {
 			return errorf("%s: %w (%s): %w", op, errReadOnlyServer, g, err)
 		}

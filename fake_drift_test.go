@@ -97,7 +97,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
-	text := c.learned().sql
+	text := c.eng.Forms().SQL
 	c.mu.Unlock()
 	var fences []int64
 	sym := func(v int64) string { // a fence, by which one it is
@@ -111,7 +111,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		return fmt.Sprintf("F%d", len(fences))
 	}
 	// MariaDB's forms: the fake's VERSION() chose them as the server's did.
-	out := []string{fmt.Sprintf("MariaDB's forms %v", c.learned().lockWait)}
+	out := []string{fmt.Sprintf("MariaDB's forms %v", c.eng.Forms().LockWait)}
 	execOn := func(on execer, q string, args ...any) {
 		res, err := on.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -192,7 +192,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	checkIn(ctx, t, db, text[qCheck], &out, n, "B") // B's and live
 	// An acquire behind B's Check: MariaDB's form reports 1205 after its
 	// second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, c.learned().lockWait, text[qCheck], []any{n, "B"}, func() { acquire("D", "hd") })
+	behindCheck(t, db, c.eng.Forms().LockWait, text[qCheck], []any{n, "B"}, func() { acquire("D", "hd") })
 	inspect()                                       // nothing changed
 	checkIn(ctx, t, db, text[qCheck], &out, n, "A") // not A's
 	exec(text[qRelease], n, "A")                    // not A's
@@ -527,10 +527,10 @@ func runsEveryStatement(t *testing.T, srv *sqllocktest.Server, mariadb bool) {
 	if _, err := c.List(ctx); err != nil { // the first use chooses the forms
 		t.Fatal(err)
 	}
-	if got := c.learned().lockWait; got != mariadb {
+	if got := c.eng.Forms().LockWait; got != mariadb {
 		t.Fatalf("the Client took MariaDB's forms: got %v, want %v", got, mariadb)
 	}
-	for i, text := range c.learned().sql {
+	for i, text := range c.eng.Forms().SQL {
 		texts[stmtNames[i]] = text
 	}
 	texts["all_acquire"] = c.acquireAllSQL(newLockSet([]string{"x", "y"}, "A"), time.Minute)

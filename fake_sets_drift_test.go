@@ -50,7 +50,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 				live   sql.NullBool
 				left   sql.NullInt64
 			)
-			err := db.QueryRowContext(ctx, c.learned().sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64), new(sql.NullBool))
+			err := db.QueryRowContext(ctx, c.eng.Forms().SQL[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64), new(sql.NullBool))
 			switch {
 			case err == sql.ErrNoRows:
 				cells = append(cells, n+" none")
@@ -106,7 +106,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	inspect("s1", "s2", "s3")                       // nothing changed
 	// B's set behind A's Check: MariaDB's form reports 1205 after its
 	// second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, c.learned().lockWait, c.setSQL("all_check", a.tokenLit, a.in), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
+	behindCheck(t, db, c.eng.Forms().LockWait, c.setSQL("all_check", a.tokenLit, a.in), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
 	inspect("s0", "s2")                                                       // nothing written
 	exec(atLeast(a, 0))                                                       // A's three, expired now
 	inspect("s1", "s2", "s3")                                                 //

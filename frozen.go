@@ -106,7 +106,7 @@ type frozenWatch struct {
 // Vitess (one-row forms), MySQL 5.7, and before the first use has found
 // the server.
 func (c *Client) watchFrozen(ctx context.Context, name string) *frozenWatch {
-	if f := c.learned(); !f.chosen || f.oneRow || !f.lockWait && !f.mysql {
+	if f := c.eng.Forms(); !f.Chosen || f.OneRow || !f.LockWait && !f.MySQL {
 		return nil
 	}
 	w := &frozenWatch{c: c, name: name, parent: ctx}
@@ -196,7 +196,7 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 // the log and the Observer. It reports whether it killed any.
 func (c *Client) endBlockers(ctx context.Context, name, holder string, past int64) (killed bool, err error) {
 	stmt := "frozen_blocker_mysql"
-	if c.learned().lockWait {
+	if c.eng.Forms().LockWait {
 		stmt = "frozen_blocker_mariadb"
 	}
 	ids, err := c.frozenBlockers(ctx, c.named(stmt), name)
@@ -266,7 +266,7 @@ func (c *Client) frozenRefused(ctx context.Context, name, holder string, err err
 	if ctx.Err() != nil {
 		return
 	}
-	mariadb := c.learned().lockWait
+	mariadb := c.eng.Forms().LockWait
 	var why string
 	switch {
 	case n == errKillDenied && mariadb:

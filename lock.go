@@ -393,7 +393,7 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	}
 	// By its text, not the Client's prepared statement: tx may come from
 	// another *sql.DB, and tx.StmtContext refuses a statement of another.
-	res, err := tx.ExecContext(ctx, l.c.learned().sql[qCheck], l.name, l.token)
+	res, err := tx.ExecContext(ctx, l.c.eng.Forms().SQL[qCheck], l.name, l.token)
 	if err != nil {
 		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
 	}

@@ -74,7 +74,7 @@ func (l *Lock) refreshSet(ctx context.Context, until time.Time, ttl time.Duratio
 	s := l.set
 	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
 	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_refresh", Name: s.label, Text: q, Until: until})
-	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && sessionGuard(err) == "" {
+	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && engine.SessionGuard(err) == "" {
 		return false, nil
 	}
 	if err != nil {

@@ -62,7 +62,7 @@ func (c *Client) deleteByToken(ctx context.Context, name, token string) (int64, 
 			// prepared the release; the *sql.DB is still open: send it
 			// unprepared.
 			err = fault.Transient(ctx, func() (err error) {
-				res, err = c.db.ExecContext(ctx, c.learned().sql[qRelease], name, token)
+				res, err = c.db.ExecContext(ctx, c.eng.Forms().SQL[qRelease], name, token)
 				return err
 			})
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -84,7 +85,7 @@ const vitessRefusal = "vtgate puts its own session's last insert id in place of 
 // LAST_INSERT_ID() (tablecheck.go) and which the proof then holds to their
 // answers.
 func (c *Client) refuseByVersion(version string) error {
-	if strings.Contains(strings.ToLower(version), "vitess") && !c.learned().oneRow {
+	if strings.Contains(strings.ToLower(version), "vitess") && !c.eng.Forms().OneRow {
 		return errorf("%w: Vitess (%s): %s; no lease was taken", ErrUnsupportedServer, version, vitessRefusal)
 	}
 	return nil
@@ -101,13 +102,13 @@ func writes(i int) bool {
 
 // proveOnce makes the proof unless it has passed already.
 func (c *Client) proveOnce(ctx context.Context) error {
-	if c.learned().proven {
+	if c.eng.Forms().Proven {
 		return nil
 	}
 	if err := c.prove(ctx); err != nil {
 		return err
 	}
-	c.mark(func(f *forms) *bool { return &f.proven })
+	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Proven })
 	return nil
 }
 
@@ -177,7 +178,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	text := c.learned().sql // TiDB's forms, if the first-use check chose them
+	text := c.eng.Forms().SQL // TiDB's forms, if the first-use check chose them
 	err = c.proveOn(ctx, conn, &text, name, a, b)
 	_ = conn.Close() // before the cleanup, which a pool of one needs
 	if err != nil && !isRefusal(err) {

@@ -39,7 +39,7 @@ const (
 )
 
 // inTransactionGuard is the part of the session guard (queries.sql,
-// session.go) that refuses, on MariaDB, an acquire inside an open
+// internal/engine/session.go) that refuses, on MariaDB, an acquire inside an open
 // transaction. The row lock's proof sends the acquire inside one on
 // purpose, on a connection of its own that it commits itself, so there it
 // sends the acquire without that part (inTransaction).

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -100,8 +101,8 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 // acquireArgs returns the acquire's arguments under token for us µs.
 func (c *Client) acquireArgs(name, token string, us int64) []any {
 	args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-	if c.learned().oneRow {
-		args = args[:tidbAcquireArgs]
+	if c.eng.Forms().OneRow {
+		args = args[:engine.OneRowAcquireArgs]
 	}
 	return args
 }

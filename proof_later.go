@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -32,7 +33,7 @@ var laterProofNames = [numLaterProofs]string{proofSets: "set", proofSlots: "sema
 
 // A laterProof is one of them under way: running while a call makes it,
 // which other calls wait for. That it passed is in the Client's forms
-// (forms.go).
+// (internal/engine/forms.go).
 type laterProof struct {
 	mu      sync.Mutex
 	running chan struct{}
@@ -45,7 +46,7 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 	lp := &c.later[kind]
 	for {
 		lp.mu.Lock()
-		if c.learned().later[kind] {
+		if c.eng.Forms().Later[kind] {
 			lp.mu.Unlock()
 			return nil
 		}
@@ -68,7 +69,7 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 	}
 	lp.mu.Lock()
 	if err == nil {
-		c.mark(func(f *forms) *bool { return &f.later[kind] })
+		c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[kind] })
 	}
 	close(lp.running)
 	lp.running = nil
@@ -137,7 +138,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if c.learned().oneRow {
+		if c.eng.Forms().OneRow {
 			if err := p.proveSetFences(mine); err != nil {
 				return err
 			}
@@ -218,7 +219,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err := each("all_release", "release", c.releaseAllSQL); err != nil {
 			return err
 		}
-		if c.learned().oneRow {
+		if c.eng.Forms().OneRow {
 			return nil // a lease row is never deleted there
 		}
 		// The lease rows are gone, the fence rows stay: a refresh by the
@@ -239,7 +240,7 @@ func (p *prover) refreshRefused(q, what, cause string) error {
 	if err == nil {
 		return p.unsupported("all_refresh", "a refresh of %s succeeded: %s raised no error (1690)", what, cause)
 	}
-	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange || sessionGuard(err) != "" {
+	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange || engine.SessionGuard(err) != "" {
 		return p.failed("all_refresh", "refresh "+what+", which must fail with 1690", err)
 	}
 	return nil
@@ -287,7 +288,7 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 	rows := func(sem string) []string { return []string{slotRows(sem), slotName(sem, 1)} }
 	return c.proveLater(ctx, proofSlots, rows, func(p *prover, name, a, b string) error {
 		sem := name
-		text := slotSQL(c.learned().table, mariadb, 1)
+		text := slotSQL(c.eng.Forms().Table, mariadb, 1)
 		take := func(step, token string) (uint64, error) {
 			s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows(sem), ttl: proofTTL, token: token}, sem: sem, n: 1}
 			id, err := p.id("slot_acquire", step, text, s.args(1)...)
@@ -337,12 +338,12 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 func (c *Client) proveOnceOnce(ctx context.Context) error {
 	one := func(name string) []string { return []string{name} }
 	return c.proveLater(ctx, proofOnce, one, func(p *prover, name, a, b string) error {
-		f := c.learned()
-		text := f.sql
+		f := c.eng.Forms()
+		text := f.SQL
 		us := proofTTL.Microseconds()
 		args := []any{name, a, c.holder, us, name, a, c.holder, a, us}
-		if f.oneRow {
-			args = args[:tidbAcquireArgs]
+		if f.OneRow {
+			args = args[:engine.OneRowAcquireArgs]
 		}
 		if id, err := p.id("acquire", "take a free name", text[qAcquire], args...); err != nil {
 			return err
@@ -359,7 +360,7 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 				return err
 			}
 			var n int64
-			if c.learned().onceByRows {
+			if c.eng.Forms().OnceByRows {
 				n, err = res.RowsAffected()
 			} else {
 				n, err = res.LastInsertId()

@@ -173,7 +173,7 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 		}
 		rtt = time.Since(start)
 	}
-	text := c.learned().sql
+	text := c.eng.Forms().SQL
 	_, err = c.proveConcurrency(ctx, conns[0], conns[1], rtt, &text, p.version, name, a, b)
 	closeConns() // before the cleanup, which a small pool needs
 	cctx, cancel := cleanupContext(ctx)

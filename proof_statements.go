@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -138,7 +139,7 @@ func (p *prover) failed(stmt, step string, err error) error {
 		// it then): no answer, as a broken connection is none.
 		err = fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
 	}
-	if n, ok := fault.Errno(err); ok && sessionGuard(err) == "" { // the guard's 1690 says what it found (session.go)
+	if n, ok := fault.Errno(err); ok && engine.SessionGuard(err) == "" { // the guard's 1690 says what it found (internal/engine/session.go)
 		switch n {
 		case erNativeFunctionRefused:
 			return errorf("%w: MySQL Router with connection sharing refused statement %s (%s) (3566, LAST_INSERT_ID on a connection it may share); "+
@@ -186,8 +187,8 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	us := proofTTL.Microseconds()
 	acquire := func(step, token string) (uint64, error) {
 		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.learned().oneRow {
-			args = args[:tidbAcquireArgs]
+		if c.eng.Forms().OneRow {
+			args = args[:engine.OneRowAcquireArgs]
 		}
 		return p.id("acquire", step, text[qAcquire], args...)
 	}

@@ -53,23 +53,9 @@ const (
 
 var stmtNames = engine.Names
 
-// The forms' names and marks (sqltext).
-const (
-	tidbPrefix = sqltext.TiDBPrefix
-	tidbHint   = sqltext.TiDBHint
-)
-
-// tidbStmts are the statements with a TiDB form; the rest serve TiDB as
-// they are.
-var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord, qLockDelay}
-
-// tidbAcquireArgs is how many of the acquire's arguments the one-row form
-// takes (engine.OneRowAcquireArgs).
-const tidbAcquireArgs = engine.OneRowAcquireArgs
-
 // textForms returns what the text of the Client's statements depends on,
 // as the first use has found it so far.
-func (c *Client) textForms() sqltext.Forms { return c.learned().text() }
+func (c *Client) textForms() sqltext.Forms { return c.eng.Text() }
 
 // substitute puts the Client's quoted table name into a statement, in the
 // database the first use found once it has (sqltext.Forms.Substitute).

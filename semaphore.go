@@ -233,7 +233,7 @@ func (s *slotCall) claim(ctx context.Context) { s.c.claimOrphans(ctx, s.name) }
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
 	c := s.c
-	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: slotSQL(c.learned().table, s.mariadb, s.v), Args: s.args(s.v)})
+	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: slotSQL(c.eng.Forms().Table, s.mariadb, s.v), Args: s.args(s.v)})
 }
 
 func (s *slotCall) heldBy(_ context.Context, err error) error {
@@ -346,22 +346,22 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	return f.lockWait, c.proveSlotsOnce(ctx, f.lockWait)
+	return f.LockWait, c.proveSlotsOnce(ctx, f.LockWait)
 }
 
 // slotsForms prepares statement i, which makes the first-use check (and,
 // for a statement that writes, the proof of the statements), and refuses
 // servers without semaphores. Semaphore.Inspect prepares inspect, a read,
 // which needs no proof, as Client.Inspect needs none.
-func (c *Client) slotsForms(ctx context.Context, i int) (*forms, error) {
+func (c *Client) slotsForms(ctx context.Context, i int) (*engine.Forms, error) {
 	if _, err := c.eng.Stmt(ctx, i); err != nil {
 		return nil, err
 	}
-	f := c.learned()
+	f := c.eng.Forms()
 	switch {
-	case f.tidb:
+	case f.TiDB:
 		return nil, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
-	case f.oneRow:
+	case f.OneRow:
 		return nil, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
 	}
 	return f, nil

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
@@ -48,11 +47,10 @@ type Client struct {
 	log       *slog.Logger     // logging.go
 	obs       observe.Observer // observe.go
 
-	forms   atomic.Pointer[forms] // what the Client has learned of its server: the statements' text and forms; forms.go
-	skew    skewWarnings          // clock.go
-	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
-	frozen  frozenState           // ending a frozen holder's transaction; frozen.go
-	eng     *engine.Server        // prepares and sends the statements; internal/engine
+	skew    skewWarnings   // clock.go
+	recheck tableRecheck   // the table checked again while the Client runs; tablecheck.go
+	frozen  frozenState    // ending a frozen holder's transaction; frozen.go
+	eng     *engine.Server // what the Client has learned of its server, its statements' forms; prepares and sends them
 
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.
@@ -147,7 +145,6 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
 	c.eng = c.newEngine()
 	c.wait.Init(wait.Config{
@@ -184,7 +181,7 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
 		return c.serverError(op, err)
 	}
-	if c.learned().checked {
+	if c.eng.Forms().Checked {
 		if err := c.proveOnce(ctx); err != nil {
 			return c.serverError(op, err)
 		}
@@ -197,7 +194,7 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if !found {
 		return nil // dropped again at once; the next statement checks anew
 	}
-	c.mark(func(f *forms) *bool { return &f.checked })
+	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
 	if err := c.proveOnce(ctx); err != nil {
 		return c.serverError(op, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 // Statements of queries.sql, by index: a Send's Stmt.
@@ -63,15 +64,16 @@ const Text = -1
 // A Config is what a Server needs of the Client that owns it.
 type Config struct {
 	DB *sql.DB
-	// Ready makes what must pass before statement i is first prepared (the
-	// first-use check, the proof) and returns its text.
-	Ready func(ctx context.Context, i int) (text string, err error)
+	// Queries are the statements of queries.sql, by name; Table is the
+	// Client's table, quoted.
+	Queries sqltext.Statements
+	Table   string
+	// Ready makes what must pass before statement i is first prepared: the
+	// first-use check, the proof.
+	Ready func(ctx context.Context, i int) error
 	// StillGood checks, before a statement that takes or extends a lease,
 	// that the table is still as the first use found it.
 	StillGood func(ctx context.Context) error
-	// OneRow reports whether the statements are the one-row forms, whose
-	// acquire takes OneRowAcquireArgs arguments.
-	OneRow func() bool
 	// Classify tells what an error says (fault.Classify, with the
 	// Client's own errors added).
 	Classify func(error) fault.Outcome
@@ -87,6 +89,7 @@ type Config struct {
 // is not usable: New makes one.
 type Server struct {
 	cfg   Config
+	forms atomic.Pointer[Forms] // forms.go
 	fixed [NumStmts]atomic.Pointer[sql.Stmt]
 
 	// mu guards the fields below it. It is never held across a call to the
@@ -99,7 +102,11 @@ type Server struct {
 }
 
 // New returns a Server with cfg that has prepared nothing.
-func New(cfg Config) *Server { return &Server{cfg: cfg} }
+func New(cfg Config) *Server {
+	s := &Server{cfg: cfg}
+	s.forms.Store(initialForms(cfg.Queries, cfg.Table))
+	return s
+}
 
 // A Send is one statement to send.
 type Send struct {
@@ -144,7 +151,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		}
 		label, acquire = Names[x.Stmt], x.Stmt == Acquire
 		guarded = acquire || x.Stmt == Refresh
-		if acquire && s.cfg.OneRow() {
+		if acquire && s.Forms().OneRow {
 			args = args[:OneRowAcquireArgs]
 		}
 		name, _ = args[0].(string) // most statements start with the name
@@ -206,11 +213,10 @@ func (s *Server) Stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		return st, nil
 	}
 	return s.cached(ctx, i, func() (*sql.Stmt, error) {
-		text, err := s.cfg.Ready(ctx, i)
-		if err != nil {
+		if err := s.cfg.Ready(ctx, i); err != nil {
 			return nil, err
 		}
-		st, err := s.prepare(ctx, text)
+		st, err := s.prepare(ctx, s.Forms().SQL[i])
 		if err != nil && !fault.IsConnectError(err) {
 			return nil, fmt.Errorf("prepare: %w", err)
 		}
