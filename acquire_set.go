@@ -220,7 +220,7 @@ func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) err
 func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 	var rows *sql.Rows
 	err := fault.Transient(ctx, func() (err error) {
-		rows, err = c.db.QueryContext(ctx, c.setSQL("all_fences", s.tokenLit, s.in))
+		rows, err = c.db.QueryContext(ctx, c.eng.Text().Set("all_fences", s.tokenLit, s.in))
 		return err
 	})
 	if err != nil {

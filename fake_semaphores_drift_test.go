@@ -50,7 +50,7 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	}
 	take := func(token string, n, v int) { takeOn(db, token, n, v) }
 	list := func() {
-		rows, err := db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, q)
+		rows, err := db.QueryContext(ctx, c.eng.Text().Substitute(queries["slot_list"]), p, q)
 		if err != nil {
 			out = append(out, errText(err))
 			return
@@ -81,7 +81,7 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	}
 	slot := func(i int) string { return slotName(sem, i) }
 	release := func(token string) {
-		answer(db.ExecContext(ctx, c.substitute(queries["slot_release"]), p, q, token))
+		answer(db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), p, q, token))
 	}
 	us := ttl.Microseconds()
 	lock := func(name, token string) { // a lock whose name lies among the semaphore's rows: its fence
@@ -118,37 +118,37 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	// A take behind B's Check of slot 2: MariaDB's form reports 1205 after
 	// its second; MySQL's waits for the transaction, and is refused then.
 	behindCheck(t, db, f.LockWait, f.SQL[qCheck], []any{slot(2), "B"}, func() { take("D", 3, 3) })
-	answer(db.ExecContext(ctx, f.SQL[qRelease], slot(1), "A"))                    // A gives slot 1 back
-	take("E", 3, 3)                                                               // slot 1 again
-	atLeast(3, "C")                                                               //
-	take("F", 3, 3)                                                               // slot 3, expired: taken over
-	answer(db.ExecContext(ctx, f.SQL[qRefresh], us, slot(3), "C"))                // C lost it
-	list()                                                                        //
-	release("E")                                                                  // slot 1
-	release("E")                                                                  // nothing left of E's
-	release("B")                                                                  // slot 2
-	release("F")                                                                  // slot 3
-	lock(p+"zz", "L")                                                             // a lock among the semaphore's rows
-	list()                                                                        //
-	take("H", 2, 2)                                                               // all free, 3 recorded: 2000 + 3
-	take("H", 2, 3)                                                               // the wider visit: resized to 2, 1
-	take("H", 2, 2)                                                               // slot 1 of 2
-	take("I", 5, 5)                                                               // one held: 1000 + 2
-	release("H")                                                                  //
-	take("I", 5, 5)                                                               // all free: resized to 5, 1
-	take("I", 5, 5)                                                               // slot 1 of 5
-	atLeast(1, "I")                                                               //
-	take("J", 5, 5)                                                               // slot 1, expired: taken over
-	list()                                                                        //
-	release("L")                                                                  // the lock's lease row is in the range too
-	setFence(1<<56 - 2)                                                           //
-	take("K", 5, 5)                                                               // the greatest fence a slot takes
-	setFence(1<<56 - 1)                                                           //
-	take("K", 5, 5)                                                               // its answer past 2^63: 1292
-	setFence(1<<64 - 1)                                                           //
-	take("K", 5, 5)                                                               // fence + 1 past 2^64: 1690
-	list()                                                                        // nothing written
-	answer(db.ExecContext(ctx, c.substitute(queries["slot_release"]), q, p, "K")) // an empty range
+	answer(db.ExecContext(ctx, f.SQL[qRelease], slot(1), "A"))                               // A gives slot 1 back
+	take("E", 3, 3)                                                                          // slot 1 again
+	atLeast(3, "C")                                                                          //
+	take("F", 3, 3)                                                                          // slot 3, expired: taken over
+	answer(db.ExecContext(ctx, f.SQL[qRefresh], us, slot(3), "C"))                           // C lost it
+	list()                                                                                   //
+	release("E")                                                                             // slot 1
+	release("E")                                                                             // nothing left of E's
+	release("B")                                                                             // slot 2
+	release("F")                                                                             // slot 3
+	lock(p+"zz", "L")                                                                        // a lock among the semaphore's rows
+	list()                                                                                   //
+	take("H", 2, 2)                                                                          // all free, 3 recorded: 2000 + 3
+	take("H", 2, 3)                                                                          // the wider visit: resized to 2, 1
+	take("H", 2, 2)                                                                          // slot 1 of 2
+	take("I", 5, 5)                                                                          // one held: 1000 + 2
+	release("H")                                                                             //
+	take("I", 5, 5)                                                                          // all free: resized to 5, 1
+	take("I", 5, 5)                                                                          // slot 1 of 5
+	atLeast(1, "I")                                                                          //
+	take("J", 5, 5)                                                                          // slot 1, expired: taken over
+	list()                                                                                   //
+	release("L")                                                                             // the lock's lease row is in the range too
+	setFence(1<<56 - 2)                                                                      //
+	take("K", 5, 5)                                                                          // the greatest fence a slot takes
+	setFence(1<<56 - 1)                                                                      //
+	take("K", 5, 5)                                                                          // its answer past 2^63: 1292
+	setFence(1<<64 - 1)                                                                      //
+	take("K", 5, 5)                                                                          // fence + 1 past 2^64: 1690
+	list()                                                                                   // nothing written
+	answer(db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), q, p, "K")) // an empty range
 	return out
 }
 

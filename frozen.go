@@ -160,7 +160,7 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 	for {
 		var holder string
 		var past int64 // µs since the lease ended
-		err := c.db.QueryRowContext(ctx, c.substitute(queries["frozen_lease"]), name).Scan(&holder, &past)
+		err := c.db.QueryRowContext(ctx, c.eng.Text().Substitute(queries["frozen_lease"]), name).Scan(&holder, &past)
 		if err != nil {
 			return false // no lease (released meanwhile), or the acquire answered
 		}
@@ -199,7 +199,7 @@ func (c *Client) endBlockers(ctx context.Context, name, holder string, past int6
 	if c.eng.Forms().LockWait {
 		stmt = "frozen_blocker_mariadb"
 	}
-	ids, err := c.frozenBlockers(ctx, c.named(stmt), name)
+	ids, err := c.frozenBlockers(ctx, c.eng.Text().Named(stmt), name)
 	if err != nil {
 		return false, err
 	}

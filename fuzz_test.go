@@ -90,7 +90,7 @@ func FuzzQuoteTable(f *testing.F) {
 				t.Fatalf("%s with table %q: got %q, want %q", stmtName, name, got, want)
 			}
 		}
-		if got, want := c.substitute(schema), strings.ReplaceAll(schema, tablePlaceholder, q); got != want {
+		if got, want := c.eng.Text().Substitute(schema), strings.ReplaceAll(schema, tablePlaceholder, q); got != want {
 			t.Fatalf("schema with table %q: got %q, want %q", name, got, want)
 		}
 	})

@@ -92,7 +92,7 @@ func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, may
 	stmt := "all_release"
 	if minHold > 0 {
 		stmt = "all_release_at_least"
-		q = l.c.setSQL(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
+		q = l.c.eng.Text().Set(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
 	}
 	var res sql.Result
 	res, unknown, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: stmt, Name: s.label, Text: q})
@@ -106,7 +106,7 @@ func (l *Lock) releaseSet(ctx context.Context, minHold time.Duration) (ours, may
 // checkSet is Check for a set.
 func (l *Lock) checkSet(ctx context.Context, tx *sql.Tx) error {
 	s := l.set
-	res, err := tx.ExecContext(ctx, l.c.setSQL("all_check", s.tokenLit, s.in))
+	res, err := tx.ExecContext(ctx, l.c.eng.Text().Set("all_check", s.tokenLit, s.in))
 	if err != nil {
 		return l.c.serverError("check "+s.label, err)
 	}

@@ -52,7 +52,7 @@ func (c *Client) deleteByToken(ctx context.Context, name, token string) (int64, 
 	var err error
 	if sem, ok := strings.CutSuffix(name, slotMark); ok {
 		err = fault.Transient(ctx, func() (err error) {
-			res, err = c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), name, slotRowsEnd(sem), token)
+			res, err = c.db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), name, slotRowsEnd(sem), token)
 			return err
 		})
 	} else {

@@ -187,7 +187,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_ = fault.RetryRolledBack(cctx, func() error {
-			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+			_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 			return err
 		})
 	}

@@ -63,7 +63,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		length, oneUsec sql.NullInt64
 	)
 	if err := fault.RetryRolledBack(ctx, func() error {
-		return preparedQueryRow(ctx, conn, c.substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
+		return preparedQueryRow(ctx, conn, c.eng.Text().Substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
 	}); err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 			"and a microsecond added to UTC_TIMESTAMP(6) came to %d µs", proofEngineTTL.Microseconds(), length.Int64, oneUsec.Int64))
 	}
 	err := fault.RetryRolledBack(ctx, func() error {
-		_, err := preparedExec(ctx, conn, c.substitute(queries["proof_overflow"]), name)
+		_, err := preparedExec(ctx, conn, c.eng.Text().Substitute(queries["proof_overflow"]), name)
 		return err // 1690, the answer, is no rollback: it comes back at once
 	})
 	if n, ok := fault.Errno(err); (!ok || n != fault.OutOfRange) && !strings.Contains(fmt.Sprint(err), "BIGINT UNSIGNED value is out of range") {

@@ -114,7 +114,7 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	defer cancel()
 	for _, n := range names(name) {
 		cerr := fault.RetryRolledBack(cctx, func() error {
-			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), n)
+			_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), n)
 			return err
 		})
 		if err == nil && cerr != nil {
@@ -194,7 +194,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 				want int64
 				by   string
 			}{{other, 0, "under another token"}, {mine, 2, "by the owner"}} {
-				res, err := tx.ExecContext(p.ctx, c.setSQL("all_check", step.s.tokenLit, step.s.in))
+				res, err := tx.ExecContext(p.ctx, c.eng.Text().Set("all_check", step.s.tokenLit, step.s.in))
 				if err != nil {
 					return p.failed("all_check", "check "+step.by, err)
 				}
@@ -209,7 +209,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 			return err
 		}
 		if err := each("all_release_at_least", "release with a minimum hold", func(s *lockSet) string {
-			return c.setSQL("all_release_at_least", us, s.tokenLit, s.in)
+			return c.eng.Text().Set("all_release_at_least", us, s.tokenLit, s.in)
 		}); err != nil {
 			return err
 		}
@@ -251,7 +251,7 @@ func (p *prover) refreshRefused(q, what, cause string) error {
 func (p *prover) proveSetFences(s *lockSet) error {
 	var rows *sql.Rows
 	err := fault.RetryRolledBack(p.ctx, func() (err error) {
-		rows, err = p.conn.QueryContext(p.ctx, p.c.setSQL("all_fences", s.tokenLit, s.in))
+		rows, err = p.conn.QueryContext(p.ctx, p.c.eng.Text().Set("all_fences", s.tokenLit, s.in))
 		return err
 	})
 	if err != nil {
@@ -316,7 +316,7 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 		}{{b, 0, "under another token"}, {a, 1, "by the owner"}} {
 			var res sql.Result
 			err := fault.RetryRolledBack(p.ctx, func() (err error) {
-				res, err = p.conn.ExecContext(p.ctx, c.substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), step.token)
+				res, err = p.conn.ExecContext(p.ctx, c.eng.Text().Substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), step.token)
 				return err
 			})
 			if err != nil {

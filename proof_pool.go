@@ -179,7 +179,7 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	if cerr := fault.RetryRolledBack(cctx, func() error {
-		_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+		_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 		return err
 	}); err == nil && cerr != nil {
 		err = fmt.Errorf("delete the proof name's rows: %w", cerr)

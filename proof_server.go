@@ -177,7 +177,7 @@ func (c *Client) proveServer(ctx context.Context, conn *sql.Conn, text *[numStmt
 		return err
 	}
 	return fault.RetryRolledBack(ctx, func() error {
-		_, err := conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
+		_, err := conn.ExecContext(ctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 		return err
 	})
 }

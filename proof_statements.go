@@ -266,7 +266,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 			return p.unsupported("release", "a release %s changed %d rows instead of %d", step.what, n, step.want)
 		}
 	}
-	_, err = conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
+	_, err = conn.ExecContext(ctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 	if err != nil {
 		return p.failed("proof_clear", "delete the proof name's rows", err)
 	}

@@ -53,41 +53,23 @@ const (
 
 var stmtNames = engine.Names
 
-// textForms returns what the text of the Client's statements depends on,
-// as the first use has found it so far.
-func (c *Client) textForms() sqltext.Forms { return c.eng.Text() }
-
-// substitute puts the Client's quoted table name into a statement, in the
-// database the first use found once it has (sqltext.Forms.Substitute).
-func (c *Client) substitute(stmt string) string { return c.textForms().Substitute(stmt) }
-
-// named returns statement name with the Client's table named in a string
-// in place of 'sqllock', and its database in place of DATABASE() once the
-// first use found it (sqltext.Forms.Named): the first use's query, the
-// wake-up channels'.
-func (c *Client) named(name string) string { return c.textForms().Named(name) }
-
 // firstUseSQL returns the first_use query about table as a Client sends it
 // at its first use, before it knows the database.
 func firstUseSQL(table string) string { return queries.TableNamed("first_use", table) }
 
 // acquireAllSQL returns the text of the acquire of set s for ttl.
 func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	return c.textForms().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
+	return c.eng.Text().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
 }
 
 // releaseAllSQL returns the statement that deletes the leases of set s.
-func (c *Client) releaseAllSQL(s *lockSet) string { return c.textForms().ReleaseAll(s.tokenLit, s.in) }
+func (c *Client) releaseAllSQL(s *lockSet) string { return c.eng.Text().ReleaseAll(s.tokenLit, s.in) }
 
 // refreshAllSQL returns the statement that extends the leases of set s to
 // ttl, a number's text.
 func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
-	return c.textForms().RefreshAll(s.union, s.in, s.tokenLit, ttl)
+	return c.eng.Text().RefreshAll(s.union, s.in, s.tokenLit, ttl)
 }
-
-// setSQL returns set statement name with lits in place of its
-// placeholders, on the Client's table.
-func (c *Client) setSQL(name string, lits ...string) string { return c.textForms().Set(name, lits...) }
 
 // slotSQL returns slot_acquire for table (quoted, and qualified once the
 // first use found the database) with its slot row written v times.

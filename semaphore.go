@@ -310,7 +310,7 @@ func (s *slotCall) releaseOthers(ctx context.Context, slot int) {
 	c, mine := s.c, slotName(s.sem, slot)
 	for _, r := range [][2]string{{s.name, mine}, {mine, slotRowsEnd(s.sem)}} {
 		err := fault.Transient(ctx, func() error {
-			_, err := c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), r[0], r[1], s.token)
+			_, err := c.db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), r[0], r[1], s.token)
 			return err
 		})
 		if err != nil {

@@ -658,7 +658,7 @@ func TestSemaphore_TryAcquire_statementBinlogSafe(t *testing.T) {
 			{"take", slotSQL(c.eng.Forms().Table, false, 3), three.args(3)},
 			{"take again, the same token", slotSQL(c.eng.Forms().Table, false, 3), three.args(3)},
 			{"another n, refused", slotSQL(c.eng.Forms().Table, false, 2), two.args(2)},
-			{"release", c.substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
+			{"release", c.eng.Text().Substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
 			{"another n, resized", slotSQL(c.eng.Forms().Table, false, 3), two.args(3)}, // the wider visit of a smaller n
 		} {
 			if _, err := conn.ExecContext(ctx, s.text, s.args...); err != nil {

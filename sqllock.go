@@ -150,7 +150,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	c.wait.Init(wait.Config{
 		DB:      db,
 		Wakeups: c.wakeups,
-		SQL:     c.named,
+		SQL:     func(name string) string { return c.eng.Text().Named(name) },
 		Log:     c.log,
 		Woke:    c.channelTold,
 		Closing: c.closing,
@@ -178,7 +178,7 @@ func (c *Client) CreateTable(ctx context.Context) error {
 		return ErrClosed
 	}
 	op := "create table " + c.table
-	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
+	if _, err := c.db.ExecContext(ctx, c.eng.Text().Substitute(schema)); err != nil {
 		return c.serverError(op, err)
 	}
 	if c.eng.Forms().Checked {

@@ -216,7 +216,7 @@ func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error
 
 // readFirstUse sends the first_use query and collects its rows about table.
 func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
-	rows, err := c.db.QueryContext(ctx, c.textForms().Named("first_use"))
+	rows, err := c.db.QueryContext(ctx, c.eng.Text().Named("first_use"))
 	if err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func TestVitess_twoRowFormsRefused(t *testing.T) {
 			conn.Close()
 			t.Logf("proof %d of the two-row forms without the version: %v", i, err)
 			wantErrIs(t, err, ErrUnsupportedServer)
-			_, _ = e.db.ExecContext(context.WithoutCancel(ctx), c.substitute(queries["proof_clear"]), proofPrefix+a)
+			_, _ = e.db.ExecContext(context.WithoutCancel(ctx), c.eng.Text().Substitute(queries["proof_clear"]), proofPrefix+a)
 		}
 	})
 }
