@@ -155,7 +155,7 @@ func (a *setCall) ready(ctx context.Context) error {
 	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return c.serverError(a.op(), err)
 	}
-	if f := c.eng.Forms(); f.OneRow && !f.TiDB {
+	if c.eng.Forms().RefusesSets() {
 		return errSetsThroughVitess
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {

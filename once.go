@@ -137,14 +137,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	if err != nil {
 		return l.c.serverError(op, err)
 	}
-	id, err := res.LastInsertId()
-	if err == nil && l.c.eng.Forms().OnceByRows {
-		// Vitess's vtgate runs the INSERT ... SELECT of a sharded keyspace
-		// as a SELECT ... FOR UPDATE and an INSERT in one transaction on
-		// the name's shard, and the insert id is lost on the way: the rows
-		// inserted say it (queries.sql, once_record).
-		id, err = res.RowsAffected()
-	}
+	id, err := l.c.eng.Forms().OnceRecorded(res)
 	if err != nil {
 		return fmt.Errorf("sqllock: %s: %w", op, err)
 	}

@@ -358,11 +358,8 @@ func (c *Client) slotsForms(ctx context.Context, i int) (*engine.Forms, error) {
 		return nil, err
 	}
 	f := c.eng.Forms()
-	switch {
-	case f.TiDB:
-		return nil, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
-	case f.OneRow:
-		return nil, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
+	if r := f.SlotsRefusal(); r != "" {
+		return nil, errorf("%w: %s", ErrUnsupportedServer, r)
 	}
 	return f, nil
 }

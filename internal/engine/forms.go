@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"database/sql"
 	"strings"
 
 	"github.com/sqllock/sqllock/internal/sqltext"
@@ -167,4 +168,32 @@ func (s *Server) Choose(version, qualified, db string, carries bool) *Forms {
 		return true
 	})
 	return s.Forms()
+}
+
+// OnceRecorded reads once_record's answer res: the insert id, or, where
+// the insert id is lost on the way (OnceByRows: Vitess's vtgate runs the
+// INSERT ... SELECT of a sharded keyspace as a SELECT ... FOR UPDATE and
+// an INSERT in one transaction on the name's shard), the rows inserted
+// (queries.sql, once_record).
+func (f *Forms) OnceRecorded(res sql.Result) (int64, error) {
+	id, err := res.LastInsertId()
+	if err == nil && f.OnceByRows {
+		id, err = res.RowsAffected()
+	}
+	return id, err
+}
+
+// RefusesSets reports whether sets are refused here: through Vitess (the
+// one-row forms, not TiDB's), a set's names may live on different shards.
+func (f *Forms) RefusesSets() bool { return f.OneRow && !f.TiDB }
+
+// SlotsRefusal says why counting semaphores are refused here, or "".
+func (f *Forms) SlotsRefusal() string {
+	switch {
+	case f.TiDB:
+		return "counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs"
+	case f.OneRow:
+		return "counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs"
+	}
+	return ""
 }
