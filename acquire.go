@@ -221,7 +221,7 @@ func (a *acquireCall) read(ctx context.Context, res sql.Result, sent, last time.
 		// The lease is ours, under a token nobody will use: give it back.
 		a.cleanup(ctx, last, unknown+1)
 		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
-	case fence > maxTiDBFence && a.c.learned().tidb:
+	case fence > maxTiDBFence && a.c.eng.Forms().TiDB:
 		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
 		// acquire fails (1690), or under a lenient sql_mode reports the
 		// largest signed value, which may be below the fence it wrote.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/settle"
 )
@@ -130,10 +131,10 @@ func (a *setCall) ready(ctx context.Context) error {
 	c := a.c
 	// The first use's check and proof, and the choice of forms, come with
 	// the acquire's prepare; the set's statement is sent as text.
-	if _, err := c.stmt(ctx, qAcquire); err != nil {
+	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return c.serverError(a.op(), err)
 	}
-	if f := c.learned(); f.oneRow && !f.tidb {
+	if c.eng.Forms().RefusesSets() {
 		return errSetsThroughVitess
 	}
 	if err := c.proveSetsOnce(ctx); err != nil {
@@ -150,11 +151,11 @@ func (a *setCall) claim(ctx context.Context) {
 
 func (a *setCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.set = newLockSet(a.names, a.token)
-	return a.c.execTextSends(ctx, time.Time{}, "all_acquire", a.name, a.c.acquireAllSQL(a.set, a.ttl))
+	return a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_acquire", Name: a.name, Text: a.c.acquireAllSQL(a.set, a.ttl)})
 }
 
 func (a *setCall) heldBy(ctx context.Context, err error) error {
-	if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && sessionGuard(err) == "" || n == fault.LockWaitTimeout) {
+	if n, ok := fault.Errno(err); ok && (n == fault.OutOfRange && engine.SessionGuard(err) == "" || n == fault.LockWaitTimeout) {
 		return a.c.heldOf(ctx, a.set)
 	}
 	return nil
@@ -173,7 +174,7 @@ func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time
 
 // readFences sets the fences of set s, just acquired, from the reply res.
 func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) error {
-	if c.learned().oneRow {
+	if c.eng.Forms().OneRow {
 		return c.readFencesOneRow(ctx, s)
 	}
 	id, err := res.LastInsertId()
@@ -198,7 +199,7 @@ func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) err
 func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 	var rows *sql.Rows
 	err := fault.Transient(ctx, func() (err error) {
-		rows, err = c.db.QueryContext(ctx, c.setSQL("all_fences", s.tokenLit, s.in))
+		rows, err = c.db.QueryContext(ctx, c.eng.Text().Set("all_fences", s.tokenLit, s.in))
 		return err
 	})
 	if err != nil {
@@ -261,7 +262,7 @@ func (a *setCall) cleanup(ctx context.Context, last time.Time, sends int) {
 	defer cancel()
 	x := newOrphan(a.token, a.ttl, last, sends == 1)
 	if settle.Delete(ctx, x, func(ctx context.Context, _ string) (int64, error) {
-		res, _, err := a.c.execText(ctx, "all_release", a.name, a.c.releaseAllSQL(s))
+		res, _, err := a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_release", Name: a.name, Text: a.c.releaseAllSQL(s)})
 		if err != nil {
 			return 0, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -216,10 +217,10 @@ func TestClient_TryAcquire_foundRowsCannotFool(t *testing.T) {
 		// many affected rows as it found (two, one on TiDB), the same as
 		// inserting a new name's rows.
 		us := (10 * time.Second).Microseconds()
-		q := c.learned().sql[qAcquire]
+		q := c.eng.Forms().SQL[qAcquire]
 		nargs, rows := 9, int64(2)
 		if e.oneRow() {
-			nargs, rows = tidbAcquireArgs, 1
+			nargs, rows = engine.OneRowAcquireArgs, 1
 		}
 		args := func(name string) []any {
 			return []any{name, "other", "x", us, name, "other", "x", "other", us}[:nargs]

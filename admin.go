@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/engine"
 )
 
 // Info describes the lease on one name as the server sees it.
@@ -55,7 +57,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
 	}
-	st, err := c.stmt(ctx, qInspect)
+	st, err := c.eng.Stmt(ctx, qInspect)
 	if err != nil {
 		return Info{}, c.serverError(fmt.Sprintf("inspect %q", name), err)
 	}
@@ -88,7 +90,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (Info, error) {
 // fence). It reads the whole table, so it is for people and dashboards, not
 // for a hot path.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
-	st, err := c.stmt(ctx, qList)
+	st, err := c.eng.Stmt(ctx, qList)
 	if err != nil {
 		return nil, c.serverError("list", err)
 	}
@@ -166,16 +168,12 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 			info.LockDelay = info.TTL
 			return info, nil
 		}
-		var (
-			res          sql.Result
-			maybeApplied bool
-		)
-		if delay == 0 {
-			res, maybeApplied, err = c.exec(ctx, qRelease, row, owner)
-		} else {
-			res, maybeApplied, err = c.exec(ctx, qLockDelay, delayArg(delay), delayOwner, delayHolder(info.Holder, owner), row, owner)
+		x := engine.Send{Stmt: qRelease, Args: []any{row, owner}}
+		if delay != 0 {
+			x = engine.Send{Stmt: qLockDelay, Args: []any{delayArg(delay), delayOwner, delayHolder(info.Holder, owner), row, owner}}
 		}
-		if maybeApplied {
+		res, unknown, err := c.eng.Exec(ctx, x)
+		if unknown > 0 {
 			prev, prevOwner = info, owner
 		}
 		if err != nil {
@@ -293,7 +291,7 @@ func delayHolder(holder, owner string) string {
 // lease reads the lease row of name with its owner token; owner is empty
 // when there is no lease row.
 func (c *Client) lease(ctx context.Context, name string) (info Info, owner string, err error) {
-	st, err := c.stmt(ctx, qLease)
+	st, err := c.eng.Stmt(ctx, qLease)
 	if err != nil {
 		return Info{}, "", err
 	}
@@ -323,7 +321,7 @@ func (c *Client) ResetOnce(ctx context.Context, name string) (bool, error) {
 	if err := checkName(name); err != nil {
 		return false, err
 	}
-	res, _, err := c.exec(ctx, qOnceReset, name)
+	res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: qOnceReset, Args: []any{name}})
 	if err != nil {
 		return false, c.serverError(fmt.Sprintf("reset once %q", name), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -27,7 +28,7 @@ import (
 //     hands to its watcher goroutine;
 //   - timeout: the release under context.WithTimeout(ReleaseTimeout), as
 //     Release makes it;
-//   - exec: the same through the Client's statement layer (exec.go);
+//   - exec: the same through the Client's statement layer (internal/engine);
 //   - lock: TryAcquire and the Lock's release on the caller's context
 //     (context.Background), without Release's bound;
 //   - sqllock: TryAcquire and Release;
@@ -86,7 +87,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 		return nil
 	}
 	prepared := func(b *testing.B, c *Client, guard bool) direct {
-		acq, rel := c.learned().sql[qAcquire], c.learned().sql[qRelease]
+		acq, rel := c.eng.Forms().SQL[qAcquire], c.eng.Forms().SQL[qRelease]
 		if !guard {
 			acq = withoutGuard(b, acq)
 		}
@@ -143,8 +144,8 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 					return err
 				}
 				nameArg, tokenArg, usArg := any(name), any(token), any(us)
-				res, _, err := c.execSends(ctx, time.Time{}, qAcquire,
-					nameArg, tokenArg, c.holderArg, usArg, nameArg, tokenArg, c.holderArg, tokenArg, usArg)
+				res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: qAcquire, Args: []any{
+					nameArg, tokenArg, c.holderArg, usArg, nameArg, tokenArg, c.holderArg, tokenArg, usArg}})
 				if err != nil {
 					return err
 				}
@@ -153,7 +154,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 				}
 				rctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 				defer cancel()
-				if res, _, err = c.exec(rctx, qRelease, nameArg, tokenArg); err != nil {
+				if res, _, err = c.eng.Exec(rctx, engine.Send{Stmt: qRelease, Args: []any{nameArg, tokenArg}}); err != nil {
 					return err
 				}
 				if n, _ := res.RowsAffected(); n != 1 {
@@ -190,7 +191,7 @@ func benchCost(b *testing.B, e *testEnv, floor func(*testing.B, int) *sql.Stmt, 
 			}
 		}},
 		{"unprepared", nil, func(b *testing.B, c *Client) func() error {
-			d := direct{acqText: c.learned().sql[qAcquire], relText: c.learned().sql[qRelease]}
+			d := direct{acqText: c.eng.Forms().SQL[qAcquire], relText: c.eng.Forms().SQL[qRelease]}
 			return func() error { return withToken(c, d, ctx) }
 		}},
 	}

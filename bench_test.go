@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -118,8 +119,8 @@ func BenchmarkPair(b *testing.B) {
 
 	b.Run("driver", func(b *testing.B) {
 		c := e.newClient(b)
-		acquire := mustPrepare(b, e.db, c.learned().sql[qAcquire])
-		release := mustPrepare(b, e.db, c.learned().sql[qRelease])
+		acquire := mustPrepare(b, e.db, c.eng.Forms().SQL[qAcquire])
+		release := mustPrepare(b, e.db, c.eng.Forms().SQL[qRelease])
 		const name, token = "bench", "0123456789abcdef0123456789abcdef"
 		us := benchTTL.Microseconds()
 		b.ReportAllocs()
@@ -727,7 +728,7 @@ func BenchmarkFirstUse(b *testing.B) {
 			}
 			c.markProven()
 			if skipProof {
-				c.mark(func(f *forms) *bool { return &f.later[proofSets] })
+				c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[proofSets] })
 			}
 			l, err := c.TryAcquireSet(ctx, []string{"bench", "bench2"}, benchTTL)
 			if err != nil {

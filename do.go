@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/engine"
 )
 
 // ReleaseTimeout bounds a release ([Lock.Release], and the one that ends
@@ -114,7 +116,8 @@ func (l *Lock) finish(ctx, kctx context.Context, minHold time.Duration) error {
 // releaseAtLeast sends the release of [WithMinHold]: the lease is kept until
 // acquired_at + minHold. ours reports whether the lease row was ours.
 func (l *Lock) releaseAtLeast(ctx context.Context, minHold time.Duration) (ours, maybeApplied bool, err error) {
-	res, maybeApplied, err := l.c.exec(ctx, qReleaseAtLeast, minHold.Microseconds(), l.name, l.token)
+	res, unknown, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qReleaseAtLeast, Args: []any{minHold.Microseconds(), l.name, l.token}})
+	maybeApplied = unknown > 0
 	if err != nil {
 		return false, maybeApplied, err
 	}

@@ -67,7 +67,7 @@ func TestClient_query_statementClosedUnderIt(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c := e.newClient(t)
 		ctx := testCtx(t)
-		st, err := c.stmt(ctx, qOnceDone)
+		st, err := c.eng.Stmt(ctx, qOnceDone)
 		if err != nil {
 			t.Fatal(err)
 		}

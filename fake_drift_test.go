@@ -97,7 +97,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
-	text := c.learned().sql
+	text := c.eng.Forms().SQL
 	c.mu.Unlock()
 	var fences []int64
 	sym := func(v int64) string { // a fence, by which one it is
@@ -111,7 +111,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 		return fmt.Sprintf("F%d", len(fences))
 	}
 	// MariaDB's forms: the fake's VERSION() chose them as the server's did.
-	out := []string{fmt.Sprintf("MariaDB's forms %v", c.learned().lockWait)}
+	out := []string{fmt.Sprintf("MariaDB's forms %v", c.eng.Forms().LockWait)}
 	execOn := func(on execer, q string, args ...any) {
 		res, err := on.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -192,7 +192,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	checkIn(ctx, t, db, text[qCheck], &out, n, "B") // B's and live
 	// An acquire behind B's Check: MariaDB's form reports 1205 after its
 	// second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, c.learned().lockWait, text[qCheck], []any{n, "B"}, func() { acquire("D", "hd") })
+	behindCheck(t, db, c.eng.Forms().LockWait, text[qCheck], []any{n, "B"}, func() { acquire("D", "hd") })
 	inspect()                                       // nothing changed
 	checkIn(ctx, t, db, text[qCheck], &out, n, "A") // not A's
 	exec(text[qRelease], n, "A")                    // not A's
@@ -208,14 +208,14 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	delay(int64(2), "lock-delay/2", "C")            // not C's any more
 	delay(int64(2), "lock-delay/2", "lock-delay/1") // shortened to 2 µs
 	time.Sleep(time.Millisecond)
-	acquire("E", "he")                                     // takes it over, the fence goes on
-	exec(text[qReleaseAtLeast], int64(60_000_000), n, "E") // released with a minimum hold
-	delay(int64(0), "lock-delay/3", "E")                   // none: ends now
-	inspect()                                              // expired
-	exec(c.substitute(queries["proof_clear"]), n)          // every row of the name
-	inspect()                                              // nothing
-	exec(text[qRelease], "never", "A")                     // a name never taken
-	exec(text[qRefresh], int64(-1), n+"x", "A")            // nothing to refresh
+	acquire("E", "he")                                       // takes it over, the fence goes on
+	exec(text[qReleaseAtLeast], int64(60_000_000), n, "E")   // released with a minimum hold
+	delay(int64(0), "lock-delay/3", "E")                     // none: ends now
+	inspect()                                                // expired
+	exec(c.eng.Text().Substitute(queries["proof_clear"]), n) // every row of the name
+	inspect()                                                // nothing
+	exec(text[qRelease], "never", "A")                       // a name never taken
+	exec(text[qRefresh], int64(-1), n+"x", "A")              // nothing to refresh
 
 	// A semaphore's slot row has its semaphore's fence in list and lease;
 	// rows made here by acquire, whose fence row shares the lease's name.
@@ -227,7 +227,7 @@ func runScript(t *testing.T, db *sql.DB, table string) []string {
 	query(text[qLease], odd)  // no slot: its own
 	query(text[qList])
 	for _, name := range []string{p, slot, odd} {
-		exec(c.substitute(queries["proof_clear"]), name)
+		exec(c.eng.Text().Substitute(queries["proof_clear"]), name)
 	}
 	return out
 }
@@ -522,20 +522,20 @@ func runsEveryStatement(t *testing.T, srv *sqllocktest.Server, mariadb bool) {
 	ctx := context.Background()
 	texts := map[string]string{
 		"first_use": firstUseSQL("t_fake"),
-		"schema":    c.substitute(schema),
+		"schema":    c.eng.Text().Substitute(schema),
 	}
 	if _, err := c.List(ctx); err != nil { // the first use chooses the forms
 		t.Fatal(err)
 	}
-	if got := c.learned().lockWait; got != mariadb {
+	if got := c.eng.Forms().LockWait; got != mariadb {
 		t.Fatalf("the Client took MariaDB's forms: got %v, want %v", got, mariadb)
 	}
-	for i, text := range c.learned().sql {
+	for i, text := range c.eng.Forms().SQL {
 		texts[stmtNames[i]] = text
 	}
 	texts["all_acquire"] = c.acquireAllSQL(newLockSet([]string{"x", "y"}, "A"), time.Minute)
 	for _, name := range []string{"proof_clear", "slot_release", "slot_list"} {
-		texts[name] = c.substitute(queries[name])
+		texts[name] = c.eng.Text().Substitute(queries[name])
 	}
 	for name, text := range texts {
 		st, err := db.PrepareContext(ctx, text)
@@ -561,7 +561,7 @@ func runsEveryStatement(t *testing.T, srv *sqllocktest.Server, mariadb bool) {
 	}
 	// TiDB's forms are refused: the fake says it is MySQL or MariaDB.
 	for _, name := range tidbStmts {
-		if _, err := db.PrepareContext(ctx, c.substitute(queries[tidbPrefix+stmtNames[name]])); err == nil || !strings.Contains(err.Error(), "TiDB") {
+		if _, err := db.PrepareContext(ctx, c.eng.Text().Substitute(queries[tidbPrefix+stmtNames[name]])); err == nil || !strings.Contains(err.Error(), "TiDB") {
 			t.Errorf("TiDB's %s: got %v, want it refused as TiDB's", stmtNames[name], err)
 		}
 	}

@@ -23,7 +23,7 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
 	ctx := testCtx(t)
 	c := driftClient(t, db, table)
-	f := c.learned()
+	f := c.eng.Forms()
 	var fences fenceNames
 	sym := fences.name
 	var out []string
@@ -46,11 +46,11 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	// rows, under token.
 	takeOn := func(on execer, token string, n, v int) {
 		s := &slotCall{acquireCall: acquireCall{c: c, name: p, ttl: ttl, token: token}, sem: sem, n: n}
-		answer(on.ExecContext(ctx, slotSQL(c.learned().table, f.lockWait, v), s.args(v)...))
+		answer(on.ExecContext(ctx, slotSQL(c.eng.Forms().Table, f.LockWait, v), s.args(v)...))
 	}
 	take := func(token string, n, v int) { takeOn(db, token, n, v) }
 	list := func() {
-		rows, err := db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, q)
+		rows, err := db.QueryContext(ctx, c.eng.Text().Substitute(queries["slot_list"]), p, q)
 		if err != nil {
 			out = append(out, errText(err))
 			return
@@ -81,11 +81,11 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	}
 	slot := func(i int) string { return slotName(sem, i) }
 	release := func(token string) {
-		answer(db.ExecContext(ctx, c.substitute(queries["slot_release"]), p, q, token))
+		answer(db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), p, q, token))
 	}
 	us := ttl.Microseconds()
 	lock := func(name, token string) { // a lock whose name lies among the semaphore's rows: its fence
-		res, err := db.ExecContext(ctx, f.sql[qAcquire], name, token, "drift", us, name, token, "drift", token, us)
+		res, err := db.ExecContext(ctx, f.SQL[qAcquire], name, token, "drift", us, name, token, "drift", token, us)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	}
 
 	atLeast := func(i int, token string) { // the lease on slot i ends now
-		answer(db.ExecContext(ctx, f.sql[qReleaseAtLeast], int64(0), slot(i), token))
+		answer(db.ExecContext(ctx, f.SQL[qReleaseAtLeast], int64(0), slot(i), token))
 	}
 
 	take("A", 3, 3)                                                // a new semaphore of 3: slot 1
@@ -112,43 +112,43 @@ func semaphoreScript(t *testing.T, db *sql.DB, table string) []string {
 	take("D", 2, 3)                                                // the wider visit: one held, 1000 + 3
 	take("D", 4, 4)                                                // 3 slots, one held: 1000 + 3
 	take("D", 64, 64)                                              // the most slot rows: 1000 + 3
-	answer(db.ExecContext(ctx, f.sql[qRefresh], us, slot(2), "B")) // B renews its slot
-	answer(db.ExecContext(ctx, f.sql[qRefresh], us, slot(2), "A")) // not A's
-	checkIn(ctx, t, db, f.sql[qCheck], &out, slot(2), "B")         // B's and live
+	answer(db.ExecContext(ctx, f.SQL[qRefresh], us, slot(2), "B")) // B renews its slot
+	answer(db.ExecContext(ctx, f.SQL[qRefresh], us, slot(2), "A")) // not A's
+	checkIn(ctx, t, db, f.SQL[qCheck], &out, slot(2), "B")         // B's and live
 	// A take behind B's Check of slot 2: MariaDB's form reports 1205 after
 	// its second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, f.lockWait, f.sql[qCheck], []any{slot(2), "B"}, func() { take("D", 3, 3) })
-	answer(db.ExecContext(ctx, f.sql[qRelease], slot(1), "A"))                    // A gives slot 1 back
-	take("E", 3, 3)                                                               // slot 1 again
-	atLeast(3, "C")                                                               //
-	take("F", 3, 3)                                                               // slot 3, expired: taken over
-	answer(db.ExecContext(ctx, f.sql[qRefresh], us, slot(3), "C"))                // C lost it
-	list()                                                                        //
-	release("E")                                                                  // slot 1
-	release("E")                                                                  // nothing left of E's
-	release("B")                                                                  // slot 2
-	release("F")                                                                  // slot 3
-	lock(p+"zz", "L")                                                             // a lock among the semaphore's rows
-	list()                                                                        //
-	take("H", 2, 2)                                                               // all free, 3 recorded: 2000 + 3
-	take("H", 2, 3)                                                               // the wider visit: resized to 2, 1
-	take("H", 2, 2)                                                               // slot 1 of 2
-	take("I", 5, 5)                                                               // one held: 1000 + 2
-	release("H")                                                                  //
-	take("I", 5, 5)                                                               // all free: resized to 5, 1
-	take("I", 5, 5)                                                               // slot 1 of 5
-	atLeast(1, "I")                                                               //
-	take("J", 5, 5)                                                               // slot 1, expired: taken over
-	list()                                                                        //
-	release("L")                                                                  // the lock's lease row is in the range too
-	setFence(1<<56 - 2)                                                           //
-	take("K", 5, 5)                                                               // the greatest fence a slot takes
-	setFence(1<<56 - 1)                                                           //
-	take("K", 5, 5)                                                               // its answer past 2^63: 1292
-	setFence(1<<64 - 1)                                                           //
-	take("K", 5, 5)                                                               // fence + 1 past 2^64: 1690
-	list()                                                                        // nothing written
-	answer(db.ExecContext(ctx, c.substitute(queries["slot_release"]), q, p, "K")) // an empty range
+	behindCheck(t, db, f.LockWait, f.SQL[qCheck], []any{slot(2), "B"}, func() { take("D", 3, 3) })
+	answer(db.ExecContext(ctx, f.SQL[qRelease], slot(1), "A"))                               // A gives slot 1 back
+	take("E", 3, 3)                                                                          // slot 1 again
+	atLeast(3, "C")                                                                          //
+	take("F", 3, 3)                                                                          // slot 3, expired: taken over
+	answer(db.ExecContext(ctx, f.SQL[qRefresh], us, slot(3), "C"))                           // C lost it
+	list()                                                                                   //
+	release("E")                                                                             // slot 1
+	release("E")                                                                             // nothing left of E's
+	release("B")                                                                             // slot 2
+	release("F")                                                                             // slot 3
+	lock(p+"zz", "L")                                                                        // a lock among the semaphore's rows
+	list()                                                                                   //
+	take("H", 2, 2)                                                                          // all free, 3 recorded: 2000 + 3
+	take("H", 2, 3)                                                                          // the wider visit: resized to 2, 1
+	take("H", 2, 2)                                                                          // slot 1 of 2
+	take("I", 5, 5)                                                                          // one held: 1000 + 2
+	release("H")                                                                             //
+	take("I", 5, 5)                                                                          // all free: resized to 5, 1
+	take("I", 5, 5)                                                                          // slot 1 of 5
+	atLeast(1, "I")                                                                          //
+	take("J", 5, 5)                                                                          // slot 1, expired: taken over
+	list()                                                                                   //
+	release("L")                                                                             // the lock's lease row is in the range too
+	setFence(1<<56 - 2)                                                                      //
+	take("K", 5, 5)                                                                          // the greatest fence a slot takes
+	setFence(1<<56 - 1)                                                                      //
+	take("K", 5, 5)                                                                          // its answer past 2^63: 1292
+	setFence(1<<64 - 1)                                                                      //
+	take("K", 5, 5)                                                                          // fence + 1 past 2^64: 1690
+	list()                                                                                   // nothing written
+	answer(db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), q, p, "K")) // an empty range
 	return out
 }
 
@@ -179,7 +179,7 @@ func semaphoresAsTheLibrarySends(t *testing.T, srv *sqllocktest.Server, mariadb 
 	ctx := context.Background()
 	for v := 1; v <= MaxSlots; v++ {
 		s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows("v"), ttl: time.Minute, token: "T"}, sem: "v", n: v}
-		if _, err := db.ExecContext(ctx, slotSQL(c.learned().table, mariadb, v), s.args(v)...); err != nil {
+		if _, err := db.ExecContext(ctx, slotSQL(c.eng.Forms().Table, mariadb, v), s.args(v)...); err != nil {
 			t.Errorf("v=%d: %v", v, err)
 		}
 	}
@@ -187,7 +187,7 @@ func semaphoresAsTheLibrarySends(t *testing.T, srv *sqllocktest.Server, mariadb 
 		return
 	}
 	s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows("m"), ttl: time.Minute, token: "T"}, sem: "m", n: 2}
-	_, err := db.ExecContext(ctx, slotSQL(c.learned().table, true, 2), s.args(2)...)
+	_, err := db.ExecContext(ctx, slotSQL(c.eng.Forms().Table, true, 2), s.args(2)...)
 	if errText(err) != "error 1064" {
 		t.Errorf("MariaDB's form: got %v, want error 1064, as MySQL answers it", err)
 	}

@@ -50,7 +50,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 				live   sql.NullBool
 				left   sql.NullInt64
 			)
-			err := db.QueryRowContext(ctx, c.learned().sql[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64), new(sql.NullBool))
+			err := db.QueryRowContext(ctx, c.eng.Forms().SQL[qInspect], n).Scan(&holder, &fence, &live, &left, new(sql.NullInt64), new(sql.NullBool))
 			switch {
 			case err == sql.ErrNoRows:
 				cells = append(cells, n+" none")
@@ -68,7 +68,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 		return c.refreshAllSQL(s, fmt.Sprint(d.Microseconds()))
 	}
 	atLeast := func(s *lockSet, d time.Duration) string {
-		return c.setSQL("all_release_at_least", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
+		return c.eng.Text().Set("all_release_at_least", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
 	}
 	check := func(s *lockSet) {
 		tx, err := db.BeginTx(ctx, nil)
@@ -76,7 +76,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		res, err := tx.ExecContext(ctx, c.setSQL("all_check", s.tokenLit, s.in))
+		res, err := tx.ExecContext(ctx, c.eng.Text().Set("all_check", s.tokenLit, s.in))
 		if err != nil {
 			out = append(out, errText(err))
 			return
@@ -87,40 +87,40 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 
 	a := set("A", "s1", "s2", "s3")
 	b := set("B", "s0", "s2")
-	exec(c.acquireAllSQL(a, ttl))                   // three new names
-	inspect("s1", "s2", "s3")                       // one fence, the id's
-	exec(c.acquireAllSQL(a, ttl))                   // again, by its owner: a new fence
-	inspect("s1", "s2", "s3")                       //
-	exec(c.acquireAllSQL(b, ttl))                   // s2 is A's: 1690
-	inspect("s0", "s2")                             // nothing written
-	exec(c.setSQL("all_release", b.tokenLit, b.in)) // nothing of B's
-	exec(refresh(b, ttl))                           // nothing of B's
-	exec(refresh(a, ttl))                           // A's three
-	check(a)                                        // A's three, live
-	check(b)                                        // not B's
-	inTx(c.acquireAllSQL(a, ttl))                   // MariaDB: the guard, always
-	inTx(refresh(a, ttl))                           // MariaDB: the guard
-	inTx(refresh(b, ttl))                           // MariaDB: the guard, for the derived table's NULL row
-	inTx(atLeast(b, 0))                             // nothing of B's; MariaDB: "A" is no base64, 1958
-	inTx(atLeast(a, 0))                             // MariaDB: the guard
-	inspect("s1", "s2", "s3")                       // nothing changed
+	exec(c.acquireAllSQL(a, ttl))                           // three new names
+	inspect("s1", "s2", "s3")                               // one fence, the id's
+	exec(c.acquireAllSQL(a, ttl))                           // again, by its owner: a new fence
+	inspect("s1", "s2", "s3")                               //
+	exec(c.acquireAllSQL(b, ttl))                           // s2 is A's: 1690
+	inspect("s0", "s2")                                     // nothing written
+	exec(c.eng.Text().Set("all_release", b.tokenLit, b.in)) // nothing of B's
+	exec(refresh(b, ttl))                                   // nothing of B's
+	exec(refresh(a, ttl))                                   // A's three
+	check(a)                                                // A's three, live
+	check(b)                                                // not B's
+	inTx(c.acquireAllSQL(a, ttl))                           // MariaDB: the guard, always
+	inTx(refresh(a, ttl))                                   // MariaDB: the guard
+	inTx(refresh(b, ttl))                                   // MariaDB: the guard, for the derived table's NULL row
+	inTx(atLeast(b, 0))                                     // nothing of B's; MariaDB: "A" is no base64, 1958
+	inTx(atLeast(a, 0))                                     // MariaDB: the guard
+	inspect("s1", "s2", "s3")                               // nothing changed
 	// B's set behind A's Check: MariaDB's form reports 1205 after its
 	// second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, c.learned().lockWait, c.setSQL("all_check", a.tokenLit, a.in), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
-	inspect("s0", "s2")                                                       // nothing written
-	exec(atLeast(a, 0))                                                       // A's three, expired now
-	inspect("s1", "s2", "s3")                                                 //
-	exec(refresh(a, ttl))                                                     // expired: nothing
-	check(a)                                                                  // expired: nothing
-	exec(c.acquireAllSQL(b, ttl))                                             // s2 taken over, s0 new
-	inspect("s0", "s1", "s2", "s3")                                           //
-	exec(c.setSQL("all_release", a.tokenLit, a.in))                           // s1 and s3, still A's
-	exec(c.setSQL("all_release", b.tokenLit, b.in))                           // s0 and s2
-	inspect("s0", "s1", "s2", "s3")                                           // released, fences kept
-	exec(c.setSQL("all_release", a.tokenLit, a.in))                           // nothing left
-	exec(c.acquireAllSQL(set("C", "s2"), ttl))                                // a set of one name
-	exec(c.setSQL("all_release_at_least", "60000000", hexLiteral("C"), b.in)) // s2, listed with s0
-	inspect("s2")                                                             //
+	behindCheck(t, db, c.eng.Forms().LockWait, c.eng.Text().Set("all_check", a.tokenLit, a.in), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
+	inspect("s0", "s2")                                                               // nothing written
+	exec(atLeast(a, 0))                                                               // A's three, expired now
+	inspect("s1", "s2", "s3")                                                         //
+	exec(refresh(a, ttl))                                                             // expired: nothing
+	check(a)                                                                          // expired: nothing
+	exec(c.acquireAllSQL(b, ttl))                                                     // s2 taken over, s0 new
+	inspect("s0", "s1", "s2", "s3")                                                   //
+	exec(c.eng.Text().Set("all_release", a.tokenLit, a.in))                           // s1 and s3, still A's
+	exec(c.eng.Text().Set("all_release", b.tokenLit, b.in))                           // s0 and s2
+	inspect("s0", "s1", "s2", "s3")                                                   // released, fences kept
+	exec(c.eng.Text().Set("all_release", a.tokenLit, a.in))                           // nothing left
+	exec(c.acquireAllSQL(set("C", "s2"), ttl))                                        // a set of one name
+	exec(c.eng.Text().Set("all_release_at_least", "60000000", hexLiteral("C"), b.in)) // s2, listed with s0
+	inspect("s2")                                                                     //
 
 	// Fences set ahead, as the fence tests set them (the lease expired).
 	setFence := func(name string, fence uint64) {
@@ -167,7 +167,7 @@ func setsAsTheLibrarySends(t *testing.T, srv *sqllocktest.Server, mariadb bool) 
 	}
 	defer c.Close()
 	s := newLockSet([]string{"x"}, "A")
-	if _, err := db.QueryContext(context.Background(), c.setSQL("all_fences", s.tokenLit, s.in)); err == nil || !strings.Contains(err.Error(), "all_fences (queries.sql): only a Client on the one-row forms") {
+	if _, err := db.QueryContext(context.Background(), c.eng.Text().Set("all_fences", s.tokenLit, s.in)); err == nil || !strings.Contains(err.Error(), "all_fences (queries.sql): only a Client on the one-row forms") {
 		t.Errorf("all_fences: got %v, want it refused by name: the fake takes the two-row forms", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/observe"
 )
@@ -60,7 +61,7 @@ type frozenState struct {
 	look time.Duration
 }
 
-// acquireWatched sends the acquire of name with args (execSends), under a
+// acquireWatched sends the acquire of name with args (engine.Server.Exec), under a
 // watch for a frozen holder; on MariaDB, a send that stopped waiting for
 // its row behind a lease that has ended is sent again at once, a few times
 // (frozenResends), so that a transaction waits for the row when its
@@ -68,12 +69,12 @@ type frozenState struct {
 func (c *Client) acquireWatched(ctx context.Context, name string, args ...any) (res sql.Result, unknown int, err error) {
 	// The statement prepared first: the first use finds the server, which
 	// says whether to watch.
-	if _, err := c.stmt(ctx, qAcquire); err != nil {
+	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
 		return nil, 0, err
 	}
 	for resends := 0; ; resends++ {
 		w := c.watchFrozen(ctx, name)
-		r, u, err := c.execSends(ctx, time.Time{}, qAcquire, args...)
+		r, u, err := c.eng.Exec(ctx, engine.Send{Stmt: qAcquire, Args: args})
 		unknown += u
 		if !w.stop() || resends == frozenResends {
 			return r, unknown, err
@@ -105,7 +106,7 @@ type frozenWatch struct {
 // Vitess (one-row forms), MySQL 5.7, and before the first use has found
 // the server.
 func (c *Client) watchFrozen(ctx context.Context, name string) *frozenWatch {
-	if f := c.learned(); !f.chosen || f.oneRow || !f.lockWait && !f.mysql {
+	if f := c.eng.Forms(); !f.Chosen || f.OneRow || !f.LockWait && !f.MySQL {
 		return nil
 	}
 	w := &frozenWatch{c: c, name: name, parent: ctx}
@@ -159,7 +160,7 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 	for {
 		var holder string
 		var past int64 // µs since the lease ended
-		err := c.db.QueryRowContext(ctx, c.substitute(queries["frozen_lease"]), name).Scan(&holder, &past)
+		err := c.db.QueryRowContext(ctx, c.eng.Text().Substitute(queries["frozen_lease"]), name).Scan(&holder, &past)
 		if err != nil {
 			return false // no lease (released meanwhile), or the acquire answered
 		}
@@ -195,10 +196,10 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 // the log and the Observer. It reports whether it killed any.
 func (c *Client) endBlockers(ctx context.Context, name, holder string, past int64) (killed bool, err error) {
 	stmt := "frozen_blocker_mysql"
-	if c.learned().lockWait {
+	if c.eng.Forms().LockWait {
 		stmt = "frozen_blocker_mariadb"
 	}
-	ids, err := c.frozenBlockers(ctx, c.named(stmt), name)
+	ids, err := c.frozenBlockers(ctx, c.eng.Text().Named(stmt), name)
 	if err != nil {
 		return false, err
 	}
@@ -265,7 +266,7 @@ func (c *Client) frozenRefused(ctx context.Context, name, holder string, err err
 	if ctx.Err() != nil {
 		return
 	}
-	mariadb := c.learned().lockWait
+	mariadb := c.eng.Forms().LockWait
 	var why string
 	switch {
 	case n == errKillDenied && mariadb:

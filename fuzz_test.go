@@ -86,11 +86,11 @@ func FuzzQuoteTable(f *testing.F) {
 			t.Fatalf("quoteTable(%q) = %q, want the name between two backticks and none inside", name, q)
 		}
 		for i, stmtName := range stmtNames {
-			if got, want := c.learned().sql[i], strings.ReplaceAll(queries[stmtName], tablePlaceholder, q); got != want {
+			if got, want := c.eng.Forms().SQL[i], strings.ReplaceAll(queries[stmtName], tablePlaceholder, q); got != want {
 				t.Fatalf("%s with table %q: got %q, want %q", stmtName, name, got, want)
 			}
 		}
-		if got, want := c.substitute(schema), strings.ReplaceAll(schema, tablePlaceholder, q); got != want {
+		if got, want := c.eng.Text().Substitute(schema), strings.ReplaceAll(schema, tablePlaceholder, q); got != want {
 			t.Fatalf("schema with table %q: got %q, want %q", name, got, want)
 		}
 	})

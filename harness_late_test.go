@@ -163,7 +163,7 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 func (le *lateEnv) is(query string, i int) bool {
 	le.c.mu.Lock()
 	defer le.c.mu.Unlock()
-	return query == le.c.learned().sql[i]
+	return query == le.c.eng.Forms().SQL[i]
 }
 
 // arg returns execution argument i as a string.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/mysqlerr"
 )
@@ -84,7 +85,7 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	// The proofs made at a kind's first use are proven on real servers
 	// (proof_later_test.go); through the mock they are taken as made.
 	for i := range c.later {
-		c.mark(func(f *forms) *bool { return &f.later[i] })
+		c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[i] })
 	}
 	return &mockEnv{t: t, db: db, mock: mock, c: c, table: table, prepared: map[string]*sqlmock.ExpectedPrepare{}}
 }
@@ -180,7 +181,7 @@ func (e *mockEnv) proofSQL(name string) string {
 // proofAcquireArgs is how many arguments the mock's Client's acquire takes.
 func (e *mockEnv) proofAcquireArgs() int {
 	if e.tidb || e.vitess {
-		return tidbAcquireArgs
+		return engine.OneRowAcquireArgs
 	}
 	return 9
 }
@@ -336,11 +337,11 @@ func (e *mockEnv) done() {
 // checked autocommit nor prepared a statement.
 func (e *mockEnv) assertNothingPrepared() {
 	e.t.Helper()
-	if e.c.learned().checked {
+	if e.c.eng.Forms().Checked {
 		e.t.Errorf("autocommit checked: got true, want false")
 	}
-	for i := range e.c.stmts {
-		if st := e.c.stmts[i].Load(); st != nil {
+	for i := range numStmts {
+		if st := e.c.eng.Prepared(i); st != nil {
 			e.t.Errorf("statement %s prepared: got %v, want nil", stmtNames[i], st)
 		}
 	}

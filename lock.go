@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -212,7 +213,7 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 // refresh sends qRefresh for the lease row l.name.
 func (nameKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
 	name, token := l.keyArgs()
-	res, _, err := l.c.execUntil(ctx, until, qRefresh, ttl.Microseconds(), name, token)
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qRefresh, Until: until, Args: []any{ttl.Microseconds(), name, token}})
 	if err != nil {
 		return false, err
 	}
@@ -358,7 +359,9 @@ func (nameKind) release(ctx context.Context, l *Lock, minHold time.Duration) (ou
 	}
 	var res sql.Result
 	name, token := l.keyArgs()
-	if res, maybeApplied, err = l.c.exec(ctx, qRelease, name, token); err == nil {
+	var unknown int
+	res, unknown, err = l.c.eng.Exec(ctx, engine.Send{Stmt: qRelease, Args: []any{name, token}})
+	if maybeApplied = unknown > 0; err == nil {
 		var n int64
 		n, err = res.RowsAffected()
 		ours = n == 1
@@ -432,7 +435,7 @@ func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 func (nameKind) check(ctx context.Context, l *Lock, tx *sql.Tx) error {
 	// By its text, not the Client's prepared statement: tx may come from
 	// another *sql.DB, and tx.StmtContext refuses a statement of another.
-	res, err := tx.ExecContext(ctx, l.c.learned().sql[qCheck], l.name, l.token)
+	res, err := tx.ExecContext(ctx, l.c.eng.Forms().SQL[qCheck], l.name, l.token)
 	if err != nil {
 		return l.c.serverError(fmt.Sprintf("check %q", l.name), err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -85,8 +86,8 @@ func (h setKind) kick(l *Lock) {
 func (h setKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
 	s := h.set
 	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
-	res, _, err := l.c.execTextUntil(ctx, until, "all_refresh", s.label, q)
-	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && sessionGuard(err) == "" {
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_refresh", Name: s.label, Text: q, Until: until})
+	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && engine.SessionGuard(err) == "" {
 		return false, nil
 	}
 	if err != nil {
@@ -104,10 +105,10 @@ func (h setKind) release(ctx context.Context, l *Lock, minHold time.Duration) (o
 	stmt := "all_release"
 	if minHold > 0 {
 		stmt = "all_release_at_least"
-		q = l.c.setSQL(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
+		q = l.c.eng.Text().Set(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
 	}
-	var res sql.Result
-	if res, maybeApplied, err = l.c.execText(ctx, stmt, s.label, q); err != nil {
+	res, unknown, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: stmt, Name: s.label, Text: q})
+	if maybeApplied = unknown > 0; err != nil {
 		return false, maybeApplied, err
 	}
 	ours, err = h.allRows(res)
@@ -117,7 +118,7 @@ func (h setKind) release(ctx context.Context, l *Lock, minHold time.Duration) (o
 // check is Check for a set.
 func (h setKind) check(ctx context.Context, l *Lock, tx *sql.Tx) error {
 	s := h.set
-	res, err := tx.ExecContext(ctx, l.c.setSQL("all_check", s.tokenLit, s.in))
+	res, err := tx.ExecContext(ctx, l.c.eng.Text().Set("all_check", s.tokenLit, s.in))
 	if err != nil {
 		return l.c.serverError("check "+s.label, err)
 	}

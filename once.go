@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -85,7 +86,7 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 // onceDone reports whether name has a completion record.
 func (c *Client) onceDone(ctx context.Context, name string) (bool, error) {
 	op := fmt.Sprintf("once %q", name)
-	st, err := c.stmt(ctx, qOnceDone)
+	st, err := c.eng.Stmt(ctx, qOnceDone)
 	if err != nil {
 		return false, c.serverError(op, err)
 	}
@@ -127,7 +128,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
-	res, _, err := l.c.exec(ctx, qOnceRecord, l.name, l.token)
+	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qOnceRecord, Args: []any{l.name, l.token}})
 	if n, _ := fault.Errno(err); n == fault.DupEntry {
 		// Written by an earlier attempt whose reply was lost: the insert
 		// found our lease row, or it would have had nothing to insert.
@@ -136,14 +137,7 @@ func (l *Lock) recordOnce(ctx context.Context) error {
 	if err != nil {
 		return l.c.serverError(op, err)
 	}
-	id, err := res.LastInsertId()
-	if err == nil && l.c.learned().onceByRows {
-		// Vitess's vtgate runs the INSERT ... SELECT of a sharded keyspace
-		// as a SELECT ... FOR UPDATE and an INSERT in one transaction on
-		// the name's shard, and the insert id is lost on the way: the rows
-		// inserted say it (queries.sql, once_record).
-		id, err = res.RowsAffected()
-	}
+	id, err := l.c.eng.Forms().OnceRecorded(res)
 	if err != nil {
 		return errorf("%s: %w", op, err)
 	}

@@ -21,11 +21,11 @@ func TestNew_WithTable(t *testing.T) {
 	for i, name := range stmtNames {
 		// Before the first use has found the database, the table alone.
 		want := strings.ReplaceAll(queries[name], "`sqllock`", "`my_locks`")
-		if c.learned().sql[i] != want {
-			t.Errorf("%s: got %q, want %q", name, c.learned().sql[i], want)
+		if c.eng.Forms().SQL[i] != want {
+			t.Errorf("%s: got %q, want %q", name, c.eng.Forms().SQL[i], want)
 		}
-		if strings.Contains(c.learned().sql[i], "`sqllock`") {
-			t.Errorf("%s: got %q, want no `sqllock` left", name, c.learned().sql[i])
+		if strings.Contains(c.eng.Forms().SQL[i], "`sqllock`") {
+			t.Errorf("%s: got %q, want no `sqllock` left", name, c.eng.Forms().SQL[i])
 		}
 	}
 }

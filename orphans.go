@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/settle"
 )
@@ -62,13 +63,13 @@ func (c *Client) deleteOrphan(ctx context.Context, list orphanList, key string, 
 // deleteByToken deletes the lease token holds on name and returns how many
 // rows went.
 func (*nameOrphans) deleteByToken(ctx context.Context, c *Client, name, token string) (int64, error) {
-	res, _, err := c.exec(ctx, qRelease, name, token)
+	res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: qRelease, Args: []any{name, token}})
 	if errors.Is(err, ErrClosed) {
 		// Close has closed the statements, or this Client never
 		// prepared the release; the *sql.DB is still open: send it
 		// unprepared.
 		err = fault.Transient(ctx, func() (err error) {
-			res, err = c.db.ExecContext(ctx, c.learned().sql[qRelease], name, token)
+			res, err = c.db.ExecContext(ctx, c.eng.Forms().SQL[qRelease], name, token)
 			return err
 		})
 	}

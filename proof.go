@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -71,7 +72,7 @@ const vitessRefusal = "vtgate puts its own session's last insert id in place of 
 // LAST_INSERT_ID() (tablecheck.go) and which the proof then holds to their
 // answers.
 func (c *Client) refuseByVersion(version string) error {
-	if strings.Contains(strings.ToLower(version), "vitess") && !c.learned().oneRow {
+	if strings.Contains(strings.ToLower(version), "vitess") && !c.eng.Forms().OneRow {
 		return errorf("%w: Vitess (%s): %s; no lease was taken", ErrUnsupportedServer, version, vitessRefusal)
 	}
 	return nil
@@ -88,13 +89,13 @@ func writes(i int) bool {
 
 // proveOnce makes the proof unless it has passed already.
 func (c *Client) proveOnce(ctx context.Context) error {
-	if c.learned().proven {
+	if c.eng.Forms().Proven {
 		return nil
 	}
 	if err := c.prove(ctx); err != nil {
 		return err
 	}
-	c.mark(func(f *forms) *bool { return &f.proven })
+	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Proven })
 	return nil
 }
 
@@ -164,7 +165,7 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	text := c.learned().sql // TiDB's forms, if the first-use check chose them
+	text := c.eng.Forms().SQL // TiDB's forms, if the first-use check chose them
 	err = c.proveOn(ctx, conn, &text, name, a, b)
 	_ = conn.Close() // before the cleanup, which a pool of one needs
 	if err != nil && !isRefusal(err) {
@@ -172,8 +173,8 @@ func (c *Client) proveAttempt(ctx context.Context) error {
 		// goes, on any connection, whatever ctx has become.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = retryRolledBack(cctx, func() error {
-			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+		_ = fault.RetryRolledBack(cctx, func() error {
+			_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 			return err
 		})
 	}
@@ -190,7 +191,7 @@ func isRefusal(err error) bool { return classify(err) == fault.Refused }
 // Vitess passes on to the server behind it), then the statements.
 func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]string, name, a, b string) error {
 	var version string
-	if err := retryRolledBack(ctx, func() error {
+	if err := fault.RetryRolledBack(ctx, func() error {
 		return conn.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version)
 	}); err != nil {
 		return err
@@ -207,25 +208,4 @@ func (c *Client) proveOn(ctx context.Context, conn *sql.Conn, text *[numStmts]st
 		return err
 	}
 	return c.proveServer(ctx, conn, text, version, first, &plain, name, a, b)
-}
-
-// retryRolledBack runs f, a step of the proof, again while the server rolls
-// it back (a deadlock, a cluster conflict), within retry's budget: the
-// tokens make a repeat give the first attempt's answer. A broken connection
-// ends the attempt, which prove makes again on another.
-func retryRolledBack(ctx context.Context, f func() error) error {
-	budget := time.Now().Add(fault.MaxRetryBudget)
-	for attempt := 1; ; attempt++ {
-		err := f()
-		if err == nil || classify(err) != fault.RolledBack {
-			return err
-		}
-		wait := fault.Backoff(attempt)
-		if time.Now().Add(wait).After(budget) {
-			return err
-		}
-		if werr := fault.Sleep(ctx, wait); werr != nil {
-			return fmt.Errorf("%w (last error: %w)", werr, err)
-		}
-	}
 }

@@ -39,7 +39,7 @@ const (
 )
 
 // inTransactionGuard is the part of the session guard (queries.sql,
-// session.go) that refuses, on MariaDB, an acquire inside an open
+// internal/engine/session.go) that refuses, on MariaDB, an acquire inside an open
 // transaction. The row lock's proof sends the acquire inside one on
 // purpose, on a connection of its own that it commits itself, so there it
 // sends the acquire without that part (inTransaction).
@@ -92,7 +92,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 	)
 	// A rollback (a deadlock, a cluster conflict) ends the transaction:
 	// it begins again.
-	err := retryRolledBack(ctx, func() error {
+	err := fault.RetryRolledBack(ctx, func() error {
 		var err error
 		if tx, err = conn1.BeginTx(ctx, nil); err != nil {
 			return err

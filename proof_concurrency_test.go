@@ -75,8 +75,8 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 			}
 			mock.ExpectBegin()
 			// Each acquire prepared, as the Client sends it.
-			mock.ExpectPrepare(inTransaction(c.learned().sql[qAcquire])).ExpectExec().WithArgs(args("a")...).WillReturnResult(sqlmock.NewResult(7, 1))
-			second := mock.ExpectPrepare(c.learned().sql[qAcquire]).ExpectExec().WithArgs(args("b")...).WillDelayFor(tt.delay)
+			mock.ExpectPrepare(inTransaction(c.eng.Forms().SQL[qAcquire])).ExpectExec().WithArgs(args("a")...).WillReturnResult(sqlmock.NewResult(7, 1))
+			second := mock.ExpectPrepare(c.eng.Forms().SQL[qAcquire]).ExpectExec().WithArgs(args("b")...).WillDelayFor(tt.delay)
 			if tt.secondErr != nil {
 				second.WillReturnError(tt.secondErr)
 			} else {
@@ -87,7 +87,7 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 			} else {
 				mock.ExpectCommit()
 			}
-			owner, err := c.proveConcurrency(ctx, conn1, conn2, 0, &c.learned().sql, "8.0.31", "proof", "a", "b")
+			owner, err := c.proveConcurrency(ctx, conn1, conn2, 0, &c.eng.Forms().SQL, "8.0.31", "proof", "a", "b")
 			if tt.wantErr == "-" {
 				if err == nil || errors.Is(err, ErrUnsupportedServer) || classify(err) != fault.Unknown {
 					t.Errorf("proveConcurrency: got %v, want the broken connection's error, for another attempt", err)

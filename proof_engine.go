@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -41,7 +42,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 	// takes the name, free, with a lease already expired. Neither an
 	// acquire nor a refresh of owner's own lease would end it: they never
 	// move an owner's expiry earlier (queries.sql).
-	if err := retryRolledBack(ctx, func() error {
+	if err := fault.RetryRolledBack(ctx, func() error {
 		if _, err := preparedExec(ctx, conn, text[qRelease], name, owner); err != nil {
 			return err
 		}
@@ -51,7 +52,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		return err
 	}
 	var id uint64
-	if err := retryRolledBack(ctx, func() (err error) {
+	if err := fault.RetryRolledBack(ctx, func() (err error) {
 		id, err = c.proofAcquire(ctx, conn, text[qAcquire], name, taker, proofEngineTTL.Microseconds())
 		return err
 	}); err != nil {
@@ -61,8 +62,8 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		got             []byte
 		length, oneUsec sql.NullInt64
 	)
-	if err := retryRolledBack(ctx, func() error {
-		return preparedQueryRow(ctx, conn, c.substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
+	if err := fault.RetryRolledBack(ctx, func() error {
+		return preparedQueryRow(ctx, conn, c.eng.Text().Substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
 	}); err != nil {
 		return err
 	}
@@ -79,8 +80,8 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		failed = append(failed, fmt.Sprintf("DATETIME(6) + INTERVAL n MICROSECOND lost the fraction of a second: a lease of %d µs was stored as %d µs, "+
 			"and a microsecond added to UTC_TIMESTAMP(6) came to %d µs", proofEngineTTL.Microseconds(), length.Int64, oneUsec.Int64))
 	}
-	err := retryRolledBack(ctx, func() error {
-		_, err := preparedExec(ctx, conn, c.substitute(queries["proof_overflow"]), name)
+	err := fault.RetryRolledBack(ctx, func() error {
+		_, err := preparedExec(ctx, conn, c.eng.Text().Substitute(queries["proof_overflow"]), name)
 		return err // 1690, the answer, is no rollback: it comes back at once
 	})
 	if n, ok := fault.Errno(err); (!ok || n != fault.OutOfRange) && !strings.Contains(fmt.Sprint(err), "BIGINT UNSIGNED value is out of range") {
@@ -100,8 +101,8 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 // acquireArgs returns the acquire's arguments under token for us µs.
 func (c *Client) acquireArgs(name, token string, us int64) []any {
 	args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-	if c.learned().oneRow {
-		args = args[:tidbAcquireArgs]
+	if c.eng.Forms().OneRow {
+		args = args[:engine.OneRowAcquireArgs]
 	}
 	return args
 }

@@ -39,7 +39,7 @@ func TestClient_proveEngine_refusesGoMySQLServer(t *testing.T) {
 	defer conn.Close()
 	a, _ := newToken()
 	b, _ := newToken()
-	err = c.proveEngine(ctx, conn, &c.learned().sql, "8.0.31", proofPrefix+a, a, b)
+	err = c.proveEngine(ctx, conn, &c.eng.Forms().SQL, "8.0.31", proofPrefix+a, a, b)
 	t.Logf("proveEngine: %v", err)
 	wantErrIs(t, err, ErrUnsupportedServer)
 	for _, want := range []string{"another order than it writes them", "lost the fraction of a second", "gave no error 1690"} {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -32,7 +33,7 @@ var laterProofNames = [numLaterProofs]string{proofSets: "set", proofSlots: "sema
 
 // A laterProof is one of them under way: running while a call makes it,
 // which other calls wait for. That it passed is in the Client's forms
-// (forms.go).
+// (internal/engine/forms.go).
 type laterProof struct {
 	mu      sync.Mutex
 	running chan struct{}
@@ -45,7 +46,7 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 	lp := &c.later[kind]
 	for {
 		lp.mu.Lock()
-		if c.learned().later[kind] {
+		if c.eng.Forms().Later[kind] {
 			lp.mu.Unlock()
 			return nil
 		}
@@ -68,7 +69,7 @@ func (c *Client) proveLater(ctx context.Context, kind int, names func(name strin
 	}
 	lp.mu.Lock()
 	if err == nil {
-		c.mark(func(f *forms) *bool { return &f.later[kind] })
+		c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[kind] })
 	}
 	close(lp.running)
 	lp.running = nil
@@ -112,8 +113,8 @@ func (c *Client) proveLaterAttempt(ctx context.Context, names func(name string) 
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	for _, n := range names(name) {
-		cerr := retryRolledBack(cctx, func() error {
-			_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), n)
+		cerr := fault.RetryRolledBack(cctx, func() error {
+			_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), n)
 			return err
 		})
 		if err == nil && cerr != nil {
@@ -137,7 +138,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if c.learned().oneRow {
+		if c.eng.Forms().OneRow {
 			if err := p.proveSetFences(mine); err != nil {
 				return err
 			}
@@ -146,7 +147,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		} else if id&1 == 0 || id < 4 {
 			return p.unsupported("all_acquire", "an acquire of a set of free names reported %d, not twice its fence plus one", uint64(id))
 		}
-		if err := retryRolledBack(p.ctx, func() error {
+		if err := fault.RetryRolledBack(p.ctx, func() error {
 			_, err := p.conn.ExecContext(p.ctx, c.acquireAllSQL(other, proofTTL))
 			return err
 		}); err == nil {
@@ -193,7 +194,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 				want int64
 				by   string
 			}{{other, 0, "under another token"}, {mine, 2, "by the owner"}} {
-				res, err := tx.ExecContext(p.ctx, c.setSQL("all_check", step.s.tokenLit, step.s.in))
+				res, err := tx.ExecContext(p.ctx, c.eng.Text().Set("all_check", step.s.tokenLit, step.s.in))
 				if err != nil {
 					return p.failed("all_check", "check "+step.by, err)
 				}
@@ -208,7 +209,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 			return err
 		}
 		if err := each("all_release_at_least", "release with a minimum hold", func(s *lockSet) string {
-			return c.setSQL("all_release_at_least", us, s.tokenLit, s.in)
+			return c.eng.Text().Set("all_release_at_least", us, s.tokenLit, s.in)
 		}); err != nil {
 			return err
 		}
@@ -218,7 +219,7 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 		if err := each("all_release", "release", c.releaseAllSQL); err != nil {
 			return err
 		}
-		if c.learned().oneRow {
+		if c.eng.Forms().OneRow {
 			return nil // a lease row is never deleted there
 		}
 		// The lease rows are gone, the fence rows stay: a refresh by the
@@ -232,14 +233,14 @@ func (c *Client) proveSetsOnce(ctx context.Context) error {
 // nil when it fails with 1690 (not the session guard's), as it must: an
 // error naming what raised no error (cause) when it succeeds.
 func (p *prover) refreshRefused(q, what, cause string) error {
-	err := retryRolledBack(p.ctx, func() error {
+	err := fault.RetryRolledBack(p.ctx, func() error {
 		_, err := p.conn.ExecContext(p.ctx, q)
 		return err
 	})
 	if err == nil {
 		return p.unsupported("all_refresh", "a refresh of %s succeeded: %s raised no error (1690)", what, cause)
 	}
-	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange || sessionGuard(err) != "" {
+	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange || engine.SessionGuard(err) != "" {
 		return p.failed("all_refresh", "refresh "+what+", which must fail with 1690", err)
 	}
 	return nil
@@ -249,8 +250,8 @@ func (p *prover) refreshRefused(q, what, cause string) error {
 // just taken with the one-row form.
 func (p *prover) proveSetFences(s *lockSet) error {
 	var rows *sql.Rows
-	err := retryRolledBack(p.ctx, func() (err error) {
-		rows, err = p.conn.QueryContext(p.ctx, p.c.setSQL("all_fences", s.tokenLit, s.in))
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
+		rows, err = p.conn.QueryContext(p.ctx, p.c.eng.Text().Set("all_fences", s.tokenLit, s.in))
 		return err
 	})
 	if err != nil {
@@ -287,7 +288,7 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 	rows := func(sem string) []string { return []string{slotRows(sem), slotName(sem, 1)} }
 	return c.proveLater(ctx, proofSlots, rows, func(p *prover, name, a, b string) error {
 		sem := name
-		text := slotSQL(c.learned().table, mariadb, 1)
+		text := slotSQL(c.eng.Forms().Table, mariadb, 1)
 		take := func(step, token string) (uint64, error) {
 			s := &slotCall{acquireCall: acquireCall{c: c, name: slotRows(sem), ttl: proofTTL, token: token}, sem: sem, n: 1}
 			id, err := p.id("slot_acquire", step, text, s.args(1)...)
@@ -314,8 +315,8 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 			by    string
 		}{{b, 0, "under another token"}, {a, 1, "by the owner"}} {
 			var res sql.Result
-			err := retryRolledBack(p.ctx, func() (err error) {
-				res, err = p.conn.ExecContext(p.ctx, c.substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), step.token)
+			err := fault.RetryRolledBack(p.ctx, func() (err error) {
+				res, err = p.conn.ExecContext(p.ctx, c.eng.Text().Substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), step.token)
 				return err
 			})
 			if err != nil {
@@ -337,12 +338,12 @@ func (c *Client) proveSlotsOnce(ctx context.Context, mariadb bool) error {
 func (c *Client) proveOnceOnce(ctx context.Context) error {
 	one := func(name string) []string { return []string{name} }
 	return c.proveLater(ctx, proofOnce, one, func(p *prover, name, a, b string) error {
-		f := c.learned()
-		text := f.sql
+		f := c.eng.Forms()
+		text := f.SQL
 		us := proofTTL.Microseconds()
 		args := []any{name, a, c.holder, us, name, a, c.holder, a, us}
-		if f.oneRow {
-			args = args[:tidbAcquireArgs]
+		if f.OneRow {
+			args = args[:engine.OneRowAcquireArgs]
 		}
 		if id, err := p.id("acquire", "take a free name", text[qAcquire], args...); err != nil {
 			return err
@@ -359,7 +360,7 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 				return err
 			}
 			var n int64
-			if c.learned().onceByRows {
+			if c.eng.Forms().OnceByRows {
 				n, err = res.RowsAffected()
 			} else {
 				n, err = res.LastInsertId()
@@ -375,7 +376,7 @@ func (c *Client) proveOnceOnce(ctx context.Context) error {
 				return err
 			}
 			var one int
-			err = retryRolledBack(p.ctx, func() error { return st.QueryRowContext(p.ctx, name).Scan(&one) })
+			err = fault.RetryRolledBack(p.ctx, func() error { return st.QueryRowContext(p.ctx, name).Scan(&one) })
 			if found := err == nil; err != nil && err != sql.ErrNoRows {
 				return p.failed("once_done", "read the record after a record "+step.by, err)
 			} else if found != step.done {

@@ -18,7 +18,7 @@ func TestClient_laterProofs_atFirstUseOnce(t *testing.T) {
 		done := func(kind int) bool {
 			c.later[kind].mu.Lock()
 			defer c.later[kind].mu.Unlock()
-			return c.learned().later[kind]
+			return c.eng.Forms().Later[kind]
 		}
 		if err := mustAcquire(t, c, "single", time.Minute).Release(ctx); err != nil {
 			t.Fatal(err)

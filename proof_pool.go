@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The part of the first proof that needs more than one connection of the
@@ -171,13 +173,13 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 		}
 		rtt = time.Since(start)
 	}
-	text := c.learned().sql
+	text := c.eng.Forms().SQL
 	_, err = c.proveConcurrency(ctx, conns[0], conns[1], rtt, &text, p.version, name, a, b)
 	closeConns() // before the cleanup, which a small pool needs
 	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
-	if cerr := retryRolledBack(cctx, func() error {
-		_, err := c.db.ExecContext(cctx, c.substitute(queries["proof_clear"]), name)
+	if cerr := fault.RetryRolledBack(cctx, func() error {
+		_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 		return err
 	}); err == nil && cerr != nil {
 		err = fmt.Errorf("delete the proof name's rows: %w", cerr)

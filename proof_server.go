@@ -70,7 +70,7 @@ func readFacts(ctx context.Context, conn *sql.Conn, version string, plain *bool)
 		query = queries["server_mysql_plain"]
 	}
 	var readOnly, superReadOnly, id, cluster sql.NullString
-	err := retryRolledBack(ctx, func() error {
+	err := fault.RetryRolledBack(ctx, func() error {
 		return conn.QueryRowContext(ctx, query).Scan(&readOnly, &superReadOnly, &id, &cluster)
 	})
 	if _, ok := fault.Errno(err); ok && query == queries["server_mysql"] {
@@ -176,8 +176,8 @@ func (c *Client) proveServer(ctx context.Context, conn *sql.Conn, text *[numStmt
 	if err := c.proveEngine(ctx, conn, text, version, name, owner, taker); err != nil {
 		return err
 	}
-	return retryRolledBack(ctx, func() error {
-		_, err := conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
+	return fault.RetryRolledBack(ctx, func() error {
+		_, err := conn.ExecContext(ctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 		return err
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -50,7 +51,7 @@ func (p *prover) stmt(stmt, text string) (*sql.Stmt, error) {
 		return st, nil
 	}
 	var st *sql.Stmt
-	err := retryRolledBack(p.ctx, func() (err error) {
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
 		st, err = p.conn.PrepareContext(p.ctx, text)
 		return err
 	})
@@ -69,7 +70,7 @@ func (p *prover) exec(stmt, step, text string, args ...any) (sql.Result, error) 
 		return nil, err
 	}
 	var res sql.Result
-	err = retryRolledBack(p.ctx, func() (err error) {
+	err = fault.RetryRolledBack(p.ctx, func() (err error) {
 		res, err = st.ExecContext(p.ctx, args...)
 		return err
 	})
@@ -80,10 +81,10 @@ func (p *prover) exec(stmt, step, text string, args ...any) (sql.Result, error) 
 }
 
 // execText runs statement stmt, text with no arguments, as the Client sends
-// a set's statements: as text (execText).
+// a set's statements: as text (engine.Send with Text).
 func (p *prover) execText(stmt, step, text string) (sql.Result, error) {
 	var res sql.Result
-	err := retryRolledBack(p.ctx, func() (err error) {
+	err := fault.RetryRolledBack(p.ctx, func() (err error) {
 		res, err = p.conn.ExecContext(p.ctx, text)
 		return err
 	})
@@ -118,7 +119,7 @@ func (p *prover) rows(stmt, step string, res sql.Result) (int64, error) {
 // inTx runs f in a transaction on the proof's connection, as Lock.Check
 // runs in the caller's, and rolls it back: what it wrote is the proof's.
 func (p *prover) inTx(stmt string, f func(tx *sql.Tx) error) error {
-	return retryRolledBack(p.ctx, func() error {
+	return fault.RetryRolledBack(p.ctx, func() error {
 		tx, err := p.conn.BeginTx(p.ctx, nil)
 		if err != nil {
 			return p.failed(stmt, "begin a transaction for it", err)
@@ -138,7 +139,7 @@ func (p *prover) failed(stmt, step string, err error) error {
 		// it then): no answer, as a broken connection is none.
 		err = fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
 	}
-	if n, ok := fault.Errno(err); ok && sessionGuard(err) == "" { // the guard's 1690 says what it found (session.go)
+	if n, ok := fault.Errno(err); ok && engine.SessionGuard(err) == "" { // the guard's 1690 says what it found (internal/engine/session.go)
 		switch n {
 		case erNativeFunctionRefused:
 			return errorf("%w: MySQL Router with connection sharing refused statement %s (%s) (3566, LAST_INSERT_ID on a connection it may share); "+
@@ -186,8 +187,8 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	us := proofTTL.Microseconds()
 	acquire := func(step, token string) (uint64, error) {
 		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.learned().oneRow {
-			args = args[:tidbAcquireArgs]
+		if c.eng.Forms().OneRow {
+			args = args[:engine.OneRowAcquireArgs]
 		}
 		return p.id("acquire", step, text[qAcquire], args...)
 	}
@@ -201,7 +202,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 		return err
 	}
 	var stored uint64
-	err = retryRolledBack(ctx, func() error {
+	err = fault.RetryRolledBack(ctx, func() error {
 		var holder sql.NullString
 		var held, minHold sql.NullBool
 		var left, ahead sql.NullInt64
@@ -265,7 +266,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 			return p.unsupported("release", "a release %s changed %d rows instead of %d", step.what, n, step.want)
 		}
 	}
-	_, err = conn.ExecContext(ctx, c.substitute(queries["proof_clear"]), name)
+	_, err = conn.ExecContext(ctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
 	if err != nil {
 		return p.failed("proof_clear", "delete the proof name's rows", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -160,7 +161,7 @@ func TestClient_firstUse_provesStatements(t *testing.T) {
 		}
 		c := e.client(t, e.db, table)
 		l := mustAcquire(t, c, "job", time.Minute)
-		if !c.learned().proven {
+		if !c.eng.Forms().Proven {
 			t.Error("proven: got false after a lease was taken, want true")
 		}
 		if err := l.Release(testCtx(t)); err != nil {
@@ -202,7 +203,7 @@ func TestClient_firstUse_refusesRewrittenInsertID(t *testing.T) {
 				// What the proof keeps out: the same layer, unproven.
 				unproven := e.client(t, db, table)
 				unproven.markProven()
-				unproven.mark(func(f *forms) *bool { return &f.checked })
+				unproven.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
 				if e.server.Vitess {
 					chooseFormsOn(t, unproven, db, e.server.Version, false) // as its first-use check would
 				}
@@ -266,7 +267,7 @@ func TestClient_firstUse_refusesVitessBehindItsServer(t *testing.T) {
 	wantErrIs(t, err, ErrUnsupportedServer)
 	assertErrContains(t, err, "Vitess (8.4.6-Vitess)")
 	e.done() // and nothing else was sent: no write, no prepare
-	if e.c.learned().proven {
+	if e.c.eng.Forms().Proven {
 		t.Error("proven: got true, want false")
 	}
 }
@@ -319,7 +320,7 @@ func TestClient_firstUse_proofAnswers(t *testing.T) {
 			assertErrContains(t, err, tt.want)
 			assertErrContains(t, err, "10.11.19-MariaDB")
 			e.done()
-			if e.c.learned().proven {
+			if e.c.eng.Forms().Proven {
 				t.Error("proven: got true after a failed proof, want false")
 			}
 		})

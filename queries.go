@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
@@ -33,66 +34,24 @@ func splitQueries(text string) (map[string]string, error) { return sqltext.Split
 // quoteTable checks name and returns it backtick-quoted (sqltext.QuoteTable).
 func quoteTable(name string) (string, error) { return sqltext.QuoteTable(name) }
 
-// Statements of queries.sql, by index into Client.stmts.
+// Statements of queries.sql, by index (internal/engine).
 const (
-	qAcquire = iota
-	qRefresh
-	qRelease
-	qInspect
-	qReleaseAtLeast // do.go
-	qCheck          // lock.go
-	qList           // admin.go
-	qOnceDone       // once.go
-	qOnceRecord     // once.go
-	qLease          // admin.go
-	qOnceReset      // admin.go
-	qLockDelay      // admin.go
-	numStmts
+	qAcquire        = engine.Acquire
+	qRefresh        = engine.Refresh
+	qRelease        = engine.Release
+	qInspect        = engine.Inspect
+	qReleaseAtLeast = engine.ReleaseAtLeast // do.go
+	qCheck          = engine.Check          // lock.go
+	qList           = engine.List           // admin.go
+	qOnceDone       = engine.OnceDone       // once.go
+	qOnceRecord     = engine.OnceRecord     // once.go
+	qLease          = engine.Lease          // admin.go
+	qOnceReset      = engine.OnceReset      // admin.go
+	qLockDelay      = engine.LockDelay      // admin.go
+	numStmts        = engine.NumStmts
 )
 
-var stmtNames = [numStmts]string{
-	qAcquire: "acquire",
-	qRefresh: "refresh",
-	qRelease: "release",
-	qInspect: "inspect",
-
-	qReleaseAtLeast: "release_at_least",
-	qCheck:          "check",
-	qList:           "list",
-	qOnceDone:       "once_done",
-	qOnceRecord:     "once_record",
-	qLease:          "lease",
-	qOnceReset:      "once_reset",
-	qLockDelay:      "lock_delay",
-}
-
-// The forms' names and marks (sqltext).
-const (
-	tidbPrefix = sqltext.TiDBPrefix
-	tidbHint   = sqltext.TiDBHint
-)
-
-// tidbStmts are the statements with a TiDB form; the rest serve TiDB as
-// they are.
-var tidbStmts = []int{qAcquire, qRefresh, qRelease, qInspect, qReleaseAtLeast, qList, qLease, qOnceRecord, qLockDelay}
-
-// tidbAcquireArgs is how many of the acquire's arguments the one-row form
-// (TiDB's) takes: the first four, which both forms begin with (queries.sql).
-const tidbAcquireArgs = 4
-
-// textForms returns what the text of the Client's statements depends on,
-// as the first use has found it so far.
-func (c *Client) textForms() sqltext.Forms { return c.learned().text() }
-
-// substitute puts the Client's quoted table name into a statement, in the
-// database the first use found once it has (sqltext.Forms.Substitute).
-func (c *Client) substitute(stmt string) string { return c.textForms().Substitute(stmt) }
-
-// named returns statement name with the Client's table named in a string
-// in place of 'sqllock', and its database in place of DATABASE() once the
-// first use found it (sqltext.Forms.Named): the first use's query, the
-// wake-up channels'.
-func (c *Client) named(name string) string { return c.textForms().Named(name) }
+var stmtNames = engine.Names
 
 // firstUseSQL returns the first_use query about table as a Client sends it
 // at its first use, before it knows the database.
@@ -100,21 +59,17 @@ func firstUseSQL(table string) string { return queries.TableNamed("first_use", t
 
 // acquireAllSQL returns the text of the acquire of set s for ttl.
 func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	return c.textForms().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
+	return c.eng.Text().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
 }
 
 // releaseAllSQL returns the statement that deletes the leases of set s.
-func (c *Client) releaseAllSQL(s *lockSet) string { return c.textForms().ReleaseAll(s.tokenLit, s.in) }
+func (c *Client) releaseAllSQL(s *lockSet) string { return c.eng.Text().ReleaseAll(s.tokenLit, s.in) }
 
 // refreshAllSQL returns the statement that extends the leases of set s to
 // ttl, a number's text.
 func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
-	return c.textForms().RefreshAll(s.union, s.in, s.tokenLit, ttl)
+	return c.eng.Text().RefreshAll(s.union, s.in, s.tokenLit, ttl)
 }
-
-// setSQL returns set statement name with lits in place of its
-// placeholders, on the Client's table.
-func (c *Client) setSQL(name string, lits ...string) string { return c.textForms().Set(name, lits...) }
 
 // slotSQL returns slot_acquire for table (quoted, and qualified once the
 // first use found the database) with its slot row written v times.

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sqllock/sqllock/internal/engine"
 )
 
 // Every statement that writes is safe for statement-based replication: with
@@ -20,7 +22,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 		}
 		c := e.newClient(t)
 		ctx := testCtx(t)
-		if _, err := c.stmt(ctx, qAcquire); err != nil { // the first use: the server's forms
+		if _, err := c.eng.Stmt(ctx, qAcquire); err != nil { // the first use: the server's forms
 			t.Fatal(err)
 		}
 		conn, err := e.db.Conn(ctx)
@@ -57,7 +59,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 			{qReleaseAtLeast, []any{us, "n", tok}, true},
 			{qRelease, []any{"n", tok}, false},
 		} {
-			if _, err := conn.ExecContext(ctx, c.learned().sql[s.q], s.args...); err != nil {
+			if _, err := conn.ExecContext(ctx, c.eng.Forms().SQL[s.q], s.args...); err != nil {
 				t.Fatalf("%s: %v", stmtNames[s.q], err)
 			}
 			rows, err := conn.QueryContext(ctx, "SHOW WARNINGS")
@@ -111,7 +113,7 @@ func TestSplitQueries_statements(t *testing.T) {
 		"server_mysql": 0, "server_mysql_plain": 0, "server_mariadb": 0, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"frozen_lease": 1, "frozen_blocker_mariadb": 3, "frozen_blocker_mysql": 3, "frozen_kill": 1,
 		"slot_acquire": 21, "slot_release": 3, "slot_list": 2,
-		"tidb_acquire": tidbAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
+		"tidb_acquire": engine.OneRowAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1,
 		// Sets: literal holes, which the Go side fills (acquire_set.go).
 		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -76,7 +77,7 @@ func slotOfRow(s string) (name string, slot int) {
 func (*semOrphans) deleteByToken(ctx context.Context, c *Client, sem, token string) (int64, error) {
 	var res sql.Result
 	err := fault.Transient(ctx, func() (err error) {
-		res, err = c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), token)
+		res, err = c.db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), slotRows(sem), slotRowsEnd(sem), token)
 		return err
 	})
 	if err != nil {
@@ -244,7 +245,7 @@ func (s *slotCall) retire(last time.Time, once bool) { s.retireIn(&s.c.semOrphan
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
 	c := s.c
-	return c.execSlot(ctx, s.sem, slotSQL(c.learned().table, s.mariadb, s.v), s.args(s.v))
+	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: slotSQL(c.eng.Forms().Table, s.mariadb, s.v), Args: s.args(s.v)})
 }
 
 func (s *slotCall) heldBy(_ context.Context, err error) error {
@@ -321,7 +322,7 @@ func (s *slotCall) releaseOthers(ctx context.Context, slot int) {
 	c, mine := s.c, slotName(s.sem, slot)
 	for _, r := range [][2]string{{s.name, mine}, {mine, slotRowsEnd(s.sem)}} {
 		err := fault.Transient(ctx, func() error {
-			_, err := c.db.ExecContext(ctx, c.substitute(queries["slot_release"]), r[0], r[1], s.token)
+			_, err := c.db.ExecContext(ctx, c.eng.Text().Substitute(queries["slot_release"]), r[0], r[1], s.token)
 			return err
 		})
 		if err != nil {
@@ -357,23 +358,20 @@ func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	return f.lockWait, c.proveSlotsOnce(ctx, f.lockWait)
+	return f.LockWait, c.proveSlotsOnce(ctx, f.LockWait)
 }
 
 // slotsForms prepares statement i, which makes the first-use check (and,
 // for a statement that writes, the proof of the statements), and refuses
 // servers without semaphores. Semaphore.Inspect prepares inspect, a read,
 // which needs no proof, as Client.Inspect needs none.
-func (c *Client) slotsForms(ctx context.Context, i int) (*forms, error) {
-	if _, err := c.stmt(ctx, i); err != nil {
+func (c *Client) slotsForms(ctx context.Context, i int) (*engine.Forms, error) {
+	if _, err := c.eng.Stmt(ctx, i); err != nil {
 		return nil, err
 	}
-	f := c.learned()
-	switch {
-	case f.tidb:
-		return nil, errorf("%w: counting semaphores are not available on TiDB: its LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
-	case f.oneRow:
-		return nil, errorf("%w: counting semaphores are not available through this server (Vitess, or a proxy that rewrites LAST_INSERT_ID()): LAST_INSERT_ID() does not carry a value from one row of a statement to the next, which taking a slot in one statement needs", ErrUnsupportedServer)
+	f := c.eng.Forms()
+	if r := f.SlotsRefusal(); r != "" {
+		return nil, errorf("%w: %s", ErrUnsupportedServer, r)
 	}
 	return f, nil
 }

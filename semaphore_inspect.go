@@ -24,7 +24,7 @@ func (s *Semaphore) Inspect(ctx context.Context) ([]Info, error) {
 		return nil, c.serverError(op, err)
 	}
 	p := slotRows(name)
-	rows, err := c.db.QueryContext(ctx, c.substitute(queries["slot_list"]), p, slotRowsEnd(name))
+	rows, err := c.db.QueryContext(ctx, c.eng.Text().Substitute(queries["slot_list"]), p, slotRowsEnd(name))
 	if err != nil {
 		return nil, c.serverError(op, err)
 	}

@@ -45,7 +45,7 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 				var fence uint64
 				var isLive bool
 				var left int64
-				err := e.db.QueryRowContext(ctx, c.learned().sql[qLease], slotName("r", i)).Scan(&owner, &holder, &fence, &isLive, &left)
+				err := e.db.QueryRowContext(ctx, c.eng.Forms().SQL[qLease], slotName("r", i)).Scan(&owner, &holder, &fence, &isLive, &left)
 				switch {
 				case err == sql.ErrNoRows:
 				case err != nil:

@@ -665,11 +665,11 @@ func TestSemaphore_TryAcquire_statementBinlogSafe(t *testing.T) {
 			text string
 			args []any
 		}{
-			{"take", slotSQL(c.learned().table, false, 3), three.args(3)},
-			{"take again, the same token", slotSQL(c.learned().table, false, 3), three.args(3)},
-			{"another n, refused", slotSQL(c.learned().table, false, 2), two.args(2)},
-			{"release", c.substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
-			{"another n, resized", slotSQL(c.learned().table, false, 3), two.args(3)}, // the wider visit of a smaller n
+			{"take", slotSQL(c.eng.Forms().Table, false, 3), three.args(3)},
+			{"take again, the same token", slotSQL(c.eng.Forms().Table, false, 3), three.args(3)},
+			{"another n, refused", slotSQL(c.eng.Forms().Table, false, 2), two.args(2)},
+			{"release", c.eng.Text().Substitute(queries["slot_release"]), []any{slotRows("b"), slotRowsEnd("b"), three.token}},
+			{"another n, resized", slotSQL(c.eng.Forms().Table, false, 3), two.args(3)}, // the wider visit of a smaller n
 		} {
 			if _, err := conn.ExecContext(ctx, s.text, s.args...); err != nil {
 				t.Fatalf("%s: %v", s.what, err)

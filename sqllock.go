@@ -7,9 +7,9 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
@@ -45,11 +45,10 @@ type Client struct {
 	log       *slog.Logger     // logging.go
 	obs       observe.Observer // observe.go
 
-	forms   atomic.Pointer[forms] // what the Client has learned of its server: the statements' text and forms; forms.go
-	skew    skewWarnings          // clock.go
-	recheck tableRecheck          // the table checked again while the Client runs; tablecheck.go
-	frozen  frozenState           // ending a frozen holder's transaction; frozen.go
-	stmts   [numStmts]atomic.Pointer[sql.Stmt]
+	skew    skewWarnings   // clock.go
+	recheck tableRecheck   // the table checked again while the Client runs; tablecheck.go
+	frozen  frozenState    // ending a frozen holder's transaction; frozen.go
+	eng     *engine.Server // what the Client has learned of its server, its statements' forms; prepares and sends them
 
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.
@@ -61,8 +60,6 @@ type Client struct {
 	// the server: a call stuck on a dead connection must not hold up
 	// others, which wait only as long as their own contexts allow.
 	mu           sync.Mutex
-	prepares     [numStmts]*prepareFlight // prepares under way
-	closed       bool                     // the statements are closed; no more are prepared
 	closeStarted bool
 	closeErr     error // Close's result, set before closeDone is closed
 
@@ -70,7 +67,6 @@ type Client struct {
 	closeDone chan struct{} // closed when Close has finished
 
 	held       held                       // the Locks to release on Close; held.go
-	slots      slotStmts                  // slot_acquire prepared per number of slot rows; semaphore_stmt.go
 	later      [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
 	orphans    nameOrphans                // tokens whose leases may be left on the server; orphans.go
 	semOrphans semOrphans                 // the same for semaphores' slots
@@ -100,12 +96,12 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
-	c.forms.Store(initialForms(c.table))
 	c.holderArg = c.holder
+	c.eng = c.newEngine()
 	c.wait.Init(wait.Config{
 		DB:      db,
 		Wakeups: c.wakeups,
-		SQL:     c.named,
+		SQL:     func(name string) string { return c.eng.Text().Named(name) },
 		Log:     c.log,
 		Woke:    c.channelTold,
 		Closing: c.closing,
@@ -133,10 +129,10 @@ func (c *Client) CreateTable(ctx context.Context) error {
 		return ErrClosed
 	}
 	op := "create table " + c.table
-	if _, err := c.db.ExecContext(ctx, c.substitute(schema)); err != nil {
+	if _, err := c.db.ExecContext(ctx, c.eng.Text().Substitute(schema)); err != nil {
 		return c.serverError(op, err)
 	}
-	if c.learned().checked {
+	if c.eng.Forms().Checked {
 		if err := c.proveOnce(ctx); err != nil {
 			return c.serverError(op, err)
 		}
@@ -149,7 +145,7 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if !found {
 		return nil // dropped again at once; the next statement checks anew
 	}
-	c.mark(func(f *forms) *bool { return &f.checked })
+	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
 	if err := c.proveOnce(ctx); err != nil {
 		return c.serverError(op, err)
 	}
@@ -179,11 +175,7 @@ func (c *Client) Close() error {
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
 	c.wait.Channels.CloseAll(ctx)
-	c.mu.Lock()
-	c.closed = true // a prepare that ends from now on closes its statement
-	c.mu.Unlock()
-	c.closeStmts(ctx)
-	c.slots.close()
+	c.eng.Close(ctx)
 	c.closeErr = err
 	close(c.closeDone)
 	return err

@@ -339,8 +339,8 @@ func TestClient_Close_notHeldUpByStuckPrepare(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		c, p := stalledClient(t, e)
 		closeWhileAcquireStuck(t, c, p, proxyComQuery)
-		for i := range c.stmts {
-			if st := c.stmts[i].Load(); st != nil {
+		for i := range numStmts {
+			if st := c.eng.Prepared(i); st != nil {
 				t.Errorf("statement %s after Close: got %v, want nil", stmtNames[i], st)
 			}
 		}

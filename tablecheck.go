@@ -104,7 +104,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 	err = fault.Transient(ctx, func() error {
 		var err error
 		fu, err = c.readFirstUse(ctx, table)
-		if err == nil && fu.autocommit && !c.learned().chosen {
+		if err == nil && fu.autocommit && !c.eng.Forms().Chosen {
 			fu.carries, err = c.readCarries(ctx)
 		}
 		return err
@@ -119,7 +119,7 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 		return false, errAutocommitOff
 	}
 	database := fu.database
-	if !c.learned().chosen && !fu.carries && !strings.Contains(fu.version, "MariaDB") && !strings.Contains(fu.version, "TiDB") {
+	if !c.eng.Forms().Chosen && !fu.carries && !strings.Contains(fu.version, "MariaDB") && !strings.Contains(fu.version, "TiDB") {
 		// Vitess, as serverForms tells it: vtgate sends a query that reads
 		// a table to a tablet, whose DATABASE() (and VERSION()) are its
 		// own (vt_<keyspace>_<shard>); a query of no table it answers
@@ -209,7 +209,7 @@ func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error
 
 // readFirstUse sends the first_use query and collects its rows about table.
 func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
-	rows, err := c.db.QueryContext(ctx, c.textForms().Named("first_use"))
+	rows, err := c.db.QueryContext(ctx, c.eng.Text().Named("first_use"))
 	if err != nil {
 		return nil, err
 	}
@@ -374,4 +374,29 @@ func (got foundColumn) describe() string {
 		return s + " NULL"
 	}
 	return s + " NOT NULL"
+}
+
+// chooseForms puts the server's forms of the statements in place, before
+// any is prepared, once (engine.Server.Choose): a second call (another call's check got here
+// first) changes nothing. On TiDB and Vitess the wake-up channels stay
+// off: TiDB's GET_LOCK, built on its own transactions, neither granted
+// waiters in the order they came nor freed a killed connection's lock at
+// once in the tests (wake_test.go); vtgate runs every locking function of
+// a session on a connection it reserves on one shard, and the tests that
+// would show the channels right read the processlist and KILL connections,
+// which vtgate does not pass on. Waiters poll there.
+func (c *Client) chooseForms(version, qualified, db string, carries bool) {
+	f := c.eng.Choose(version, qualified, db, carries)
+	if f.OneRow {
+		c.wait.Channels.Refuse()
+	}
+	if f.OneRow || !f.LockWait && !f.MySQL {
+		// Said once, as the watch's own refusal is (frozen.go).
+		c.frozen.warned.Do(func() {
+			c.frozen.off.Store(true)
+			c.log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
+				"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
+				"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -67,11 +68,11 @@ func TestVitess_oneRowFormsProven(t *testing.T) {
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
 		}
-		if !c.learned().oneRow || !c.learned().onceByRows || c.learned().tidb {
-			t.Errorf("forms: oneRow %v onceByRows %v tidb %v, want the one-row forms without TiDB's", c.learned().oneRow, c.learned().onceByRows, c.learned().tidb)
+		if !c.eng.Forms().OneRow || !c.eng.Forms().OnceByRows || c.eng.Forms().TiDB {
+			t.Errorf("forms: oneRow %v onceByRows %v tidb %v, want the one-row forms without TiDB's", c.eng.Forms().OneRow, c.eng.Forms().OnceByRows, c.eng.Forms().TiDB)
 		}
-		if strings.Contains(c.learned().sql[qAcquire], "LAST_INSERT_ID()") || strings.Contains(c.learned().sql[qAcquire], "SET_VAR") {
-			t.Errorf("acquire: got %s, want the one-row form without LAST_INSERT_ID() and TiDB's hint", c.learned().sql[qAcquire])
+		if strings.Contains(c.eng.Forms().SQL[qAcquire], "LAST_INSERT_ID()") || strings.Contains(c.eng.Forms().SQL[qAcquire], "SET_VAR") {
+			t.Errorf("acquire: got %s, want the one-row form without LAST_INSERT_ID() and TiDB's hint", c.eng.Forms().SQL[qAcquire])
 		}
 		var fence uint64
 		if err := e.db.QueryRowContext(ctx, "SELECT fence FROM `"+table+"` WHERE name = 'job' AND kind = 'L'").Scan(&fence); err != nil {
@@ -112,7 +113,7 @@ func TestVitess_twoRowFormsRefused(t *testing.T) {
 		wantErrIs(t, err, ErrUnsupportedServer)
 		assertErrContains(t, err, "Vitess")
 		assertErrContains(t, err, "LAST_INSERT_ID()")
-		if c.learned().proven {
+		if c.eng.Forms().Proven {
 			t.Error("proven: got true, want false")
 		}
 		for i := range 3 {
@@ -122,12 +123,12 @@ func TestVitess_twoRowFormsRefused(t *testing.T) {
 			}
 			a, _ := newToken()
 			b, _ := newToken()
-			text := c.learned().sql
+			text := c.eng.Forms().SQL
 			err = c.proveStatements(ctx, conn, &text, "vitess", proofPrefix+a, a, b)
 			conn.Close()
 			t.Logf("proof %d of the two-row forms without the version: %v", i, err)
 			wantErrIs(t, err, ErrUnsupportedServer)
-			_, _ = e.db.ExecContext(context.WithoutCancel(ctx), c.substitute(queries["proof_clear"]), proofPrefix+a)
+			_, _ = e.db.ExecContext(context.WithoutCancel(ctx), c.eng.Text().Substitute(queries["proof_clear"]), proofPrefix+a)
 		}
 	})
 }
@@ -190,7 +191,7 @@ func TestClient_Vitess_sendsOneRowForms(t *testing.T) {
 		expectKeyspace(e.mock)
 		e.checked, e.vitess = true, true
 		tok := &tokenArg{}
-		e.expectExec("tidb_acquire", acquireArgs("job", mockHolder, 60_000_000, tok)[:tidbAcquireArgs], okReply(1795469000000001, 1))
+		e.expectExec("tidb_acquire", acquireArgs("job", mockHolder, 60_000_000, tok)[:engine.OneRowAcquireArgs], okReply(1795469000000001, 1))
 		e.expectExec("tidb_refresh", refreshArgs(30_000_000, "job", tok), okReply(1795469000000002, 1))
 		e.expectExec("once_record", []driver.Value{"job", tok}, okReply(0, tc.rows))
 
@@ -211,8 +212,8 @@ func TestClient_Vitess_sendsOneRowForms(t *testing.T) {
 			wantErrIs(t, err, tc.wantErr)
 		}
 		for _, i := range tidbStmts {
-			if strings.Contains(e.c.learned().sql[i], "SET_VAR") || strings.Contains(e.c.learned().sql[i], "LAST_INSERT_ID()") {
-				t.Errorf("%s: got %s, want no TiDB hint and no LAST_INSERT_ID()", stmtNames[i], e.c.learned().sql[i])
+			if strings.Contains(e.c.eng.Forms().SQL[i], "SET_VAR") || strings.Contains(e.c.eng.Forms().SQL[i], "LAST_INSERT_ID()") {
+				t.Errorf("%s: got %s, want no TiDB hint and no LAST_INSERT_ID()", stmtNames[i], e.c.eng.Forms().SQL[i])
 			}
 		}
 		e.done()
@@ -263,8 +264,8 @@ func TestClient_rewritingLayerBeforeMariaDB_keepsTwoRowForms(t *testing.T) {
 	if _, err := e.c.checkFirstUse(t.Context()); err != nil {
 		t.Fatalf("checkFirstUse: %v", err)
 	}
-	if e.c.learned().oneRow || e.c.learned().sql[qAcquire] != e.sql("acquire") {
-		t.Errorf("forms: oneRow %v, acquire %q; want the two-row forms", e.c.learned().oneRow, e.c.learned().sql[qAcquire])
+	if e.c.eng.Forms().OneRow || e.c.eng.Forms().SQL[qAcquire] != e.sql("acquire") {
+		t.Errorf("forms: oneRow %v, acquire %q; want the two-row forms", e.c.eng.Forms().OneRow, e.c.eng.Forms().SQL[qAcquire])
 	}
 	e.done()
 }

@@ -63,8 +63,26 @@ func Retry(ctx context.Context, until time.Time, f func() error) error {
 // here, and the loops that keep trying (Acquire, Elect, the keep-alive)
 // pace themselves.
 func (b Budget) Retry(ctx context.Context, until time.Time, f func() error) error {
+	return b.retry(ctx, until, false, f)
+}
+
+// RetryRolledBack is [Budget.RetryRolledBack] with the library's budget.
+func RetryRolledBack(ctx context.Context, f func() error) error {
+	return Budget{}.RetryRolledBack(ctx, f)
+}
+
+// RetryRolledBack runs f, a statement on a connection of the caller's own
+// (a proof's step), again only while the server rolls it back, within b's
+// Max: any other failure, a broken connection too, is returned at once,
+// for the caller to begin again on another connection.
+func (b Budget) RetryRolledBack(ctx context.Context, f func() error) error {
+	return b.retry(ctx, time.Time{}, true, f)
+}
+
+// retry is Retry, or RetryRolledBack when rolledBackOnly is set.
+func (b Budget) retry(ctx context.Context, until time.Time, rolledBackOnly bool, f func() error) error {
 	budget := time.Now().Add(b.max())
-	if d, ok := ctx.Deadline(); ok && d.Before(budget) {
+	if d, ok := ctx.Deadline(); ok && d.Before(budget) && !rolledBackOnly {
 		budget = d
 	}
 	if !until.IsZero() && until.Before(budget) {
@@ -76,6 +94,9 @@ func (b Budget) Retry(ctx context.Context, until time.Time, f func() error) erro
 		err := f()
 		if err == nil {
 			return nil
+		}
+		if rolledBackOnly && Classify(err) != RolledBack {
+			return err
 		}
 		switch Classify(err) {
 		case Refused:

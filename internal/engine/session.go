@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import "github.com/sqllock/sqllock/internal/fault"
 
@@ -6,7 +6,7 @@ import "github.com/sqllock/sqllock/internal/fault"
 // with error 1690, and writes nothing, when the session that runs it has
 // autocommit off, an open transaction (MariaDB), or a clock of its own (a
 // session timestamp), or when the server is read-only; queries.sql says
-// how. The read-only refusal wraps errReadOnlyServer, as the first use's
+// how. The Client's read-only refusal wraps errReadOnlyServer, as the first use's
 // does (proof_server.go): the waiting calls and the keep-alive pass over
 // it to another connection, as over the server's own 1290. The pool is the application's,
 // so such a setting may come to any connection at any time, after the
@@ -18,10 +18,10 @@ import "github.com/sqllock/sqllock/internal/fault"
 // server, a row another transaction held): that refusal is sent again at
 // once, a few times (fault.Retry), and the second send passes.
 
-// sessionGuard returns what the session guard of a statement found, when
+// SessionGuard returns what the session guard of a statement found, when
 // err is the error it raised, and "" for any other error. Nothing was
 // written: the server undid the statement.
-func sessionGuard(err error) string {
+func SessionGuard(err error) string {
 	if n, ok := fault.Errno(err); !ok || n != fault.OutOfRange {
 		return ""
 	}
