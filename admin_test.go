@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -487,6 +488,29 @@ func evictedFirst(t *testing.T, kind string, a, b, ops *Client) {
 			return ops.Semaphore("job", 1).ForceRelease(ctx, 1)
 		}
 		return ops.ForceRelease(ctx, "job")
+	}
+	// The first uses (and a slot's later proof) before the timed part: a
+	// proof between the forced release's read and its write let a renewal
+	// in between through vtgate, and the lock-delay then followed a longer
+	// lease than the read saw.
+	for i, c := range []*Client{a, b, ops} {
+		if kind == "slot" {
+			name := fmt.Sprint("warm-up", i)
+			if _, err := c.Semaphore(name, 1).TryAcquire(ctx, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ops.Semaphore(name, 1).ForceRelease(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		warm(t, c)
+	}
+	if kind == "lock" {
+		mustAcquire(t, a, "warm-up-force", time.Minute)
+		if _, err := ops.ForceRelease(ctx, "warm-up-force"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Renewals every 2 s: the forced release comes 1 s after one.
 	const ttl = 6 * time.Second
