@@ -416,7 +416,10 @@ func TestElector_Task_fencesTheLead(t *testing.T) {
 					t.Errorf("Inspect: %v", err)
 					return nil
 				}
-				if _, err := c.ForceRelease(ctx, name); err != nil {
+				// ErrNotHeld: the 1 s lease lapsed since the Inspect (a
+				// renewal that a loaded machine answered late); the name
+				// is free all the same.
+				if _, err := c.ForceRelease(ctx, name); err != nil && !errors.Is(err, sqllock.ErrNotHeld) {
 					t.Errorf("ForceRelease: %v", err)
 					return nil
 				}
