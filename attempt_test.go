@@ -116,7 +116,9 @@ func TestClient_TryAcquire_retries(t *testing.T) {
 				failures = manyConflicts
 			}
 			t.Run("then success, same token", func(t *testing.T) {
-				e := newMockEnv(t, quickBackoff)
+				// A budget no load outlasts: CI's load (six test groups
+				// under -race) once made ten mock sends outlast 5 s.
+				e := newMockEnv(t, withRetryBudget(fault.Budget{Max: time.Minute, Backoff: func(int) time.Duration { return time.Millisecond }}))
 				tok := &tokenArg{}
 				replies := append(repeatReply(errReply(tc.err), failures), okReply(7, 1))
 				e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, tok), replies...)
