@@ -61,31 +61,19 @@ func (ka *keepAlive) setDeadline(validUntil time.Time) {
 // pause, and only [ErrNotHeld], or running out of time, counts as loss.
 //
 // The returned context ends, with a cause wrapping [ErrLockLost], as soon as
-// a renewal finds the lease taken over, and at the latest a safety margin
-// before the lease could expire: the send time of the last successful
-// acquire or renewal, plus ttl, minus min(ttl/10, 5s),
-// measured on this process's monotonic clock whether or not a renewal is on
-// its way. The server cannot let another owner in before then, unless the
-// client's clock runs slower than the server's by more than the margin over
-// one lease. When the Lock is released, the cause wraps [ErrNotHeld]; when
-// its Client is closed, [ErrClosed]. Once a release has started (by
-// [Lock.Release], the end of [Client.Do] or [Client.Close]), KeepAlive
-// returns a context that has ended. A [Lock.Refresh] that lengthens the
-// lease moves the deadline out with it. Every call returns a new
-// context; all of them end together.
+// a renewal finds the lease taken over, and at the latest a safety margin,
+// min(ttl/10, 5s), before the lease could expire, on this process's
+// monotonic clock from the send of the last successful acquire or renewal.
+// After [Lock.Release] the cause wraps [ErrNotHeld], after [Client.Close]
+// [ErrClosed]; once a release has started, KeepAlive returns an ended
+// context. A [Lock.Refresh] that lengthens the lease moves the deadline.
 //
-// The deadline is exact even after the process was stopped or starved past
-// it (SIGSTOP, a paused VM): once it has passed, the returned context's Err
-// reports the loss and its Done channel is closed, whether or not the
-// keep-alive's timer has fired yet, so work that checks the context after
-// it resumes stops before doing one more unit. That check is made by the
-// context KeepAlive returns, and so by the one the fn of [Client.Do],
-// [Lock.Do] and [Client.Once], and [Callbacks].OnStartedLeading, receive;
-// a context derived from it (by [context.WithTimeout], say) ends when it
-// does, through the context package, which may be a moment after the
-// deadline: check the context received. Work checked before a pause and
-// finished after it is not stopped by any context: fence it with
-// [Lock.Fence].
+// The deadline is exact after a pause (SIGSTOP, a paused VM): once it has
+// passed, Err and Done report the loss whether or not the timer has fired,
+// in this context and so in the one the fn of [Client.Do], [Lock.Do],
+// [Client.Once] and [Callbacks].OnStartedLeading receive. Work checked
+// before a pause and finished after it: fence it with [Lock.Fence]
+// (docs/guarantees.md, "A holder stopped past its lease").
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	return l.keepAlive(ctx, defaultSafetyMargin(l.ttl))
 }
