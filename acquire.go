@@ -17,7 +17,7 @@ import (
 // unknown leaves behind: it deletes that lease at once, and when the DELETE
 // does not settle it, hands the token to the Client's orphan list when the
 // call ends. Read from TryAcquire down; the orphan list is internal/settle's
-// Book, and its DELETEs are in orphans.go.
+// Book, and its DELETEs are in held.go.
 
 // checkName returns an error naming what is wrong with a lock name.
 func checkName(name string) error {

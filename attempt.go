@@ -28,7 +28,7 @@ type leaseKind interface {
 	// attempt; its error is the attempt's.
 	ready(ctx context.Context) error
 	// claim deletes the leases earlier acquires of the kind's names may
-	// have left under tokens nobody holds (orphans.go).
+	// have left under tokens nobody holds (held.go).
 	claim(ctx context.Context)
 	// send sends the kind's statement once, as fault.Send does: unknown of
 	// its sends had an unknown outcome.

@@ -152,7 +152,7 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
 -- NULL when it was released. The fifth column is how far the lease's
 -- acquired_at lies ahead of this server's clock: negative (its age) unless
 -- the lease was written on a node whose clock is ahead of this one's, which
--- the Client warns of (clock.go). The last says whether the lease is what a
+-- the Client warns of (observe.go). The last says whether the lease is what a
 -- release with a minimum hold left (release_at_least): its owner is then a
 -- token's released form, 24 characters, which neither a token (32) nor a
 -- lock-delay's owner (31, admin.go) is.

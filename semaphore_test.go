@@ -432,7 +432,7 @@ func TestSemaphore_TryAcquire_lostReply_leavesNothing(t *testing.T) {
 			t.Fatalf("the witness: got %v, want the slot: the lost acquire's slot was deleted", err)
 		}
 		// Every send ran: the DELETE removed what one wrote, which proves
-		// nothing of the others, so the token stays remembered (orphans.go).
+		// nothing of the others, so the token stays remembered (held.go).
 		if got := le.c.semOrphans.Count("lost"); got != 1 {
 			t.Errorf("tokens remembered: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 		}
@@ -486,7 +486,7 @@ func TestSemaphore_TryAcquire_lostReplyAndCleanup_orphanDeleted(t *testing.T) {
 			if err != nil || l.Slot() != 1 {
 				t.Fatalf("next acquire: got %v, %v, want slot 1 (the orphan deleted first)", l, err)
 			}
-			// Deleted again until no send of it can commit (orphans.go).
+			// Deleted again until no send of it can commit (held.go).
 			if got := le.c.semOrphans.Count("orph"); got != 1 {
 				t.Errorf("tokens remembered after: got %d, want 1 (%d sends of unknown outcome)", got, fault.MaxTransientAttempts)
 			}

@@ -40,12 +40,12 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
-	budget    fault.Budget     // the resends' (exec.go); set by tests only (retry.go)
+	budget    fault.Budget     // the resends' (exec.go); set by tests only (options.go)
 	lockDelay time.Duration    // WithLockDelay; negative: the default (admin.go)
-	log       *slog.Logger     // logging.go
+	log       *slog.Logger     // observe.go
 	obs       observe.Observer // observe.go
 
-	skew    skewWarnings   // clock.go
+	skew    skewWarnings   // observe.go
 	recheck tableRecheck   // the table checked again while the Client runs; tablecheck.go
 	frozen  frozenState    // ending a frozen holder's transaction; frozen.go
 	eng     *engine.Server // what the Client has learned of its server, its statements' forms; prepares and sends them
@@ -68,7 +68,7 @@ type Client struct {
 
 	held       held                       // the Locks to release on Close; held.go
 	later      [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
-	orphans    nameOrphans                // tokens whose leases may be left on the server; orphans.go
+	orphans    nameOrphans                // tokens whose leases may be left on the server; held.go
 	semOrphans semOrphans                 // the same for semaphores' slots
 
 	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go

@@ -33,7 +33,7 @@ import (
 // who gets it). It does too when its answer is likely yes or must come
 // from the acquire: its call has not been refused yet, the channel
 // (channel.go) woke it, a Release in this Client woke it, or the Client has an
-// orphan to delete for the name (orphans.go), which only the acquire's path
+// orphan to delete for the name (held.go), which only the acquire's path
 // deletes.
 //
 // Sets and semaphores do not look: the look answers for single names. So a
