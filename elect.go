@@ -71,7 +71,7 @@ func (c *Client) Elect(ctx context.Context, name string, ttl time.Duration, cb C
 			// the lock-delay's statement (a metric's statement="lock_delay",
 			// outcome="held").
 			if c.obs.Retried != nil {
-				observed(c, c.obs.Retried, observe.RetryEvent{Statement: "lock_delay", Name: name, Outcome: observe.OutcomeHeld,
+				observed(&c.reporter, c.obs.Retried, observe.RetryEvent{Statement: "lock_delay", Name: name, Outcome: observe.OutcomeHeld,
 					Err: errorf("%s: %w", msg, ErrNotAcquired)})
 			}
 			return

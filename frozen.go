@@ -298,5 +298,5 @@ func (c *Client) frozenObserved(name string, out observe.Outcome, err error) {
 	if c.obs.Retried == nil {
 		return
 	}
-	observed(c, c.obs.Retried, observe.RetryEvent{Statement: "frozen_holder", Name: name, Outcome: out, Err: err})
+	observed(&c.reporter, c.obs.Retried, observe.RetryEvent{Statement: "frozen_holder", Name: name, Outcome: out, Err: err})
 }

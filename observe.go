@@ -12,6 +12,15 @@ import (
 	"github.com/sqllock/sqllock/observe"
 )
 
+// A reporter is what a Client tells its logger and its Observer, and how
+// often: the Client embeds one, and hands its methods to the packages
+// that send and wait (internal/engine, internal/wait).
+type reporter struct {
+	log  *slog.Logger
+	obs  observe.Observer
+	skew skewWarnings // noteAhead's
+}
+
 // errorOutcome is the Outcome of a statement's error.
 func errorOutcome(err error) observe.Outcome {
 	switch {
@@ -45,10 +54,10 @@ func acquireOutcome(err error) observe.Outcome {
 }
 
 // observed calls f with ev, recovering a panic (see Observer).
-func observed[E any](c *Client, f func(E), ev E) {
+func observed[E any](r *reporter, f func(E), ev E) {
 	defer func() {
-		if r := recover(); r != nil {
-			c.log.Error("sqllock: an Observer func panicked; the Client goes on", "panic", r)
+		if p := recover(); p != nil {
+			r.log.Error("sqllock: an Observer func panicked; the Client goes on", "panic", p)
 		}
 	}()
 	f(ev)
@@ -56,8 +65,8 @@ func observed[E any](c *Client, f func(E), ev E) {
 
 // acquireDone reports the acquire call a, begun at start, that returned l
 // and err.
-func (c *Client) acquireDone(ctx context.Context, a *acquireCall, start time.Time, l *Lock, err error) {
-	if c.obs.AcquireDone == nil {
+func (r *reporter) acquireDone(ctx context.Context, a *acquireCall, start time.Time, l *Lock, err error) {
+	if r.obs.AcquireDone == nil {
 		return
 	}
 	ev := observe.AcquireEvent{Ctx: ctx, Name: a.name, Outcome: acquireOutcome(err), Start: start,
@@ -65,7 +74,7 @@ func (c *Client) acquireDone(ctx context.Context, a *acquireCall, start time.Tim
 	if l != nil {
 		ev.Fence = l.fence
 	}
-	observed(c, c.obs.AcquireDone, ev)
+	observed(r, r.obs.AcquireDone, ev)
 }
 
 // monoBase is the origin of Lock.heldSince, so that a Lock keeps the start
@@ -80,7 +89,7 @@ func (l *Lock) holdStarted() {
 	}
 	l.heldSince = time.Since(monoBase)
 	if o.HoldStart != nil {
-		observed(l.c, o.HoldStart, observe.HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl})
+		observed(&l.c.reporter, o.HoldStart, observe.HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl})
 	}
 }
 
@@ -98,7 +107,7 @@ func (l *Lock) holdEnded(end observe.HoldEnd, err error) {
 	l.mu.Unlock()
 	ev := observe.HoldEvent{Name: l.Name(), Fence: l.fence, TTL: l.ttl, End: end, Err: err,
 		Held: time.Since(monoBase) - l.heldSince}
-	observed(l.c, l.c.obs.HoldEnd, ev)
+	observed(&l.c.reporter, l.c.obs.HoldEnd, ev)
 }
 
 // refreshed reports a refresh of l for ttl sent at sent, when the lease
@@ -115,38 +124,38 @@ func (l *Lock) refreshed(sent, validUntil time.Time, ttl time.Duration, lost boo
 	case err != nil:
 		ev.Outcome = errorOutcome(err)
 	}
-	observed(l.c, l.c.obs.Refreshed, ev)
+	observed(&l.c.reporter, l.c.obs.Refreshed, ev)
 }
 
 // retried reports statement stmt on name, which failed with err and may be
 // sent again.
-func (c *Client) retried(stmt, name string, err error) {
-	if c.obs.Retried == nil {
+func (r *reporter) retried(stmt, name string, err error) {
+	if r.obs.Retried == nil {
 		return
 	}
-	observed(c, c.obs.Retried, observe.RetryEvent{Statement: stmt, Name: name, Outcome: errorOutcome(err), Err: err})
+	observed(r, r.obs.Retried, observe.RetryEvent{Statement: stmt, Name: name, Outcome: errorOutcome(err), Err: err})
 }
 
 // unknown reports an acquire of name whose token was remembered, or settled.
-func (c *Client) unknown(name string, settled bool) {
-	if c.obs.Unknown == nil {
+func (r *reporter) unknown(name string, settled bool) {
+	if r.obs.Unknown == nil {
 		return
 	}
-	observed(c, c.obs.Unknown, observe.UnknownEvent{Name: name, Settled: settled})
+	observed(r, r.obs.Unknown, observe.UnknownEvent{Name: name, Settled: settled})
 }
 
 // wokeUp reports a wait on name's wake-up channel that ended in st after
 // wait, or the channels turned off (st WakeupOff).
-func (c *Client) wokeUp(name string, st observe.WakeupState, wait time.Duration) {
-	if c.obs.Wakeup == nil {
+func (r *reporter) wokeUp(name string, st observe.WakeupState, wait time.Duration) {
+	if r.obs.Wakeup == nil {
 		return
 	}
-	observed(c, c.obs.Wakeup, observe.WakeupEvent{Name: name, State: st, Wait: wait})
+	observed(r, r.obs.Wakeup, observe.WakeupEvent{Name: name, State: st, Wait: wait})
 }
 
 // obsNow is time.Now when on, for an event the Observer listens for, and
 // the zero time otherwise.
-func (c *Client) obsNow(on bool) time.Time {
+func (r *reporter) obsNow(on bool) time.Time {
 	if !on {
 		return time.Time{}
 	}
@@ -161,7 +170,7 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 		return
 	}
 	if o.Released != nil {
-		observed(l.c, o.Released, observe.ReleaseEvent{Name: l.Name(), Took: time.Since(sent), Err: err})
+		observed(&l.c.reporter, o.Released, observe.ReleaseEvent{Name: l.Name(), Took: time.Since(sent), Err: err})
 	}
 	l.mu.Lock()
 	byClose := errors.Is(l.endCause, ErrClosed)
@@ -196,16 +205,16 @@ func (c *Client) waitWoke(label string, st wait.State, err error, began time.Tim
 // channelTold reports what a wait on a wake-up channel came to, or that
 // the channels turned off (wait.Off): the machinery's own events, and
 // waitWoke's.
-func (c *Client) channelTold(label string, st wait.State, d time.Duration) {
+func (r *reporter) channelTold(label string, st wait.State, d time.Duration) {
 	switch st {
 	case wait.Granted:
-		c.wokeUp(label, observe.WakeupGranted, d)
+		r.wokeUp(label, observe.WakeupGranted, d)
 	case wait.TimedOut:
-		c.wokeUp(label, observe.WakeupTimedOut, d)
+		r.wokeUp(label, observe.WakeupTimedOut, d)
 	case wait.Failed:
-		c.wokeUp(label, observe.WakeupFailed, d)
+		r.wokeUp(label, observe.WakeupFailed, d)
 	case wait.Off:
-		c.wokeUp("", observe.WakeupOff, 0)
+		r.wokeUp("", observe.WakeupOff, 0)
 	}
 }
 
@@ -213,9 +222,9 @@ var discardLogger = slog.New(slog.DiscardHandler)
 
 // logRetry reports a statement that failed in a way that is retried, to
 // the logger and the Observer.
-func (c *Client) logRetry(ctx context.Context, stmt, name string, err error) {
-	c.log.DebugContext(ctx, "sqllock: statement failed; retrying", "name", name, "statement", stmt, "err", err)
-	c.retried(stmt, name, err)
+func (r *reporter) logRetry(ctx context.Context, stmt, name string, err error) {
+	r.log.DebugContext(ctx, "sqllock: statement failed; retrying", "name", name, "statement", stmt, "err", err)
+	r.retried(stmt, name, err)
 }
 
 // logRenewFailed reports a keep-alive renewal that failed without proof
@@ -270,19 +279,19 @@ type skewWarnings struct {
 // noteAhead warns, through the Client's logger, when the lease on name was
 // acquired ahead µs in this server's future (a NULL ahead, ok false, is a
 // released lease).
-func (c *Client) noteAhead(name string, ahead int64, ok bool) {
+func (r *reporter) noteAhead(name string, ahead int64, ok bool) {
 	d := time.Duration(ahead) * time.Microsecond
 	if !ok || d <= clockSkewWarn {
 		return
 	}
-	c.skew.mu.Lock()
-	due := c.skew.last.IsZero() || time.Since(c.skew.last) >= clockSkewEvery
+	r.skew.mu.Lock()
+	due := r.skew.last.IsZero() || time.Since(r.skew.last) >= clockSkewEvery
 	if due {
-		c.skew.last = time.Now()
+		r.skew.last = time.Now()
 	}
-	c.skew.mu.Unlock()
+	r.skew.mu.Unlock()
 	if due {
-		c.log.Warn("sqllock: a lease was acquired ahead of this server's clock: the clock of the node that took it is ahead of this node's by at least this much, and that node takes leases over early; keep node clocks far closer than the keep-alive's margin (docs/servers.md, Clocks)",
+		r.log.Warn("sqllock: a lease was acquired ahead of this server's clock: the clock of the node that took it is ahead of this node's by at least this much, and that node takes leases over early; keep node clocks far closer than the keep-alive's margin (docs/servers.md, Clocks)",
 			"name", name, "ahead", d)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -465,17 +466,24 @@ func TestWithObserver_noAllocations(t *testing.T) {
 			Unknown: func(observe.UnknownEvent) {}, Wakeup: func(observe.WakeupEvent) {},
 		}
 		ctx := testCtx(t)
+		// The least of three runs: one run in which the pool opens a
+		// connection (a handshake is about 150 allocations) reads 3 more
+		// per call on a loaded machine, observed or not.
 		allocs := func(c *Client) float64 {
 			mustAcquire(t, c, "warm", time.Second).Release(ctx)
-			return testing.AllocsPerRun(50, func() {
-				l, err := c.TryAcquire(ctx, "n", time.Minute)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			})
+			least := math.Inf(1)
+			for range 3 {
+				least = min(least, testing.AllocsPerRun(50, func() {
+					l, err := c.TryAcquire(ctx, "n", time.Minute)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}))
+			}
+			return least
 		}
 		plain := allocs(e.newClient(t))
 		observed := allocs(e.newClient(t, WithObserver(noop)))

@@ -3,7 +3,6 @@ package sqllock
 import (
 	"context"
 	"database/sql"
-	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 	"github.com/sqllock/sqllock/internal/wait"
-	"github.com/sqllock/sqllock/observe"
 )
 
 // Defaults and limits.
@@ -40,12 +38,11 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
-	budget    fault.Budget     // the resends' (exec.go); set by tests only (options.go)
-	lockDelay time.Duration    // WithLockDelay; negative: the default (admin.go)
-	log       *slog.Logger     // observe.go
-	obs       observe.Observer // observe.go
+	budget    fault.Budget  // the resends' (exec.go); set by tests only (options.go)
+	lockDelay time.Duration // WithLockDelay; negative: the default (admin.go)
 
-	skew    skewWarnings   // observe.go
+	reporter // its logger, Observer and warnings; observe.go
+
 	recheck tableRecheck   // the table checked again while the Client runs; tablecheck.go
 	frozen  frozenState    // ending a frozen holder's transaction; frozen.go
 	eng     *engine.Server // what the Client has learned of its server, its statements' forms; prepares and sends them
@@ -87,7 +84,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		retry:     ExponentialBackoff(defaultRetryMin, defaultRetryMax),
 		closing:   make(chan struct{}),
 		closeDone: make(chan struct{}),
-		log:       discardLogger,
+		reporter:  reporter{log: discardLogger},
 		wakeups:   defaultWakeups,
 		lockDelay: -1,
 	}
