@@ -137,7 +137,7 @@ func (a *setCall) ready(ctx context.Context) error {
 	if c.eng.Forms().RefusesSets() {
 		return errSetsThroughVitess
 	}
-	if err := c.proveSetsOnce(ctx); err != nil {
+	if err := c.eng.ProveSets(ctx); err != nil {
 		return c.serverError(a.op(), err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/sqllock/sqllock/internal/engine"
@@ -10,46 +11,78 @@ import (
 )
 
 // Every statement a Client sends goes through its engine (internal/engine),
-// which prepares it once, after ready, and sends it again while the server
-// rolls it back or the connection breaks before the reply. serverError says
-// what a failure means.
+// which makes the first-use check and the proofs, prepares each statement
+// once, and sends it again while the server rolls it back or the connection
+// breaks before the reply. serverError says what a failure means.
 
-// newEngine returns the engine that prepares and sends c's statements.
+// newEngine returns the engine that checks the server and table, proves
+// the statements, and prepares and sends them.
 func (c *Client) newEngine() *engine.Server {
 	return engine.New(engine.Config{
 		DB:        c.db,
 		Queries:   queries,
 		Table:     c.table,
-		Ready:     c.ready,
-		StillGood: c.tableStillGood,
+		Holder:    c.holder,
+		NameLen:   MaxNameLen,
+		HolderLen: maxHolderLen,
 		Classify:  classify,
 		Retried:   c.logRetry,
-		Closed:    ErrClosed,
-		Budget:    c.budget,
+		Chosen:    c.chosen,
+		Log:       c.log,
+		Errorf:    errorf,
+		Errors: engine.Errors{
+			Unsupported:   ErrUnsupportedServer,
+			BadTable:      ErrBadTable,
+			ReadOnly:      errReadOnlyServer,
+			AutocommitOff: errAutocommitOff,
+		},
+		Token:          newToken,
+		Released:       releasedToken,
+		Closed:         ErrClosed,
+		Budget:         c.budget,
+		CleanupTimeout: cleanupTimeout,
 	})
 }
 
-// ready makes the first-use check (tablecheck.go), until it has found the
-// table as it should be, and the proof before the first statement that
-// writes (proof.go), before statement i is first prepared.
-func (c *Client) ready(ctx context.Context, i int) error {
-	checked := c.eng.Forms().Checked
-	if !checked {
-		found, err := c.checkFirstUse(ctx)
-		if err != nil {
-			return err
-		}
-		if found {
-			c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
-		}
-		checked = found
+// chosen is told the forms the first-use check chose for the server that
+// answered version. On TiDB and Vitess the wake-up channels stay off:
+// TiDB's GET_LOCK, built on its own transactions, neither granted waiters
+// in the order they came nor freed a killed connection's lock at once in
+// the tests (wake_test.go); vtgate runs every locking function of a session
+// on a connection it reserves on one shard, and the tests that would show
+// the channels right read the processlist and KILL connections, which
+// vtgate does not pass on. Waiters poll there.
+func (c *Client) chosen(f *engine.Forms, version string) {
+	if f.OneRow {
+		c.wait.Channels.Refuse()
 	}
-	if checked && writes(i) {
-		if err := c.proveOnce(ctx); err != nil {
-			return err
-		}
+	if f.OneRow || !f.LockWait && !f.MySQL {
+		// Said once, as the watch's own refusal is (frozen.go).
+		c.frozen.warned.Do(func() {
+			c.frozen.off.Store(true)
+			c.log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
+				"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
+				"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
+		})
 	}
-	return nil
+}
+
+// errReadOnlyServer means the server refuses writes, or would refuse them
+// to an account without administrative privileges: a replica, or a primary
+// during a failover. Classified as the server's own refusal (1290) is, so
+// the calls that wait out a failover keep trying.
+var errReadOnlyServer = errors.New("sqllock: the server is read-only")
+
+// poolFull returns, for the error of a call that ended with its context,
+// a note that every connection the pool may open was in use, as when the
+// caller holds the last in a transaction: the call may have waited for one
+// all along. "" otherwise.
+func (c *Client) poolFull() string {
+	s := c.db.Stats()
+	if s.MaxOpenConnections <= 0 || s.InUse < s.MaxOpenConnections {
+		return ""
+	}
+	return fmt.Sprintf(" (every connection of the pool was in use, at its limit SetMaxOpenConns(%d): the call may have waited for one the caller holds, in a transaction?)", s.MaxOpenConnections)
 }
 
 // ctxErr is fault.CtxErr: ctx's error, or DeadlineExceeded once its

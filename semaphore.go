@@ -351,14 +351,14 @@ func (s *slotCall) args(v int) []any {
 // slotsServer makes the Client's first-use check and the proof of its
 // statements, if not made yet, refuses servers whose LAST_INSERT_ID()
 // does not carry a value from row to row, and proves the semaphore
-// statements at the first use (proof_later.go). It reports whether the server is
+// statements at the first use (internal/engine/later.go). It reports whether the server is
 // MariaDB, whose per-statement lock wait bound the statement takes.
 func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
 	f, err := c.slotsForms(ctx, qRelease)
 	if err != nil {
 		return false, err
 	}
-	return f.LockWait, c.proveSlotsOnce(ctx, f.LockWait)
+	return f.LockWait, c.eng.ProveSlots(ctx)
 }
 
 // slotsForms prepares statement i, which makes the first-use check (and,

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,23 +69,46 @@ type Config struct {
 	// Client's table, quoted.
 	Queries sqltext.Statements
 	Table   string
-	// Ready makes what must pass before statement i is first prepared: the
-	// first-use check, the proof.
-	Ready func(ctx context.Context, i int) error
-	// StillGood checks, before a statement that takes or extends a lease,
-	// that the table is still as the first use found it.
-	StillGood func(ctx context.Context) error
+	// Holder is the Client's holder, which the proofs' acquires write.
+	Holder string
+	// NameLen and HolderLen are the widths of the name and holder columns
+	// that serve at least (tablecheck.go).
+	NameLen, HolderLen int
 	// Classify tells what an error says (fault.Classify, with the
 	// Client's own errors added).
 	Classify func(error) fault.Outcome
 	// Retried is told each failed send of statement stmt about name that is
 	// sent again.
 	Retried func(ctx context.Context, stmt, name string, err error)
+	// Chosen is told the forms the first-use check chose for the server
+	// that answered version, each time a check chooses (tablecheck.go).
+	Chosen func(f *Forms, version string)
+	// Log is told what the first use could not prove (pool.go).
+	Log *slog.Logger
+	// Errorf makes an error as the Client's own read (errors.go); Errors
+	// are the Client's errors that the Server's wrap.
+	Errorf func(format string, args ...any) error
+	Errors Errors
+	// Token returns a fresh owner token; Released, the owner a release with
+	// a minimum hold leaves on a lease of token (queries.sql).
+	Token    func() (string, error)
+	Released func(token string) string
 	// Closed is the error a statement gets once Close has closed the
 	// statements.
 	Closed error
 	// Budget bounds the resends (fault.Budget: the library's when zero).
 	Budget fault.Budget
+	// CleanupTimeout is what a cleanup after a proof gets of its own
+	// (cleanupContext).
+	CleanupTimeout time.Duration
+}
+
+// Errors are the Client's errors that the Server's errors wrap.
+type Errors struct {
+	// Unsupported: the server does not run the statements as MySQL does.
+	// BadTable: the table differs from schema.sql. ReadOnly: the server
+	// refuses writes. AutocommitOff: the session has autocommit off.
+	Unsupported, BadTable, ReadOnly, AutocommitOff error
 }
 
 // A Server holds a Client's prepared statements until Close. Its zero value
@@ -101,6 +125,10 @@ type Server struct {
 	flights map[any]*flight      // prepares under way, by statement index or text
 	byText  map[string]*sql.Stmt // statements prepared by their text (slot_acquire's)
 	closed  bool                 // the statements are closed; no more are prepared
+
+	recheck   tableRecheck         // the table checked again while the Client runs; tablecheck.go
+	later     [NumLater]laterProof // the proofs of sets, slots and Once; later.go
+	poolProof poolProof            // what the first use left to prove for want of a spare connection; pool.go
 }
 
 // New returns a Server with cfg that has prepared nothing.
@@ -133,7 +161,7 @@ type Send struct {
 // token, so a resend gives the answer the first send would have. unknown
 // counts the sends whose outcome is unknown: each of them may have
 // committed, or may still. A statement that takes or extends a lease first
-// has the table checked (Config.StillGood).
+// has the table checked again when due (tableStillGood).
 func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err // nothing sent, nothing to clean up
@@ -173,7 +201,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		guarded = acquire || label == "all_refresh"
 	}
 	if guarded {
-		if err := s.cfg.StillGood(ctx); err != nil {
+		if err := s.tableStillGood(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -207,7 +235,8 @@ type flight struct {
 	err  error
 }
 
-// Stmt returns statement i, preparing it on first use, after Config.Ready.
+// Stmt returns statement i, preparing it on first use, after the first-use
+// check and, for a statement that writes, the proof (ready).
 // Callers that need a statement another caller is preparing wait for that
 // prepare, as long as ctx allows; if the preparing caller's context ends
 // first, a waiter prepares it anew.
@@ -216,7 +245,7 @@ func (s *Server) Stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		return st, nil
 	}
 	return s.cached(ctx, i, func() (*sql.Stmt, error) {
-		if err := s.cfg.Ready(ctx, i); err != nil {
+		if err := s.ready(ctx, Writes(i)); err != nil {
 			return nil, err
 		}
 		st, err := s.prepare(ctx, s.Forms().SQL[i])

@@ -41,7 +41,7 @@ type Forms struct {
 	// Checked: the first-use check found the table as it should be
 	// (tablecheck.go). Proven: the proof of the statements passed
 	// (proof.go). Later: the proof of a kind proven at its own first use
-	// passed (proof_later.go: sets, semaphores, Once).
+	// passed (later.go: sets, semaphores, Once).
 	Checked, Proven bool
 	Later           [NumLater]bool
 
