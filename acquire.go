@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -46,11 +45,6 @@ func checkTTL(ttl time.Duration) error {
 // cleanupTimeout bounds the DELETE that undoes an acquire whose outcome is
 // unknown because the caller's context ended while it ran.
 const cleanupTimeout = time.Second
-
-// maxTiDBFence is where fences end on TiDB: its LAST_INSERT_ID(expr) takes
-// a signed 64-bit value, and a refresh sets the fence plus one. Fences start
-// at the clock in microseconds (about 2^51) and grow by one per acquire.
-const maxTiDBFence = math.MaxInt64 - 1
 
 // TryAcquire makes one attempt to take the lease on name for ttl, by the
 // server's clock: it succeeds when the name is free or its lease has expired,
@@ -221,12 +215,12 @@ func (a *acquireCall) read(ctx context.Context, res sql.Result, sent, last time.
 		// The lease is ours, under a token nobody will use: give it back.
 		a.cleanup(ctx, last, unknown+1)
 		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
-	case fence > maxTiDBFence && a.c.eng.Forms().TiDB:
-		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
-		// acquire fails (1690), or under a lenient sql_mode reports the
-		// largest signed value, which may be below the fence it wrote.
+	}
+	if r := a.c.eng.Forms().FenceBeyond(fence); r != "" {
+		// Past the largest fence the server takes (TiDB's): the statement
+		// may have written one above what it reported.
 		a.cleanup(ctx, last, unknown+1)
-		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
+		return nil, false, fmt.Errorf("sqllock: acquire %q: %s", name, r)
 	}
 	l := a.pending
 	a.pending = nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
@@ -45,18 +44,15 @@ func (c *Client) newEngine() *engine.Server {
 }
 
 // chosen is told the forms the first-use check chose for the server that
-// answered version. On TiDB and Vitess the wake-up channels stay off:
-// TiDB's GET_LOCK, built on its own transactions, neither granted waiters
-// in the order they came nor freed a killed connection's lock at once in
-// the tests (wake_test.go); vtgate runs every locking function of a session
-// on a connection it reserves on one shard, and the tests that would show
-// the channels right read the processlist and KILL connections, which
-// vtgate does not pass on. Waiters poll there.
+// answered version: where the wake-up channels do not serve
+// (engine.Forms.Channels: TiDB, Vitess; wake_test.go) they stay off and
+// waiters poll; where a frozen holder cannot be ended, the Client says so
+// once.
 func (c *Client) chosen(f *engine.Forms, version string) {
-	if f.OneRow {
+	if !f.Channels() {
 		c.wait.Channels.Refuse()
 	}
-	if f.OneRow || !f.LockWait && !f.MySQL {
+	if !f.EndsFrozen() {
 		// Said once, as the watch's own refusal is (frozen.go).
 		c.frozen.warned.Do(func() {
 			c.frozen.off.Store(true)
@@ -112,19 +108,8 @@ func (c *Client) serverError(op string, err error) error {
 		}
 		return errorf("%s: %s: %w", op, g, err)
 	}
-	if n, ok := fault.Errno(err); ok {
-		switch n {
-		case fault.NoSuchTable:
-			return errorf("%s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
-		case fault.BadField:
-			return errorf("%s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
-		case fault.UnknownError:
-			if strings.Contains(err.Error(), "table "+strings.Trim(c.table, "`")+" not found") {
-				return errorf("%s: Vitess knows no table %s in this keyspace: create it with Client.CreateTable or by running schema.sql, "+
-					"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace.%s ADD VINDEX xxhash(name) USING xxhash; docs/servers.md): %w",
-					op, c.table, strings.Trim(c.table, "`"), err)
-			}
-		}
+	if p := c.eng.TableProblem(err); p != "" {
+		return errorf("%s: %s: %w", op, p, err)
 	}
 	if fault.IsConnectError(err) {
 		return errorf("%s: connect to the server: %w", op, err)

@@ -106,7 +106,7 @@ type frozenWatch struct {
 // Vitess (one-row forms), MySQL 5.7, and before the first use has found
 // the server.
 func (c *Client) watchFrozen(ctx context.Context, name string) *frozenWatch {
-	if f := c.eng.Forms(); !f.Chosen || f.OneRow || !f.LockWait && !f.MySQL {
+	if f := c.eng.Forms(); !f.Chosen || !f.EndsFrozen() {
 		return nil
 	}
 	w := &frozenWatch{c: c, name: name, parent: ctx}

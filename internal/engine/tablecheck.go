@@ -402,3 +402,25 @@ func (s *Server) chooseForms(version, qualified, db string, carries bool) {
 		s.cfg.Chosen(f, version)
 	}
 }
+
+// TableProblem says what err, a statement's error, shows of the table: that
+// it does not exist (and how to create it, through Vitess too), or that it
+// lacks schema.sql's columns; "" for any other error.
+func (s *Server) TableProblem(err error) string {
+	n, ok := fault.Errno(err)
+	if !ok {
+		return ""
+	}
+	table := s.cfg.Table
+	name := strings.Trim(table, "`")
+	switch {
+	case n == fault.NoSuchTable:
+		return "table " + table + " does not exist; create it with Client.CreateTable or by running schema.sql"
+	case n == fault.BadField:
+		return "table " + table + " does not have the columns of schema.sql (another tool's table, or one made by hand?)"
+	case n == fault.UnknownError && strings.Contains(err.Error(), "table "+name+" not found"):
+		return "Vitess knows no table " + table + " in this keyspace: create it with Client.CreateTable or by running schema.sql, " +
+			"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace." + name + " ADD VINDEX xxhash(name) USING xxhash; docs/servers.md)"
+	}
+	return ""
+}
