@@ -52,7 +52,7 @@ const cleanupTimeout = time.Second
 // live. A deadlock or a broken connection is retried with the same token, for
 // up to 5s; a lease whose acquire's outcome stays unknown is deleted. A
 // holder's Lock.Check transaction that keeps the lease row locked 500 ms
-// after the lease ended is ended, on MariaDB and MySQL (frozen.go).
+// after the lease ended is ended, on MariaDB and MySQL (internal/engine/frozen.go).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
@@ -173,7 +173,7 @@ func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
 	nameArg, tokenArg := a.pending.keyArgs()
 	us := any(a.ttl.Microseconds())
-	return c.acquireWatched(ctx, a.name, // frozen.go
+	return c.eng.Acquire(ctx, a.name, // internal/engine/frozen.go
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // Every statement a Client sends goes through its engine (internal/engine),
@@ -28,6 +29,7 @@ func (c *Client) newEngine() *engine.Server {
 		Retried:   c.logRetry,
 		Chosen:    c.chosen,
 		Log:       c.log,
+		Frozen:    c.frozenSeen,
 		Errorf:    errorf,
 		Errors: engine.Errors{
 			Unsupported:   ErrUnsupportedServer,
@@ -46,21 +48,26 @@ func (c *Client) newEngine() *engine.Server {
 // chosen is told the forms the first-use check chose for the server that
 // answered version: where the wake-up channels do not serve
 // (engine.Forms.Channels: TiDB, Vitess; wake_test.go) they stay off and
-// waiters poll; where a frozen holder cannot be ended, the Client says so
-// once.
+// waiters poll.
 func (c *Client) chosen(f *engine.Forms, version string) {
 	if !f.Channels() {
 		c.wait.Channels.Refuse()
 	}
-	if !f.EndsFrozen() {
-		// Said once, as the watch's own refusal is (frozen.go).
-		c.frozen.warned.Do(func() {
-			c.frozen.off.Store(true)
-			c.log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
-				"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
-				"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
-		})
+}
+
+// frozenSeen tells the Observer, as a RetryEvent of statement
+// "frozen_holder", that an acquire of name met a frozen holder
+// (internal/engine/frozen.go), ended (OutcomeRolledBack) or not
+// (OutcomeRefused).
+func (c *Client) frozenSeen(name string, ended bool, err error) {
+	if c.obs.Retried == nil {
+		return
 	}
+	out := observe.OutcomeRefused
+	if ended {
+		out = observe.OutcomeRolledBack
+	}
+	observed(c, c.obs.Retried, observe.RetryEvent{Statement: "frozen_holder", Name: name, Outcome: out, Err: err})
 }
 
 // errReadOnlyServer means the server refuses writes, or would refuse them

@@ -81,7 +81,7 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	// A frozen holder's watch would take the mock's one connection for a
 	// statement no test expects, when a loaded machine makes an answer
 	// take longer than frozenLook: frozen_test.go watches on real servers.
-	c.frozen.look = time.Hour
+	c.eng.SetFrozenLook(time.Hour)
 	// The proofs made at a kind's first use are proven on real servers
 	// (proof_later_test.go); through the mock they are taken as made.
 	for i := range engine.NumLater {

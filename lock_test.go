@@ -354,9 +354,10 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		// b would end the transaction once the lease has been over for
-		// frozenAfter (frozen.go; frozen_test.go tests that): here the
-		// takeover waits for the commit, however long the machine takes.
-		b.frozen.off.Store(true)
+		// frozenAfter (internal/engine/frozen.go; frozen_test.go tests
+		// that): here its watch never starts, and the takeover waits for
+		// the commit, however long the machine takes.
+		b.eng.SetFrozenLook(time.Hour)
 		ctx := testCtx(t)
 		// Long enough that Check comes before the lapse on a loaded machine.
 		l := mustAcquire(t, a, "rows", time.Second)

@@ -913,7 +913,7 @@ FROM `sqllock`
 WHERE name >= ? AND name < ?
 ORDER BY name, kind;
 
--- A frozen holder (frozen.go). A holder stopped inside its Lock.Check
+-- A frozen holder (internal/engine/frozen.go). A holder stopped inside its Lock.Check
 -- transaction (SIGSTOP, a paused VM, a debugger) keeps its lease row locked
 -- (check writes it) until the transaction ends: for an idle connection,
 -- wait_timeout, 8 h by default. Every acquire of the name waits behind it

@@ -45,9 +45,8 @@ type Client struct {
 	log       *slog.Logger     // logging.go
 	obs       observe.Observer // observe.go
 
-	skew   skewWarnings   // clock.go
-	frozen frozenState    // ending a frozen holder's transaction; frozen.go
-	eng    *engine.Server // what the Client has learned of its server, its statements' forms; checks, proves, prepares and sends them
+	skew skewWarnings   // clock.go
+	eng  *engine.Server // what the Client has learned of its server, its statements' forms; checks, proves, prepares and sends them
 
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.

@@ -83,8 +83,12 @@ type Config struct {
 	// Chosen is told the forms the first-use check chose for the server
 	// that answered version, each time a check chooses (tablecheck.go).
 	Chosen func(f *Forms, version string)
-	// Log is told what the first use could not prove (pool.go).
+	// Log is told what the first use could not prove (pool.go), and of the
+	// frozen holders ended, or not (frozen.go).
 	Log *slog.Logger
+	// Frozen is told that an acquire of name met a frozen holder (frozen.go)
+	// and ended its transaction, or could not, with what happened (err).
+	Frozen func(name string, ended bool, err error)
 	// Errorf makes an error as the Client's own read (errors.go); Errors
 	// are the Client's errors that the Server's wrap.
 	Errorf func(format string, args ...any) error
@@ -129,6 +133,7 @@ type Server struct {
 	recheck   tableRecheck         // the table checked again while the Client runs; tablecheck.go
 	later     [NumLater]laterProof // the proofs of sets, slots and Once; later.go
 	poolProof poolProof            // what the first use left to prove for want of a spare connection; pool.go
+	frozen    frozenState          // ending a frozen holder's transaction; frozen.go
 }
 
 // New returns a Server with cfg that has prepared nothing.

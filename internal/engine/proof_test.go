@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -66,6 +68,7 @@ func newTestServer(t testing.TB, db *sql.DB, table string) *Server {
 			return fault.Classify(err)
 		},
 		Retried: func(context.Context, string, string, error) {},
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Errorf:  fmt.Errorf,
 		Errors:  Errors{Unsupported: errUnsupported, BadTable: errBadTable, ReadOnly: errReadOnly, AutocommitOff: errAutocommitOff},
 		Token: func() (string, error) {

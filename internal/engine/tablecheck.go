@@ -398,6 +398,7 @@ func (got foundColumn) describe() string {
 // (Config.Chosen), on every call: what it does must bear a repeat.
 func (s *Server) chooseForms(version, qualified, db string, carries bool) {
 	f := s.Choose(version, qualified, db, carries)
+	s.noFrozenEnds(f, version)
 	if s.cfg.Chosen != nil {
 		s.cfg.Chosen(f, version)
 	}
