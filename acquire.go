@@ -50,9 +50,9 @@ const cleanupTimeout = time.Second
 // server's clock: it succeeds when the name is free or its lease has expired,
 // and returns an error wrapping [ErrNotAcquired] when another owner's lease is
 // live. A deadlock or a broken connection is retried with the same token, for
-// up to 5s; a lease whose acquire's outcome stays unknown is deleted. A
-// holder's Lock.Check transaction that keeps the lease row locked 500 ms
-// after the lease ended is ended, on MariaDB and MySQL (internal/engine/frozen.go).
+// up to 5s; a lease whose acquire's outcome stays unknown is deleted.
+// A holder's Lock.Check transaction that keeps the lease row locked 500 ms
+// after the lease ended is ended, on MariaDB and MySQL (docs/guarantees.md).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {

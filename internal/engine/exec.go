@@ -1,7 +1,12 @@
-// Package engine knows the server a Client talks to. It holds the Client's
-// prepared statements and sends every statement through one entry, Exec,
-// which sends it again while the server rolls it back or the connection
-// breaks before the reply (fault.Send).
+// Package engine knows the server a Client talks to: given a connection
+// pool, it finds what the server is (the first-use check, tablecheck.go),
+// proves that it runs the statements as MySQL does (proof.go and the files
+// it names), and says the statements' text, their argument shapes and how
+// to read their answers, the session guard and the refusals. It holds the
+// Client's prepared statements and sends every statement through one
+// entry, Exec, which makes the check and the proof first and sends the
+// statement again while the server rolls it back or the connection breaks
+// before the reply (fault.Send).
 package engine
 
 import (

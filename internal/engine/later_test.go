@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/sqllock/sqllock/internal/testdsn"
 )
 
 // A later proof's cleanup runs under the caller's context while it lasts,
@@ -51,6 +53,39 @@ func TestServer_cleanupContext(t *testing.T) {
 		cancel()
 		if cctx.Err() == nil {
 			t.Fatal("cancel left the cleanup's context live")
+		}
+	})
+}
+
+// The set, semaphore and Once statements are proven at their own first
+// use, once, and leave no row behind.
+func TestServer_laterProofs(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		db, table := serverTable(t, s)
+		srv := newTestServer(t, db, table)
+		ctx := testCtx(t)
+		if err := srv.FirstUse(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if f := srv.Forms(); f.Later != [NumLater]bool{} {
+			t.Fatalf("after the first use: later proofs %v, want none made", f.Later)
+		}
+		for kind, prove := range [NumLater]func(context.Context) error{
+			LaterSets: srv.ProveSets, LaterSlots: srv.ProveSlots, LaterOnce: srv.ProveOnceRecords,
+		} {
+			if f := srv.Forms(); kind == LaterSets && f.RefusesSets() || kind == LaterSlots && f.SlotsRefusal() != "" {
+				continue // the Client refuses the kind there before its proof
+			}
+			if err := prove(ctx); err != nil {
+				t.Fatalf("the %s proof: %v", LaterNames[kind], err)
+			}
+			if !srv.Forms().Later[kind] {
+				t.Errorf("the %s proof passed, not marked", LaterNames[kind])
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&n); err != nil || n != 0 {
+				t.Errorf("after the %s proof: %d rows (%v), want 0", LaterNames[kind], n, err)
+			}
 		}
 	})
 }

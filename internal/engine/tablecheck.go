@@ -182,11 +182,11 @@ type tableRecheck struct {
 	bad     atomic.Pointer[error]
 }
 
-// RecheckDue returns when the table's next check is due, in UnixNano;
-// SetRecheckDue moves it (the tests make it due now).
+// RecheckDue returns when the table's next check is due, in UnixNano.
 func (s *Server) RecheckDue() int64 { return s.recheck.due.Load() }
 
-// SetRecheckDue moves the table's next check to unixNano.
+// SetRecheckDue moves the table's next check to unixNano (the tests make it
+// due now).
 func (s *Server) SetRecheckDue(unixNano int64) { s.recheck.due.Store(unixNano) }
 
 // tableStillGood returns the difference the last check found between the
