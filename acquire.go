@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
@@ -47,18 +46,13 @@ func checkTTL(ttl time.Duration) error {
 // unknown because the caller's context ended while it ran.
 const cleanupTimeout = time.Second
 
-// maxTiDBFence is where fences end on TiDB: its LAST_INSERT_ID(expr) takes
-// a signed 64-bit value, and a refresh sets the fence plus one. Fences start
-// at the clock in microseconds (about 2^51) and grow by one per acquire.
-const maxTiDBFence = math.MaxInt64 - 1
-
 // TryAcquire makes one attempt to take the lease on name for ttl, by the
 // server's clock: it succeeds when the name is free or its lease has expired,
 // and returns an error wrapping [ErrNotAcquired] when another owner's lease is
 // live. A deadlock or a broken connection is retried with the same token, for
-// up to 5s; a lease whose acquire's outcome stays unknown is deleted. A
-// holder's Lock.Check transaction that keeps the lease row locked 500 ms
-// after the lease ended is ended, on MariaDB and MySQL (frozen.go).
+// up to 5s; a lease whose acquire's outcome stays unknown is deleted.
+// A holder's Lock.Check transaction that keeps the lease row locked 500 ms
+// after the lease ended is ended, on MariaDB and MySQL (docs/guarantees.md).
 func (c *Client) TryAcquire(ctx context.Context, name string, ttl time.Duration) (*Lock, error) {
 	a, err := c.newAcquireCall(name, ttl)
 	if err != nil {
@@ -179,7 +173,7 @@ func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
 	nameArg, tokenArg := a.pending.keyArgs()
 	us := any(a.ttl.Microseconds())
-	return c.acquireWatched(ctx, a.name, // frozen.go
+	return c.eng.Acquire(ctx, a.name, // internal/engine/frozen.go
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
 }
@@ -221,12 +215,12 @@ func (a *acquireCall) read(ctx context.Context, res sql.Result, sent, last time.
 		// The lease is ours, under a token nobody will use: give it back.
 		a.cleanup(ctx, last, unknown+1)
 		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence row is missing (mark %d); the table was changed by hand", name, fence)
-	case fence > maxTiDBFence && a.c.eng.Forms().TiDB:
-		// TiDB's LAST_INSERT_ID(expr) takes a signed value: past it, the
-		// acquire fails (1690), or under a lenient sql_mode reports the
-		// largest signed value, which may be below the fence it wrote.
+	}
+	if r := a.c.eng.Forms().FenceBeyond(fence); r != "" {
+		// Past the largest fence the server takes (TiDB's): the statement
+		// may have written one above what it reported.
 		a.cleanup(ctx, last, unknown+1)
-		return nil, false, fmt.Errorf("sqllock: acquire %q: the fence reached TiDB's largest, %d", name, uint64(maxTiDBFence))
+		return nil, false, fmt.Errorf("sqllock: acquire %q: %s", name, r)
 	}
 	l := a.pending
 	a.pending = nil

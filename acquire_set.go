@@ -137,7 +137,7 @@ func (a *setCall) ready(ctx context.Context) error {
 	if c.eng.Forms().RefusesSets() {
 		return errSetsThroughVitess
 	}
-	if err := c.proveSetsOnce(ctx); err != nil {
+	if err := c.eng.ProveSets(ctx); err != nil {
 		return c.serverError(a.op(), err)
 	}
 	return nil
@@ -151,7 +151,7 @@ func (a *setCall) claim(ctx context.Context) {
 
 func (a *setCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.set = newLockSet(a.names, a.token)
-	return a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_acquire", Name: a.name, Text: a.c.acquireAllSQL(a.set, a.ttl)})
+	return a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_acquire", Name: a.name, Text: a.c.eng.SetAcquire(a.set.Set, a.ttl)})
 }
 
 func (a *setCall) heldBy(ctx context.Context, err error) error {
@@ -163,70 +163,13 @@ func (a *setCall) heldBy(ctx context.Context, err error) error {
 
 func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time, unknown int) (*Lock, bool, error) {
 	s := a.set
-	if err := a.c.readFences(ctx, s, res); err != nil {
+	if err := a.c.eng.ReadFences(ctx, s.Set, res); err != nil {
 		a.cleanup(ctx, last, unknown+1)
 		return nil, false, fmt.Errorf("sqllock: %s: %w", a.op(), err)
 	}
-	l := newLock(a.c, a.names[0], a.token, slices.Max(s.fences), a.ttl, sent.Add(a.ttl))
+	l := newLock(a.c, a.names[0], a.token, slices.Max(s.Fences), a.ttl, sent.Add(a.ttl))
 	l.kind = setKind{s}
 	return l, false, nil
-}
-
-// readFences sets the fences of set s, just acquired, from the reply res.
-func (c *Client) readFences(ctx context.Context, s *lockSet, res sql.Result) error {
-	if c.eng.Forms().OneRow {
-		return c.readFencesOneRow(ctx, s)
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return err
-	}
-	if id&1 == 0 {
-		// The second pass's mark did not come through: a server whose
-		// LAST_INSERT_ID() does not carry, which the first use would
-		// have found.
-		return fmt.Errorf("the set's fence did not come back (insert id %d)", uint64(id))
-	}
-	f := uint64(id) >> 1
-	for i := range s.fences {
-		s.fences[i] = f
-	}
-	return nil
-}
-
-// readFencesOneRow reads the fences of set s, just acquired with the
-// one-row form, whose reply cannot carry them (queries.sql, all_fences).
-func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
-	var rows *sql.Rows
-	err := fault.Transient(ctx, func() (err error) {
-		rows, err = c.db.QueryContext(ctx, c.eng.Text().Set("all_fences", s.tokenLit, s.in))
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	found := 0
-	for rows.Next() {
-		var (
-			name  []byte
-			fence uint64
-		)
-		if err := rows.Scan(&name, &fence); err != nil {
-			return err
-		}
-		if i, ok := slices.BinarySearch(s.names, string(name)); ok {
-			s.fences[i] = fence
-			found++
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if found != len(s.names) {
-		return fmt.Errorf("%d of the set's %d leases read back after its acquire", found, len(s.names))
-	}
-	return nil
 }
 
 // heldOf returns the error of a refused acquire of set s: which names a
@@ -235,7 +178,7 @@ func (c *Client) readFencesOneRow(ctx context.Context, s *lockSet) error {
 // returns the refusal without its holders, so a refused call returns
 // within its context.
 func (c *Client) heldOf(ctx context.Context, s *lockSet) error {
-	names, err := c.wait.Looks.Holders(ctx, s.in)
+	names, err := c.wait.Looks.Holders(ctx, s.In)
 	if err != nil {
 		return heldUnread(&HeldError{}, err)
 	}
@@ -262,25 +205,26 @@ func (a *setCall) cleanup(ctx context.Context, last time.Time, sends int) {
 	defer cancel()
 	x := newOrphan(a.token, a.ttl, last, sends == 1)
 	if settle.Delete(ctx, x, func(ctx context.Context, _ string) (int64, error) {
-		res, _, err := a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_release", Name: a.name, Text: a.c.releaseAllSQL(s)})
+		q, stmt := a.c.eng.SetRelease(s.Set, 0)
+		res, _, err := a.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: stmt, Name: a.name, Text: q})
 		if err != nil {
 			return 0, err
 		}
 		return res.RowsAffected()
 	}) {
-		for _, name := range s.names {
+		for _, name := range s.Names {
 			a.c.unknown(name, true)
 		}
 		a.renew()
 		return
 	}
 	a.c.log.Warn("sqllock: an acquire's outcome stays unknown; its leases, if any, are deleted before this Client's next acquire of their names", "names", a.name)
-	for _, name := range s.names {
+	for _, name := range s.Names {
 		a.c.orphans.Remember(name, newOrphan(a.token, a.ttl, last, sends == 1))
 		a.c.unknown(name, false)
 	}
 	if a.c.isClosed() {
-		for _, name := range s.names {
+		for _, name := range s.Names {
 			a.c.releaseOrphansOf(&a.c.orphans, name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqllock/sqllock/internal/engine"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -320,9 +321,9 @@ func TestClient_TryAcquireSet_unknownOutcome_namesFreed(t *testing.T) {
 }
 
 // proofLiteral begins a proof name's hex literal in a set's statement: the
-// set statements' proof (proof_later.go) passes the layers that lose the
+// set statements' proof (internal/engine/later.go) passes the layers that lose the
 // Client's own.
-var proofLiteral = strings.TrimSuffix(hexLiteral(proofPrefix), "'")
+var proofLiteral = strings.TrimSuffix(hexLiteral(engine.ProofPrefix), "'")
 
 // isSetAcquire reports whether query is a set's acquire (all_acquire, with
 // MariaDB's prefix or without, or tidb_all_acquire).

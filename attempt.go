@@ -59,8 +59,8 @@ func (a *acquireCall) run(ctx context.Context, k leaseKind) (*Lock, error) {
 		return nil, err
 	}
 	// What the first use left to prove for want of a spare connection
-	// (proof_pool.go); with nothing left, this costs an atomic load.
-	if err := c.provePending(ctx); err != nil {
+	// (internal/engine/pool.go); with nothing left, this costs an atomic load.
+	if err := c.eng.ProvePending(ctx); err != nil {
 		return nil, errorf("%s: %w", k.op(), err)
 	}
 	// Leases earlier acquires may have left under tokens nobody holds go

@@ -677,7 +677,7 @@ func BenchmarkAcquireWakeups(b *testing.B) {
 
 // BenchmarkFirstUse is what a Client's first lease costs beside every later
 // one: the first-use check of the table and the proof of the statements
-// (proof.go), then the acquire and release, each prepared on first use.
+// (internal/engine/proof.go), then the acquire and release, each prepared on first use.
 //
 //   - firstUse: New, TryAcquire, Release and Close on a table that exists;
 //   - firstUseUnproven: the same with the proof skipped, so that the
@@ -718,7 +718,7 @@ func BenchmarkFirstUse(b *testing.B) {
 	b.Run("firstUse", func(b *testing.B) { first(b, false) })
 	b.Run("firstUseUnproven", func(b *testing.B) { first(b, true) })
 	// A Client's first set, after its first single name: the set
-	// statements' own proof (proof_later.go), and without it.
+	// statements' own proof (internal/engine/later.go), and without it.
 	firstSet := func(b *testing.B, skipProof bool) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -728,7 +728,7 @@ func BenchmarkFirstUse(b *testing.B) {
 			}
 			c.markProven()
 			if skipProof {
-				c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[proofSets] })
+				c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[engine.LaterSets] })
 			}
 			l, err := c.TryAcquireSet(ctx, []string{"bench", "bench2"}, benchTTL)
 			if err != nil {
@@ -747,7 +747,7 @@ func BenchmarkFirstUse(b *testing.B) {
 		b.Run("firstSetUnproven", func(b *testing.B) { firstSet(b, true) })
 	}
 	// A pool of one connection: no second connection, so no proof of the
-	// row lock between two, nor of the servers they reach (proof_server.go).
+	// row lock between two, nor of the servers they reach (internal/engine/facts.go).
 	b.Run("firstUseOneConn", func(b *testing.B) {
 		db := e.openDB(b)
 		db.SetMaxOpenConns(1)

@@ -78,7 +78,7 @@ func passable(err error) bool { return classify(err) != fault.Final }
 
 // classify is fault.Classify, which reads the server's error number and the
 // connection's errors, with this package's own errors: a closed Client is
-// final; a server the first use's proof found read-only (proof_server.go),
+// final; a server the first use's proof found read-only (internal/engine/facts.go),
 // before it could refuse a write, is refused, as the server's own 1290.
 func classify(err error) fault.Outcome {
 	switch {

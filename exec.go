@@ -3,53 +3,73 @@ package sqllock
 import (
 	"context"
 	"errors"
-	"strings"
+	"fmt"
 
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // Every statement a Client sends goes through its engine (internal/engine),
-// which prepares it once, after ready, and sends it again while the server
-// rolls it back or the connection breaks before the reply. serverError says
-// what a failure means.
+// which makes the first-use check and the proofs, prepares each statement
+// once, and sends it again while the server rolls it back or the connection
+// breaks before the reply. serverError says what a failure means.
 
-// newEngine returns the engine that prepares and sends c's statements.
+// newEngine returns the engine that checks the server and table, proves
+// the statements, and prepares and sends them.
 func (c *Client) newEngine() *engine.Server {
 	return engine.New(engine.Config{
 		DB:        c.db,
 		Queries:   queries,
 		Table:     c.table,
-		Ready:     c.ready,
-		StillGood: c.tableStillGood,
+		Holder:    c.holder,
+		NameLen:   MaxNameLen,
+		HolderLen: maxHolderLen,
 		Classify:  classify,
 		Retried:   c.logRetry,
-		Closed:    ErrClosed,
-		Budget:    c.budget,
+		Chosen:    c.chosen,
+		Log:       c.log,
+		Frozen:    c.frozenSeen,
+		Errorf:    errorf,
+		Errors: engine.Errors{
+			Unsupported:   ErrUnsupportedServer,
+			BadTable:      ErrBadTable,
+			ReadOnly:      errReadOnlyServer,
+			AutocommitOff: errAutocommitOff,
+		},
+		Token:          newToken,
+		Released:       releasedToken,
+		Closed:         ErrClosed,
+		Budget:         c.budget,
+		CleanupTimeout: cleanupTimeout,
 	})
 }
 
-// ready makes the first-use check (tablecheck.go), until it has found the
-// table as it should be, and the proof before the first statement that
-// writes (proof.go), before statement i is first prepared.
-func (c *Client) ready(ctx context.Context, i int) error {
-	checked := c.eng.Forms().Checked
-	if !checked {
-		found, err := c.checkFirstUse(ctx)
-		if err != nil {
-			return err
-		}
-		if found {
-			c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
-		}
-		checked = found
+// chosen is told the forms the first-use check chose for the server that
+// answered version: where the wake-up channels do not serve
+// (engine.Forms.Channels: TiDB, Vitess; wake_test.go) they stay off and
+// waiters poll.
+func (c *Client) chosen(f *engine.Forms, version string) {
+	if !f.Channels() {
+		c.wait.Channels.Refuse()
 	}
-	if checked && writes(i) {
-		if err := c.proveOnce(ctx); err != nil {
-			return err
-		}
+}
+
+// errReadOnlyServer means the server refuses writes, or would refuse them
+// to an account without administrative privileges: a replica, or a primary
+// during a failover. Classified as the server's own refusal (1290) is, so
+// the calls that wait out a failover keep trying.
+var errReadOnlyServer = errors.New("sqllock: the server is read-only")
+
+// poolFull returns, for the error of a call that ended with its context,
+// a note that every connection the pool may open was in use, as when the
+// caller holds the last in a transaction: the call may have waited for one
+// all along. "" otherwise.
+func (c *Client) poolFull() string {
+	s := c.db.Stats()
+	if s.MaxOpenConnections <= 0 || s.InUse < s.MaxOpenConnections {
+		return ""
 	}
-	return nil
+	return fmt.Sprintf(" (every connection of the pool was in use, at its limit SetMaxOpenConns(%d): the call may have waited for one the caller holds, in a transaction?)", s.MaxOpenConnections)
 }
 
 // ctxErr is fault.CtxErr: ctx's error, or DeadlineExceeded once its
@@ -79,19 +99,8 @@ func (c *Client) serverError(op string, err error) error {
 		}
 		return errorf("%s: %s: %w", op, g, err)
 	}
-	if n, ok := fault.Errno(err); ok {
-		switch n {
-		case fault.NoSuchTable:
-			return errorf("%s: table %s does not exist; create it with Client.CreateTable or by running schema.sql: %w", op, c.table, err)
-		case fault.BadField:
-			return errorf("%s: table %s does not have the columns of schema.sql (another tool's table, or one made by hand?): %w", op, c.table, err)
-		case fault.UnknownError:
-			if strings.Contains(err.Error(), "table "+strings.Trim(c.table, "`")+" not found") {
-				return errorf("%s: Vitess knows no table %s in this keyspace: create it with Client.CreateTable or by running schema.sql, "+
-					"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace.%s ADD VINDEX xxhash(name) USING xxhash; docs/servers.md): %w",
-					op, c.table, strings.Trim(c.table, "`"), err)
-			}
-		}
+	if p := c.eng.TableProblem(err); p != "" {
+		return errorf("%s: %s: %w", op, p, err)
 	}
 	if fault.IsConnectError(err) {
 		return errorf("%s: connect to the server: %w", op, err)

@@ -65,10 +65,11 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	const ttl = time.Minute
 	set := func(token string, names ...string) *lockSet { return newLockSet(names, token) }
 	refresh := func(s *lockSet, d time.Duration) string {
-		return c.refreshAllSQL(s, fmt.Sprint(d.Microseconds()))
+		return c.eng.SetRefresh(s.Set, d)
 	}
 	atLeast := func(s *lockSet, d time.Duration) string {
-		return c.eng.Text().Set("all_release_at_least", fmt.Sprint(d.Microseconds()), s.tokenLit, s.in)
+		q, _ := c.eng.SetRelease(s.Set, d)
+		return q
 	}
 	check := func(s *lockSet) {
 		tx, err := db.BeginTx(ctx, nil)
@@ -76,7 +77,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 			t.Fatal(err)
 		}
 		defer tx.Rollback()
-		res, err := tx.ExecContext(ctx, c.eng.Text().Set("all_check", s.tokenLit, s.in))
+		res, err := tx.ExecContext(ctx, c.eng.Text().Set("all_check", s.TokenLit, s.In))
 		if err != nil {
 			out = append(out, errText(err))
 			return
@@ -93,7 +94,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	inspect("s1", "s2", "s3")                               //
 	exec(c.acquireAllSQL(b, ttl))                           // s2 is A's: 1690
 	inspect("s0", "s2")                                     // nothing written
-	exec(c.eng.Text().Set("all_release", b.tokenLit, b.in)) // nothing of B's
+	exec(c.eng.Text().Set("all_release", b.TokenLit, b.In)) // nothing of B's
 	exec(refresh(b, ttl))                                   // nothing of B's
 	exec(refresh(a, ttl))                                   // A's three
 	check(a)                                                // A's three, live
@@ -106,7 +107,7 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	inspect("s1", "s2", "s3")                               // nothing changed
 	// B's set behind A's Check: MariaDB's form reports 1205 after its
 	// second; MySQL's waits for the transaction, and is refused then.
-	behindCheck(t, db, c.eng.Forms().LockWait, c.eng.Text().Set("all_check", a.tokenLit, a.in), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
+	behindCheck(t, db, c.eng.Forms().LockWait, c.eng.Text().Set("all_check", a.TokenLit, a.In), nil, func() { exec(c.acquireAllSQL(b, ttl)) })
 	inspect("s0", "s2")                                                               // nothing written
 	exec(atLeast(a, 0))                                                               // A's three, expired now
 	inspect("s1", "s2", "s3")                                                         //
@@ -114,12 +115,12 @@ func setScript(t *testing.T, db *sql.DB, table string) []string {
 	check(a)                                                                          // expired: nothing
 	exec(c.acquireAllSQL(b, ttl))                                                     // s2 taken over, s0 new
 	inspect("s0", "s1", "s2", "s3")                                                   //
-	exec(c.eng.Text().Set("all_release", a.tokenLit, a.in))                           // s1 and s3, still A's
-	exec(c.eng.Text().Set("all_release", b.tokenLit, b.in))                           // s0 and s2
+	exec(c.eng.Text().Set("all_release", a.TokenLit, a.In))                           // s1 and s3, still A's
+	exec(c.eng.Text().Set("all_release", b.TokenLit, b.In))                           // s0 and s2
 	inspect("s0", "s1", "s2", "s3")                                                   // released, fences kept
-	exec(c.eng.Text().Set("all_release", a.tokenLit, a.in))                           // nothing left
+	exec(c.eng.Text().Set("all_release", a.TokenLit, a.In))                           // nothing left
 	exec(c.acquireAllSQL(set("C", "s2"), ttl))                                        // a set of one name
-	exec(c.eng.Text().Set("all_release_at_least", "60000000", hexLiteral("C"), b.in)) // s2, listed with s0
+	exec(c.eng.Text().Set("all_release_at_least", "60000000", hexLiteral("C"), b.In)) // s2, listed with s0
 	inspect("s2")                                                                     //
 
 	// Fences set ahead, as the fence tests set them (the lease expired).
@@ -167,7 +168,7 @@ func setsAsTheLibrarySends(t *testing.T, srv *sqllocktest.Server, mariadb bool) 
 	}
 	defer c.Close()
 	s := newLockSet([]string{"x"}, "A")
-	if _, err := db.QueryContext(context.Background(), c.eng.Text().Set("all_fences", s.tokenLit, s.in)); err == nil || !strings.Contains(err.Error(), "all_fences (queries.sql): only a Client on the one-row forms") {
+	if _, err := db.QueryContext(context.Background(), c.eng.Text().Set("all_fences", s.TokenLit, s.In)); err == nil || !strings.Contains(err.Error(), "all_fences (queries.sql): only a Client on the one-row forms") {
 		t.Errorf("all_fences: got %v, want it refused by name: the fake takes the two-row forms", err)
 	}
 }

@@ -49,12 +49,12 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := c.eng.Forms(); f.Checked || f.Proven || f.Later != [numLaterProofs]bool{} {
+	if f := c.eng.Forms(); f.Checked || f.Proven || f.Later != [engine.NumLater]bool{} {
 		t.Fatalf("a new Client: %+v; want nothing learned", *f)
 	}
 	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
 	var wg sync.WaitGroup
-	for i := range numLaterProofs {
+	for i := range engine.NumLater {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -69,7 +69,7 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 	c.markProven()
 	wg.Wait()
 	f := c.eng.Forms()
-	if !f.Chosen || !f.LockWait || !f.Checked || !f.Proven || f.Later != [numLaterProofs]bool{true, true, true} {
+	if !f.Chosen || !f.LockWait || !f.Checked || !f.Proven || f.Later != [engine.NumLater]bool{true, true, true} {
 		t.Errorf("after every mark and the choice: chosen %v (MariaDB's %v), checked %v, proven %v, later %v; want all",
 			f.Chosen, f.LockWait, f.Checked, f.Proven, f.Later)
 	}
@@ -78,6 +78,12 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 // markProven makes c take the proof of its statements as made, for tests
 // whose subject is not the proof.
 func (c *Client) markProven() { c.eng.Mark(func(f *engine.Forms) *bool { return &f.Proven }) }
+
+// chooseForms chooses c's forms as its first-use check does, and tells
+// the Client, as the check does.
+func (c *Client) chooseForms(version, qualified, db string, carries bool) {
+	c.chosen(c.eng.Choose(version, qualified, db, carries), version)
+}
 
 // chooseFormsOn chooses c's forms for version as its first-use check
 // would, in the database db's connections have.

@@ -17,7 +17,7 @@ import (
 )
 
 // skipUnlessFrozenEnds skips a test of ending a frozen holder on a server
-// where the Client does not (frozen.go).
+// where the Client does not (internal/engine/frozen.go).
 func skipUnlessFrozenEnds(t *testing.T, e *testEnv) {
 	t.Helper()
 	skipFakeFor(t, e, "the server's lock-wait tables and KILL")

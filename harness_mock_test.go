@@ -45,7 +45,7 @@ type mockEnv struct {
 	c        *Client
 	table    string // unquoted
 	checked  bool   // the autocommit check has been expected
-	proven   bool   // the proof of the statements has been expected (proof.go)
+	proven   bool   // the proof of the statements has been expected (internal/engine/proof.go)
 	tidb     bool   // the first-use check answered TiDB
 	vitess   bool   // the first-use check saw LAST_INSERT_ID() miss its statement's value (Vitess)
 	prepared map[string]*sqlmock.ExpectedPrepare
@@ -67,7 +67,7 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	// sqlmock has one connection: so has the pool, and the first use's
-	// proof holds no second one (proof_server.go).
+	// proof holds no second one (internal/engine/facts.go).
 	db.SetMaxOpenConns(1)
 	// sqlmock has one connection, which a wake-up channel would pin.
 	all := []Option{WithHolder(mockHolder), WithWakeups(0)}
@@ -81,10 +81,10 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	// A frozen holder's watch would take the mock's one connection for a
 	// statement no test expects, when a loaded machine makes an answer
 	// take longer than frozenLook: frozen_test.go watches on real servers.
-	c.frozen.look = time.Hour
+	c.eng.SetFrozenLook(time.Hour)
 	// The proofs made at a kind's first use are proven on real servers
 	// (proof_later_test.go); through the mock they are taken as made.
-	for i := range c.later {
+	for i := range engine.NumLater {
 		c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[i] })
 	}
 	return &mockEnv{t: t, db: db, mock: mock, c: c, table: table, prepared: map[string]*sqlmock.ExpectedPrepare{}}
@@ -132,7 +132,7 @@ func expectCarries(mock sqlmock.Sqlmock, read int) {
 
 // expectKeyspace expects what the first use asks vtgate after its check:
 // DATABASE() in a query of no table, which vtgate answers with the
-// keyspace (tablecheck.go).
+// keyspace (internal/engine/tablecheck.go).
 func expectKeyspace(mock sqlmock.Sqlmock) {
 	mock.ExpectQuery("SELECT DATABASE()").WithoutArgs().WillReturnRows(sqlmock.NewRows([]string{"db"}).AddRow(mockDatabase))
 }
@@ -143,18 +143,18 @@ func firstUseRows(autocommit int, version, table string) *sqlmock.Rows {
 	rows := sqlmock.NewRows([]string{"what", "a", "b", "c", "d", "e", "f"}).
 		AddRow("server", autocommit, version, 0, mockDatabase, nil, nil).
 		AddRow("table", table, "InnoDB", nil, nil, nil, nil)
-	for _, col := range schemaColumns {
-		typ := strings.ToLower(strings.TrimSuffix(col.def, " NOT NULL"))
-		rows.AddRow("column", table, col.name, typ, "NO", nil, nil)
+	for _, col := range engine.SchemaColumns(MaxNameLen, maxHolderLen) {
+		typ := strings.ToLower(strings.TrimSuffix(col.Def, " NOT NULL"))
+		rows.AddRow("column", table, col.Name, typ, "NO", nil, nil)
 	}
-	for i, col := range schemaKey {
+	for i, col := range engine.SchemaKey {
 		rows.AddRow("index", table, "PRIMARY", 0, i+1, col, nil)
 	}
 	return rows
 }
 
 // expectProof expects the proof a Client makes before its first statement
-// that writes (proof.go), answered as MySQL answers it, with fence 7.
+// that writes (internal/engine/proof.go), answered as MySQL answers it, with fence 7.
 func (e *mockEnv) expectProof() {
 	version := "10.11.19-MariaDB"
 	if e.vitess {
@@ -248,7 +248,7 @@ func (e *mockEnv) expectPrepare(name string) *sqlmock.ExpectedPrepare {
 	if !e.checked {
 		e.expectAutocommit(1)
 	}
-	if !e.proven && writes(slices.Index(stmtNames[:], name)) {
+	if !e.proven && engine.Writes(slices.Index(stmtNames[:], name)) {
 		e.expectProof()
 	}
 	p := e.mock.ExpectPrepare(e.sql(name))
@@ -261,7 +261,7 @@ func (e *mockEnv) expectPrepareError(name string, err error) {
 	if !e.checked {
 		e.expectAutocommit(1)
 	}
-	if !e.proven && writes(slices.Index(stmtNames[:], name)) {
+	if !e.proven && engine.Writes(slices.Index(stmtNames[:], name)) {
 		e.expectProof()
 	}
 	e.mock.ExpectPrepare(e.sql(name)).WillReturnError(err)
@@ -491,7 +491,7 @@ func (e *mockEnv) expectQuery(name string, args []driver.Value, rows *sqlmock.Ro
 
 func noop(context.Context, *Lock) error { return nil }
 
-// expectServerProof expects the proof of the server (proof_server.go) on
+// expectServerProof expects the proof of the server (internal/engine/facts.go) on
 // the mock's one connection, answered as MariaDB answers it: its facts,
 // then the takeover of an expired lease with fence 8, the row it wrote, and
 // error 1690 on the overflow.
@@ -510,7 +510,7 @@ func (e *mockEnv) expectServerProof(version, acquire string, acquireArgs int) {
 	takeover[1] = argFunc(func(v driver.Value) bool {
 		if !seen {
 			seen = true
-			row.AddRow(v, proofEngineTTL.Microseconds(), 1)
+			row.AddRow(v, engine.ProofEngineTTL.Microseconds(), 1)
 		}
 		return true
 	})
@@ -521,10 +521,10 @@ func (e *mockEnv) expectServerProof(version, acquire string, acquireArgs int) {
 	e.mock.ExpectExec(e.sql("proof_clear")).WithArgs(sqlmock.AnyArg()).WillReturnResult(sqlmock.NewResult(0, 2))
 }
 
-// expectServerFacts expects the query of the server's facts (proof_server.go),
+// expectServerFacts expects the query of the server's facts (internal/engine/facts.go),
 // made before the proof's first write, answered as a writable server.
 func (e *mockEnv) expectServerFacts(version string) {
-	if q := factsQuery(version); q != "" {
+	if q := engine.FactsQuery(queries, version); q != "" {
 		e.mock.ExpectQuery(q).WithoutArgs().
 			WillReturnRows(sqlmock.NewRows([]string{"ro", "sro", "id", "cluster"}).AddRow(0, 0, "1 mock 3306 /data/", ""))
 	}

@@ -267,7 +267,7 @@ func (e *testEnv) fenceKind() string {
 	return "F"
 }
 
-// oneRow reports whether the server takes the one-row forms (tablecheck.go).
+// oneRow reports whether the server takes the one-row forms (internal/engine/tablecheck.go).
 func (e *testEnv) oneRow() bool { return e.server.TiDB || e.server.Vitess }
 
 // eachEnv runs f as a subtest for every server and every variant.

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
@@ -18,26 +16,15 @@ import (
 // when it finds every lease ours.
 
 // A lockSet is what a Lock on several names keeps of them: the names,
-// sorted, their fences, and the literals the set's statements are made of.
+// sorted, their fences, and the literals the set's statements are made of
+// (engine.Set), and the set's label.
 type lockSet struct {
-	names    []string
-	fences   []uint64
-	lits     []string // each name as a hex literal
-	in       string   // lits, comma-separated: the set's IN list
-	union    string   // lits joined by " UNION ALL SELECT ": all_refresh's names
-	tokenLit string
-	label    string
+	*engine.Set
+	label string
 }
 
 func newLockSet(names []string, token string) *lockSet {
-	s := &lockSet{names: names, fences: make([]uint64, len(names)), lits: make([]string, len(names)),
-		tokenLit: hexLiteral(token), label: setLabel(names)}
-	for i, n := range names {
-		s.lits[i] = hexLiteral(n)
-	}
-	s.in = strings.Join(s.lits, ", ")
-	s.union = strings.Join(s.lits, " UNION ALL SELECT ")
-	return s
+	return &lockSet{Set: engine.NewSet(names, token), label: setLabel(names)}
 }
 
 // Names returns the names the lease is on, sorted: a set's, or [Lock.Name].
@@ -64,17 +51,17 @@ type setKind struct{ set *lockSet }
 
 func (h setKind) name(l *Lock) string                    { return l.name }
 func (setKind) slot() int                                { return 0 }
-func (h setKind) names(*Lock) []string                   { return slices.Clone(h.set.names) }
-func (h setKind) fences(*Lock) []uint64                  { return slices.Clone(h.set.fences) }
+func (h setKind) names(*Lock) []string                   { return slices.Clone(h.set.Names) }
+func (h setKind) fences(*Lock) []uint64                  { return slices.Clone(h.set.Fences) }
 func (h setKind) label(*Lock) string                     { return h.set.label }
-func (h setKind) waitKey(*Lock) string                   { return setKey(h.set.names) }
-func (h setKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, h.set.names }
+func (h setKind) waitKey(*Lock) string                   { return setKey(h.set.Names) }
+func (h setKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, h.set.Names }
 
 // kick makes this Client's callers waiting for the set, or for any of its
 // names, try now.
 func (h setKind) kick(l *Lock) {
 	l.c.wait.Queues.Kick(h.waitKey(l))
-	for _, n := range h.set.names {
+	for _, n := range h.set.Names {
 		l.c.wait.Queues.Kick(n)
 	}
 }
@@ -85,7 +72,7 @@ func (h setKind) kick(l *Lock) {
 // (queries.sql, all_refresh), which undoes it.
 func (h setKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
 	s := h.set
-	q := l.c.refreshAllSQL(s, strconv.FormatInt(ttl.Microseconds(), 10))
+	q := l.c.eng.SetRefresh(s.Set, ttl)
 	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_refresh", Name: s.label, Text: q, Until: until})
 	if n, isServer := fault.Errno(err); isServer && n == fault.OutOfRange && engine.SessionGuard(err) == "" {
 		return false, nil
@@ -101,12 +88,7 @@ func (h setKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time
 // whether every lease of the set was still ours.
 func (h setKind) release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error) {
 	s := h.set
-	q := l.c.releaseAllSQL(s)
-	stmt := "all_release"
-	if minHold > 0 {
-		stmt = "all_release_at_least"
-		q = l.c.eng.Text().Set(stmt, strconv.FormatInt(minHold.Microseconds(), 10), s.tokenLit, s.in)
-	}
+	q, stmt := l.c.eng.SetRelease(s.Set, minHold)
 	res, unknown, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: stmt, Name: s.label, Text: q})
 	if maybeApplied = unknown > 0; err != nil {
 		return false, maybeApplied, err
@@ -118,7 +100,7 @@ func (h setKind) release(ctx context.Context, l *Lock, minHold time.Duration) (o
 // check is Check for a set.
 func (h setKind) check(ctx context.Context, l *Lock, tx *sql.Tx) error {
 	s := h.set
-	res, err := tx.ExecContext(ctx, l.c.eng.Text().Set("all_check", s.tokenLit, s.in))
+	res, err := tx.ExecContext(ctx, l.c.eng.SetCheck(s.Set))
 	if err != nil {
 		return l.c.serverError("check "+s.label, err)
 	}
@@ -140,7 +122,7 @@ func (h setKind) allRows(res sql.Result) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return n == int64(len(h.set.names)), nil
+	return n == int64(len(h.set.Names)), nil
 }
 
 // kickAll makes callers of this Client waiting for any name of the Lock,

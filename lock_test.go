@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sqllock/sqllock/internal/engine"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -194,12 +195,12 @@ func TestLock_Fence_TiDBLimit(t *testing.T) {
 		table := a.table[1 : len(a.table)-1]
 		ctx := testCtx(t)
 		mustAcquire(t, a, "edge", time.Minute)
-		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = ?, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'edge'", uint64(maxTiDBFence-1)); err != nil {
+		if _, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET fence = ?, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE name = 'edge'", uint64(engine.MaxTiDBFence-1)); err != nil {
 			t.Fatal(err)
 		}
 		l := mustAcquire(t, b, "edge", time.Minute)
-		if l.Fence() != maxTiDBFence {
-			t.Fatalf("got fence %d, want %d", l.Fence(), uint64(maxTiDBFence))
+		if l.Fence() != engine.MaxTiDBFence {
+			t.Fatalf("got fence %d, want %d", l.Fence(), uint64(engine.MaxTiDBFence))
 		}
 		if err := l.Refresh(ctx, time.Minute); err != nil {
 			t.Fatalf("Refresh: %v", err)
@@ -353,9 +354,10 @@ func TestLock_Check_takeoverWaitsForCommit(t *testing.T) {
 	eachEnv(t, func(t *testing.T, e *testEnv) {
 		a, b := e.twoClients(t)
 		// b would end the transaction once the lease has been over for
-		// frozenAfter (frozen.go; frozen_test.go tests that): here the
-		// takeover waits for the commit, however long the machine takes.
-		b.frozen.off.Store(true)
+		// frozenAfter (internal/engine/frozen.go; frozen_test.go tests
+		// that): here its watch never starts, and the takeover waits for
+		// the commit, however long the machine takes.
+		b.eng.SetFrozenLook(time.Hour)
 		ctx := testCtx(t)
 		// Long enough that Check comes before the lapse on a loaded machine.
 		l := mustAcquire(t, a, "rows", time.Second)

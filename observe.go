@@ -218,6 +218,21 @@ func (r *reporter) channelTold(label string, st wait.State, d time.Duration) {
 	}
 }
 
+// frozenSeen tells the Observer, as a RetryEvent of statement
+// "frozen_holder", that an acquire of name met a frozen holder
+// (internal/engine/frozen.go), ended (OutcomeRolledBack) or not
+// (OutcomeRefused).
+func (r *reporter) frozenSeen(name string, ended bool, err error) {
+	if r.obs.Retried == nil {
+		return
+	}
+	out := observe.OutcomeRefused
+	if ended {
+		out = observe.OutcomeRolledBack
+	}
+	observed(r, r.obs.Retried, observe.RetryEvent{Statement: "frozen_holder", Name: name, Outcome: out, Err: err})
+}
+
 var discardLogger = slog.New(slog.DiscardHandler)
 
 // logRetry reports a statement that failed in a way that is retried, to

@@ -762,7 +762,7 @@ func TestWithLogger_quietOnSuccess(t *testing.T) {
 		got := rec.atLeast(slog.LevelInfo)
 		if e.oneRow() {
 			// The one line that says, once, that this server's frozen
-			// holders are not ended (tablecheck.go, chooseForms).
+			// holders are not ended (internal/engine/tablecheck.go, chooseForms).
 			got = slices.DeleteFunc(got, func(m string) bool { return strings.Contains(m, "frozen inside Lock.Check is not ended") })
 		}
 		if len(got) > 0 {

@@ -44,8 +44,8 @@ func (c *Client) Once(ctx context.Context, name string, fn func(ctx context.Cont
 	if err != nil {
 		return false, err
 	}
-	// Once's statements are proven before fn first runs (proof_later.go).
-	if err := c.proveOnceOnce(ctx); err != nil {
+	// Once's statements are proven before fn first runs (internal/engine/later.go).
+	if err := c.eng.ProveOnceRecords(ctx); err != nil {
 		_ = l.Release(ctx)
 		return false, c.serverError(fmt.Sprintf("once %q", name), err)
 	}

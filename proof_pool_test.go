@@ -113,7 +113,7 @@ func TestClient_firstUse_callerHoldsAConnection(t *testing.T) {
 				if len(got) > 1 {
 					t.Errorf("log: got %q, want one line at the most", got)
 				}
-				if pending := c.poolProof.pending.Load() != nil; pending != (limit == 1) {
+				if pending := c.eng.PoolProofPending(); pending != (limit == 1) {
 					t.Errorf("after the caller's transaction: proof pending %v, want %v", pending, limit == 1)
 				}
 				if limit == 1 && len(got) != 1 {
@@ -171,38 +171,6 @@ func TestClient_firstUse_twoServersProvenLater(t *testing.T) {
 			t.Errorf("%s: %d proof rows left, want 0", e.server.Label, n)
 		}
 	}
-}
-
-// A take of a connection that the pool's counts said was free, but that
-// another goroutine took first, gives up within its bound and leaves the
-// pool as it was.
-func TestClient_connWithin_fullPool(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		db := e.openDB(t)
-		db.SetMaxOpenConns(1)
-		c := e.client(t, db, e.newTable(t))
-		ctx := testCtx(t)
-		held, err := db.Conn(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer held.Close()
-		if conn, err := c.spareConn(ctx, time.Hour); conn != nil || err != nil {
-			t.Fatalf("spareConn on a full pool: got %v, %v, want nil, nil at once", conn, err)
-		}
-		conn, err := c.connWithin(ctx, time.Millisecond)
-		if conn != nil || err != nil {
-			t.Fatalf("connWithin on a full pool: got %v, %v, want nil, nil", conn, err)
-		}
-		if s := db.Stats(); s.InUse != 1 || s.OpenConnections != 1 || s.WaitCount != 1 {
-			t.Errorf("pool after: got %+v, want the one connection in use, after one wait", s)
-		}
-		ended, cancel := context.WithCancel(ctx)
-		cancel()
-		if _, err := c.connWithin(ended, time.Hour); !errors.Is(err, context.Canceled) {
-			t.Errorf("connWithin with the caller's context ended: got %v, want context.Canceled", err)
-		}
-	})
 }
 
 // The first use of a Client on a small pool that other goroutines use

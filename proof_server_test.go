@@ -53,7 +53,7 @@ func TestClient_firstUse_refusesGoMySQLServer(t *testing.T) {
 	wantErrIs(t, err, ErrUnsupportedServer)
 	// It calls itself MySQL 8.0.31; the proof of the statements finds a
 	// refresh by the owner of a live lease reporting nothing extended
-	// (proof_statements.go), before the row lock's proof.
+	// (internal/engine/prover.go), before the row lock's proof.
 	assertErrContains(t, err, "statement refresh: a refresh by the owner of a live lease reported 0")
 }
 

@@ -369,7 +369,7 @@ func TestClient_firstUse_proofSurvivesBrokenConnection(t *testing.T) {
 	name := sqlmock.Argument(argFunc(func(v driver.Value) bool {
 		s, _ := v.(string)
 		names = append(names, s)
-		return strings.HasPrefix(s, proofPrefix)
+		return strings.HasPrefix(s, engine.ProofPrefix)
 	}))
 	args := []driver.Value{name, sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(),
 		sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg(), sqlmock.AnyArg()}

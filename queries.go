@@ -2,8 +2,6 @@ package sqllock
 
 import (
 	_ "embed"
-	"strconv"
-	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/sqltext"
@@ -56,24 +54,6 @@ var stmtNames = engine.Names
 // firstUseSQL returns the first_use query about table as a Client sends it
 // at its first use, before it knows the database.
 func firstUseSQL(table string) string { return queries.TableNamed("first_use", table) }
-
-// acquireAllSQL returns the text of the acquire of set s for ttl.
-func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
-	return c.eng.Text().AcquireSet(s.lits, s.tokenLit, hexLiteral(c.holder), strconv.FormatInt(ttl.Microseconds(), 10))
-}
-
-// releaseAllSQL returns the statement that deletes the leases of set s.
-func (c *Client) releaseAllSQL(s *lockSet) string { return c.eng.Text().ReleaseAll(s.tokenLit, s.in) }
-
-// refreshAllSQL returns the statement that extends the leases of set s to
-// ttl, a number's text.
-func (c *Client) refreshAllSQL(s *lockSet, ttl string) string {
-	return c.eng.Text().RefreshAll(s.union, s.in, s.tokenLit, ttl)
-}
-
-// slotSQL returns slot_acquire for table (quoted, and qualified once the
-// first use found the database) with its slot row written v times.
-func slotSQL(table string, mariadb bool, v int) string { return queries.Slot(table, mariadb, v) }
 
 // bind puts literals in place of the placeholders of stmt, in order
 // (sqltext.Bind).

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
 )
@@ -151,3 +152,12 @@ func TestQueries_TiDBWritesNotRerun(t *testing.T) {
 		}
 	}
 }
+
+// acquireAllSQL returns the acquire of set s for ttl, as the Client sends it.
+func (c *Client) acquireAllSQL(s *lockSet, ttl time.Duration) string {
+	return c.eng.SetAcquire(s.Set, ttl)
+}
+
+// slotSQL returns slot_acquire for table (quoted) with its slot row written
+// v times; mariadb: with the bound on its lock wait (engine.Server.SlotAcquire).
+func slotSQL(table string, mariadb bool, v int) string { return queries.Slot(table, mariadb, v) }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -28,24 +27,19 @@ const (
 )
 
 // slotMark follows a semaphore's name in the names of its rows in the
-// table; no lock name may end with it, or with it and two digits
-// (checkName). It is in the rows' names alone, the statements' arguments:
-// a Lock's kind is its lockKind, never read from a name.
-const slotMark = "\x00slot"
+// table (engine.SlotMark); no lock name may end with it, or with it and
+// two digits (checkName). A Lock's kind is its lockKind, never read from a
+// name.
+const slotMark = engine.SlotMark
 
 // slotRows is the fence row's name of semaphore name: P in queries.sql.
-func slotRows(name string) string { return name + slotMark }
+func slotRows(name string) string { return engine.SlotRows(name) }
 
-// slotRowsEnd is Q in queries.sql: every name that starts with P sorts
-// below it, byte for byte.
-func slotRowsEnd(name string) string {
-	return name + slotMark[:len(slotMark)-1] + string(slotMark[len(slotMark)-1]+1)
-}
+// slotRowsEnd is Q in queries.sql (engine.SlotRowsEnd).
+func slotRowsEnd(name string) string { return engine.SlotRowsEnd(name) }
 
 // slotName is the name of slot i (1-based) of semaphore name.
-func slotName(name string, i int) string {
-	return slotRows(name) + string([]byte{'0' + byte(i/10), '0' + byte(i%10)})
-}
+func slotName(name string, i int) string { return engine.SlotName(name, i) }
 
 // isSemaphoreRow reports whether a name ends with slotMark, alone or
 // followed by two digits: such rows are a semaphore's, and no lock may
@@ -178,11 +172,10 @@ type slotCall struct {
 	acquireCall // name is the fence row's (P); the Lock's is the slot's
 	sem         string
 	n           int
-	// The attempt under way: whether the server is MariaDB (slotSQL), how
-	// many slot rows the next statement visits, and the statements sent.
-	mariadb bool
-	v       int
-	rounds  int
+	// The attempt under way: how many slot rows the next statement
+	// visits, and the statements sent.
+	v      int
+	rounds int
 	// lanes: a waiting Acquire waits in lane (1-based) of the semaphore's
 	// lanes (semaphore_lanes.go); else in one queue, the key shared.
 	lanes bool
@@ -203,10 +196,10 @@ func (c *Client) newSlotCall(name string, n int, ttl time.Duration) (*slotCall, 
 // Insert ids of slot_acquire below 2^32 (queries.sql); a slot taken gives
 // the fence times 128 plus the slot.
 const (
-	slotResized  = 1
-	slotMismatch = 1000
-	slotWiden    = 2000
-	slotTaken    = 1 << 32
+	slotResized  = engine.SlotResized
+	slotMismatch = engine.SlotMismatch
+	slotWiden    = engine.SlotWiden
+	slotTaken    = engine.SlotTaken
 )
 
 // maxSlotRounds bounds the statements one attempt sends while the slot
@@ -223,11 +216,10 @@ func (s *slotCall) attempt(ctx context.Context) (*Lock, error) { return s.run(ct
 // another visit.
 
 func (s *slotCall) ready(ctx context.Context) error {
-	mariadb, err := s.c.slotsServer(ctx)
-	if err != nil {
+	if err := s.c.slotsServer(ctx); err != nil {
 		return s.c.serverError(s.op(), err)
 	}
-	s.mariadb, s.v, s.rounds = mariadb, s.n, 0
+	s.v, s.rounds = s.n, 0
 	return nil
 }
 
@@ -245,7 +237,7 @@ func (s *slotCall) retire(last time.Time, once bool) { s.retireIn(&s.c.semOrphan
 func (s *slotCall) send(ctx context.Context) (sql.Result, int, error) {
 	s.rounds++
 	c := s.c
-	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: slotSQL(c.eng.Forms().Table, s.mariadb, s.v), Args: s.args(s.v)})
+	return c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Prepared: true, Label: "slot_acquire", Name: s.sem, Text: c.eng.SlotAcquire(s.v), Args: s.args(s.v)})
 }
 
 func (s *slotCall) heldBy(_ context.Context, err error) error {
@@ -333,32 +325,18 @@ func (s *slotCall) releaseOthers(ctx context.Context, slot int) {
 
 // args returns slot_acquire's arguments for a visit of v slot rows.
 func (s *slotCall) args(v int) []any {
-	c := s.c
-	mode := 128
-	if v != s.n {
-		mode = 256
-	}
-	p, n, token, us := any(s.name), any(strconv.Itoa(s.n)), any(s.token), any(s.ttl.Microseconds())
-	args := make([]any, 0, 16+8*v)
-	args = append(args, mode, p, n)
-	for i := 1; i <= v; i++ {
-		args = append(args, i, slotName(s.sem, i), i, token, i, c.holderArg, i, us)
-	}
-	args = append(args, p)
-	return append(args, token, n, mode, v, token, c.holderArg, us, token, n)
+	return engine.SlotArgs(s.sem, s.n, v, s.token, s.c.holderArg, s.ttl.Microseconds())
 }
 
 // slotsServer makes the Client's first-use check and the proof of its
 // statements, if not made yet, refuses servers whose LAST_INSERT_ID()
 // does not carry a value from row to row, and proves the semaphore
-// statements at the first use (proof_later.go). It reports whether the server is
-// MariaDB, whose per-statement lock wait bound the statement takes.
-func (c *Client) slotsServer(ctx context.Context) (mariadb bool, err error) {
-	f, err := c.slotsForms(ctx, qRelease)
-	if err != nil {
-		return false, err
+// statements at the first use (internal/engine/slots.go).
+func (c *Client) slotsServer(ctx context.Context) error {
+	if _, err := c.slotsForms(ctx, qRelease); err != nil {
+		return err
 	}
-	return f.LockWait, c.proveSlotsOnce(ctx, f.LockWait)
+	return c.eng.ProveSlots(ctx)
 }
 
 // slotsForms prepares statement i, which makes the first-use check (and,

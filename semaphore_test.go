@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"github.com/sqllock/sqllock/internal/engine"
 	"maps"
 	"slices"
 	"strings"
@@ -398,11 +399,11 @@ func raceSlots(t *testing.T, clients []*Client, n, rounds int) {
 func isSlotAcquire(q string) bool { return strings.Contains(q, "RIGHT(name, 2)") }
 
 // aboutProof reports whether a statement's arguments name a proof's rows
-// (proof_later.go): the semaphore statements' proof passes the layers that
+// (internal/engine/later.go): the semaphore statements' proof passes the layers that
 // lose the Client's own.
 func aboutProof(args []driver.NamedValue) bool {
 	for _, a := range args {
-		if s, ok := a.Value.(string); ok && strings.HasPrefix(s, proofPrefix) {
+		if s, ok := a.Value.(string); ok && strings.HasPrefix(s, engine.ProofPrefix) {
 			return true
 		}
 	}
@@ -542,7 +543,7 @@ func TestSemaphore_TryAcquire_oneRowServers(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("got %v, want an error naming %s", err, want)
 		}
-		// As every refusal of a server (proof.go).
+		// As every refusal of a server (internal/engine/proof.go).
 		wantErrIs(t, err, ErrUnsupportedServer)
 		wantErrIs(t, err, errors.ErrUnsupported)
 		var n int

@@ -179,7 +179,7 @@ func TestSessionGuard_autocommit(t *testing.T) {
 	})
 }
 
-// A DSN's autocommit=0 is refused at the first use (tablecheck.go), before
+// A DSN's autocommit=0 is refused at the first use (internal/engine/tablecheck.go), before
 // the guard could be met.
 func TestSessionGuard_autocommitDSN(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {

@@ -43,9 +43,7 @@ type Client struct {
 
 	reporter // its logger, Observer and warnings; observe.go
 
-	recheck tableRecheck   // the table checked again while the Client runs; tablecheck.go
-	frozen  frozenState    // ending a frozen holder's transaction; frozen.go
-	eng     *engine.Server // what the Client has learned of its server, its statements' forms; prepares and sends them
+	eng *engine.Server // what the Client has learned of its server, its statements' forms; checks, proves, prepares and sends them
 
 	// wait is the waiting calls' machinery: their queues, wake-up
 	// channels, looks and bound (internal/wait); wait.go waits in it.
@@ -63,12 +61,9 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
-	held       held                       // the Locks to release on Close; held.go
-	later      [numLaterProofs]laterProof // the proofs of sets, slots and Once; proof_later.go
-	orphans    nameOrphans                // tokens whose leases may be left on the server; held.go
-	semOrphans semOrphans                 // the same for semaphores' slots
-
-	poolProof poolProof // what the first use left to prove for want of a spare connection; proof_pool.go
+	held       held        // the Locks to release on Close; held.go
+	orphans    nameOrphans // tokens whose leases may be left on the server; held.go
+	semOrphans semOrphans  // the same for semaphores' slots
 }
 
 // New returns a Client that keeps its leases in db's table (see
@@ -129,21 +124,9 @@ func (c *Client) CreateTable(ctx context.Context) error {
 	if _, err := c.db.ExecContext(ctx, c.eng.Text().Substitute(schema)); err != nil {
 		return c.serverError(op, err)
 	}
-	if c.eng.Forms().Checked {
-		if err := c.proveOnce(ctx); err != nil {
-			return c.serverError(op, err)
-		}
-		return nil
-	}
-	found, err := c.checkFirstUse(ctx)
-	if err != nil {
-		return c.serverError(op, err)
-	}
-	if !found {
-		return nil // dropped again at once; the next statement checks anew
-	}
-	c.eng.Mark(func(f *engine.Forms) *bool { return &f.Checked })
-	if err := c.proveOnce(ctx); err != nil {
+	// A table dropped again at once is no error: the next statement
+	// checks anew.
+	if err := c.eng.FirstUse(ctx); err != nil {
 		return c.serverError(op, err)
 	}
 	return nil

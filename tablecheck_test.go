@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"github.com/sqllock/sqllock/internal/engine"
 	"regexp"
 	"strings"
 	"testing"
@@ -211,8 +212,8 @@ func TestClient_TiDB_sendsItsForms(t *testing.T) {
 	e.done()
 }
 
-// schemaColumns, which the first-use check holds tables against, are the
-// columns of schema.sql, and its primary key is schemaKey.
+// engine.SchemaColumns, which the first-use check holds tables against, are
+// the columns of schema.sql, and its primary key is engine.SchemaKey.
 func TestSchema_columns(t *testing.T) {
 	var got []string
 	for _, line := range strings.Split(schema, "\n") {
@@ -222,14 +223,14 @@ func TestSchema_columns(t *testing.T) {
 		}
 	}
 	var want []string
-	for _, c := range schemaColumns {
-		want = append(want, c.name+" "+c.def)
+	for _, c := range engine.SchemaColumns(MaxNameLen, maxHolderLen) {
+		want = append(want, c.Name+" "+c.Def)
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("schema.sql's columns:\n%s\nwant (schemaColumns):\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if !strings.Contains(schema, "PRIMARY KEY ("+strings.Join(schemaKey, ", ")+")") {
-		t.Errorf("schema.sql's primary key is not (%s)", strings.Join(schemaKey, ", "))
+	if !strings.Contains(schema, "PRIMARY KEY ("+strings.Join(engine.SchemaKey, ", ")+")") {
+		t.Errorf("schema.sql's primary key is not (%s)", strings.Join(engine.SchemaKey, ", "))
 	}
 }
 
@@ -312,7 +313,7 @@ func TestClient_tableAlteredWhileRunning(t *testing.T) {
 			if _, err := e.db.ExecContext(ctx, "ALTER TABLE `"+table+"` MODIFY COLUMN expires_at "+def); err != nil {
 				t.Fatal(err)
 			}
-			c.recheck.due.Store(0) // due now, not within the second
+			c.eng.SetRecheckDue(0) // due now, not within the second
 		}
 		alter("DATETIME NOT NULL")
 		wantBad := func(what string, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/wait"
 )
 
@@ -55,12 +56,12 @@ func (c *Client) acquireQueued(ctx context.Context, call waitCall) (*Lock, error
 		}
 		granted := false // the channel woke this head: the key was let go of
 		if head && useWake {
-			// The table's recheck (tablecheck.go) goes before the wait
+			// The table's recheck (internal/engine/tablecheck.go) goes before the wait
 			// when it comes due within half its period: a wake-up then
 			// within that half finds it fresh, and the acquire follows it
 			// at once, not after the recheck's round trip. A difference
 			// found now is the acquire's answer.
-			_ = c.tableCheckAhead(ctx, tableRecheckEvery/2)
+			_ = c.eng.TableCheckAhead(ctx, engine.TableRecheckEvery/2)
 			began := c.obsNow(c.obs.Wakeup != nil)
 			st, queued, err := chans.Wait(ctx, key, ttl)
 			c.waitWoke(call.label(), st, err, began)

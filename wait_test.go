@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqllock/sqllock/internal/engine"
 	"strings"
 	"sync"
 	"testing"
@@ -299,7 +300,7 @@ func TestClient_Acquire_onlyRefused(t *testing.T) {
 }
 
 // A head about to wait on the wake-up channel sends the table's recheck
-// (tablecheck.go) first when it comes due within half its period, so that
+// (internal/engine/tablecheck.go) first when it comes due within half its period, so that
 // the acquire after a wake-up follows it at once instead of after the
 // recheck's round trip. Here the head polls once an hour: without the
 // early recheck, no statement of its own would ever run it.
@@ -315,15 +316,15 @@ func TestClient_Acquire_recheckBeforeWait(t *testing.T) {
 		if err := warm.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		due := time.Now().Add(tableRecheckEvery / 2).Add(-20 * time.Millisecond).UnixNano()
-		c.recheck.due.Store(due)
+		due := time.Now().Add(engine.TableRecheckEvery / 2).Add(-20 * time.Millisecond).UnixNano()
+		c.eng.SetRecheckDue(due)
 		done := make(chan error, 1)
 		go func() {
 			_, err := c.Acquire(ctx, "n", time.Minute)
 			done <- err
 		}()
 		waitFor(t, time.Minute, "the head waits", func() bool { return headAttempts(c, "n") >= 1 })
-		waitFor(t, 10*time.Second, "the recheck before the wait", func() bool { return c.recheck.due.Load() > due })
+		waitFor(t, 10*time.Second, "the recheck before the wait", func() bool { return c.eng.RecheckDue() > due })
 		cancel()
 		wantErrIs(t, <-done, context.Canceled)
 	})

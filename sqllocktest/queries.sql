@@ -167,7 +167,7 @@ WHERE f.name = ? AND f.kind = 'F';
 -- name: first_use
 -- No args: the Client puts its table's name (checked as every table name
 -- is) in place of 'sqllock', so this is one plain query. Sent once per
--- Client, before its first statement, and read by tablecheck.go: one row
+-- Client, before its first statement, and read by internal/engine/tablecheck.go: one row
 -- about the session and the server (autocommit: with it off, a DSN's
 -- autocommit=0 or the server's default, no statement here would ever
 -- commit; the version: TiDB takes its own forms; the database, in which
@@ -201,7 +201,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sqllock';
 -- MariaDB. TiDB reads the value from before the statement, and Vitess's
 -- vtgate puts its own session's value in place of every LAST_INSERT_ID()
 -- without an argument, so there the two differ and the Client takes the
--- one-row forms (tablecheck.go). The argument makes go-sql-driver prepare
+-- one-row forms (internal/engine/tablecheck.go). The argument makes go-sql-driver prepare
 -- it by default, which pins the connection under MySQL Router's connection
 -- sharing: the router refuses LAST_INSERT_ID (3566) on a connection it
 -- may move, and then the Client keeps the two-row forms.
@@ -210,12 +210,12 @@ SELECT LAST_INSERT_ID(LAST_INSERT_ID() XOR ?), LAST_INSERT_ID();
 -- name: proof_clear
 -- Args: a proof name. Deletes every row of the name, the fence too, which
 -- no other statement does: a Client's first use proves the statements
--- under a name of its own (proof.go) and leaves nothing of it behind.
+-- under a name of its own (internal/engine/proof.go) and leaves nothing of it behind.
 DELETE FROM `sqllock` WHERE name = ?;
 
 -- name: server_mysql
 -- No args. Sent by a Client's first use on each connection it holds then
--- (proof_server.go): whether the server refuses writes to accounts that
+-- (internal/engine/facts.go): whether the server refuses writes to accounts that
 -- could still write (read_only lets an account with SUPER, or MariaDB's
 -- READ ONLY ADMIN, write; super_read_only does not), and the server's
 -- identity, and its Group Replication group's, which every member shares.
@@ -238,7 +238,7 @@ SELECT @@read_only, 0, CONCAT_WS(' ', @@server_id, @@hostname, @@port, @@datadir
 
 -- name: proof_engine
 -- Args: a proof name. Read by the first use's proof of the server's
--- semantics (proof_engine.go), after a takeover of the name's expired lease:
+-- semantics (internal/engine/semantics.go), after a takeover of the name's expired lease:
 -- its owner, the lease's length as stored (acquired_at and expires_at, both
 -- written from UTC_TIMESTAMP(6)), and a microsecond added to the clock,
 -- which must come back as one microsecond: a server that drops the fraction
@@ -595,7 +595,7 @@ SELECT name, fence FROM `sqllock` WHERE kind = 'L' AND owner = ? AND name IN (?)
 -- owner instead. Every statement reads and writes that row only, and reads
 -- an insert id set from a column. The statements below take the place of
 -- those of the same name without the prefix when a Client's first use finds
--- TiDB (tablecheck.go); the others serve TiDB as they are. Through Vitess,
+-- TiDB (internal/engine/tablecheck.go); the others serve TiDB as they are. Through Vitess,
 -- whose vtgate puts its session's value in place of LAST_INSERT_ID() (so a
 -- mark cannot pass between rows there either), a Client takes them without
 -- the SET_VAR hint, all but tidb_once_record: once_record serves there. A
@@ -913,7 +913,7 @@ FROM `sqllock`
 WHERE name >= ? AND name < ?
 ORDER BY name, kind;
 
--- A frozen holder (frozen.go). A holder stopped inside its Lock.Check
+-- A frozen holder (internal/engine/frozen.go). A holder stopped inside its Lock.Check
 -- transaction (SIGSTOP, a paused VM, a debugger) keeps its lease row locked
 -- (check writes it) until the transaction ends: for an idle connection,
 -- wait_timeout, 8 h by default. Every acquire of the name waits behind it

@@ -92,7 +92,7 @@ func TestServer_sets(t *testing.T) {
 	}
 	// Each Client's first set proves the set statements first, with two of
 	// each, and a third refresh once the leases are gone (the library's
-	// proof_later.go).
+	// internal/engine/later.go).
 	for name, want := range map[string]int{"all_acquire": 4 + 2*2, "all_check": 1 + 2*2, "all_refresh": 2 + 2*3} {
 		if got := srv.Count(name); got != want {
 			t.Errorf("Count(%q): got %d, want %d", name, got, want)

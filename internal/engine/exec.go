@@ -1,7 +1,12 @@
-// Package engine knows the server a Client talks to. It holds the Client's
-// prepared statements and sends every statement through one entry, Exec,
-// which sends it again while the server rolls it back or the connection
-// breaks before the reply (fault.Send).
+// Package engine knows the server a Client talks to: given a connection
+// pool, it finds what the server is (the first-use check, tablecheck.go),
+// proves that it runs the statements as MySQL does (proof.go and the files
+// it names), and says the statements' text, their argument shapes and how
+// to read their answers, the session guard and the refusals. It holds the
+// Client's prepared statements and sends every statement through one
+// entry, Exec, which makes the check and the proof first and sends the
+// statement again while the server rolls it back or the connection breaks
+// before the reply (fault.Send).
 package engine
 
 import (
@@ -9,6 +14,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,23 +74,50 @@ type Config struct {
 	// Client's table, quoted.
 	Queries sqltext.Statements
 	Table   string
-	// Ready makes what must pass before statement i is first prepared: the
-	// first-use check, the proof.
-	Ready func(ctx context.Context, i int) error
-	// StillGood checks, before a statement that takes or extends a lease,
-	// that the table is still as the first use found it.
-	StillGood func(ctx context.Context) error
+	// Holder is the Client's holder, which the proofs' acquires write.
+	Holder string
+	// NameLen and HolderLen are the widths of the name and holder columns
+	// that serve at least (tablecheck.go).
+	NameLen, HolderLen int
 	// Classify tells what an error says (fault.Classify, with the
 	// Client's own errors added).
 	Classify func(error) fault.Outcome
 	// Retried is told each failed send of statement stmt about name that is
 	// sent again.
 	Retried func(ctx context.Context, stmt, name string, err error)
+	// Chosen is told the forms the first-use check chose for the server
+	// that answered version, each time a check chooses (tablecheck.go).
+	Chosen func(f *Forms, version string)
+	// Log is told what the first use could not prove (pool.go), and of the
+	// frozen holders ended, or not (frozen.go).
+	Log *slog.Logger
+	// Frozen is told that an acquire of name met a frozen holder (frozen.go)
+	// and ended its transaction, or could not, with what happened (err).
+	Frozen func(name string, ended bool, err error)
+	// Errorf makes an error as the Client's own read (errors.go); Errors
+	// are the Client's errors that the Server's wrap.
+	Errorf func(format string, args ...any) error
+	Errors Errors
+	// Token returns a fresh owner token; Released, the owner a release with
+	// a minimum hold leaves on a lease of token (queries.sql).
+	Token    func() (string, error)
+	Released func(token string) string
 	// Closed is the error a statement gets once Close has closed the
 	// statements.
 	Closed error
 	// Budget bounds the resends (fault.Budget: the library's when zero).
 	Budget fault.Budget
+	// CleanupTimeout is what a cleanup after a proof gets of its own
+	// (cleanupContext).
+	CleanupTimeout time.Duration
+}
+
+// Errors are the Client's errors that the Server's errors wrap.
+type Errors struct {
+	// Unsupported: the server does not run the statements as MySQL does.
+	// BadTable: the table differs from schema.sql. ReadOnly: the server
+	// refuses writes. AutocommitOff: the session has autocommit off.
+	Unsupported, BadTable, ReadOnly, AutocommitOff error
 }
 
 // A Server holds a Client's prepared statements until Close. Its zero value
@@ -101,6 +134,11 @@ type Server struct {
 	flights map[any]*flight      // prepares under way, by statement index or text
 	byText  map[string]*sql.Stmt // statements prepared by their text (slot_acquire's)
 	closed  bool                 // the statements are closed; no more are prepared
+
+	recheck   tableRecheck         // the table checked again while the Client runs; tablecheck.go
+	later     [NumLater]laterProof // the proofs of sets, slots and Once; later.go
+	poolProof poolProof            // what the first use left to prove for want of a spare connection; pool.go
+	frozen    frozenState          // ending a frozen holder's transaction; frozen.go
 }
 
 // New returns a Server with cfg that has prepared nothing.
@@ -133,7 +171,7 @@ type Send struct {
 // token, so a resend gives the answer the first send would have. unknown
 // counts the sends whose outcome is unknown: each of them may have
 // committed, or may still. A statement that takes or extends a lease first
-// has the table checked (Config.StillGood).
+// has the table checked again when due (tableStillGood).
 func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err // nothing sent, nothing to clean up
@@ -173,7 +211,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		guarded = acquire || label == "all_refresh"
 	}
 	if guarded {
-		if err := s.cfg.StillGood(ctx); err != nil {
+		if err := s.tableStillGood(ctx); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -207,7 +245,8 @@ type flight struct {
 	err  error
 }
 
-// Stmt returns statement i, preparing it on first use, after Config.Ready.
+// Stmt returns statement i, preparing it on first use, after the first-use
+// check and, for a statement that writes, the proof (ready).
 // Callers that need a statement another caller is preparing wait for that
 // prepare, as long as ctx allows; if the preparing caller's context ends
 // first, a waiter prepares it anew.
@@ -216,7 +255,7 @@ func (s *Server) Stmt(ctx context.Context, i int) (*sql.Stmt, error) {
 		return st, nil
 	}
 	return s.cached(ctx, i, func() (*sql.Stmt, error) {
-		if err := s.cfg.Ready(ctx, i); err != nil {
+		if err := s.ready(ctx, Writes(i)); err != nil {
 			return nil, err
 		}
 		st, err := s.prepare(ctx, s.Forms().SQL[i])

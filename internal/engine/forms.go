@@ -2,6 +2,8 @@ package engine
 
 import (
 	"database/sql"
+	"fmt"
+	"math"
 	"strings"
 
 	"github.com/sqllock/sqllock/internal/sqltext"
@@ -41,7 +43,7 @@ type Forms struct {
 	// Checked: the first-use check found the table as it should be
 	// (tablecheck.go). Proven: the proof of the statements passed
 	// (proof.go). Later: the proof of a kind proven at its own first use
-	// passed (proof_later.go: sets, semaphores, Once).
+	// passed (later.go: sets, semaphores, Once).
 	Checked, Proven bool
 	Later           [NumLater]bool
 
@@ -182,6 +184,37 @@ func (f *Forms) OnceRecorded(res sql.Result) (int64, error) {
 	}
 	return id, err
 }
+
+// MaxTiDBFence is where fences end on TiDB: its LAST_INSERT_ID(expr) takes
+// a signed 64-bit value, and a refresh sets the fence plus one. Fences start
+// at the clock in microseconds (about 2^51) and grow by one per acquire.
+const MaxTiDBFence = math.MaxInt64 - 1
+
+// FenceBeyond says why fence, an acquire's answer, is past the largest the
+// server takes, or "". TiDB's LAST_INSERT_ID(expr) takes a signed value:
+// past it, the acquire fails (1690), or under a lenient sql_mode reports
+// the largest signed value, which may be below the fence it wrote.
+func (f *Forms) FenceBeyond(fence uint64) string {
+	if f.TiDB && fence > MaxTiDBFence {
+		return fmt.Sprintf("the fence reached TiDB's largest, %d", uint64(MaxTiDBFence))
+	}
+	return ""
+}
+
+// Channels reports whether the wake-up channels (GET_LOCK) serve here: not
+// on TiDB, whose GET_LOCK, built on its own transactions, neither granted
+// waiters in the order they came nor freed a killed connection's lock at
+// once in the tests; not through Vitess, whose vtgate runs every locking
+// function of a session on a connection it reserves on one shard, and does
+// not pass on the processlist reads and KILLs the tests that would show
+// them right make. Waiters poll there.
+func (f *Forms) Channels() bool { return !f.OneRow }
+
+// EndsFrozen reports whether a holder frozen inside Lock.Check can be ended
+// here: on MariaDB and on MySQL 8.0 or later itself, whose lock-wait
+// tables name the blocking connection (frozen.go); not on TiDB, through
+// Vitess or on MySQL 5.7.
+func (f *Forms) EndsFrozen() bool { return !f.OneRow && (f.LockWait || f.MySQL) }
 
 // RefusesSets reports whether sets are refused here: through Vitess (the
 // one-row forms, not TiDB's), a set's names may live on different shards.

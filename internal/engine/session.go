@@ -7,7 +7,7 @@ import "github.com/sqllock/sqllock/internal/fault"
 // autocommit off, an open transaction (MariaDB), or a clock of its own (a
 // session timestamp), or when the server is read-only; queries.sql says
 // how. The Client's read-only refusal wraps errReadOnlyServer, as the first use's
-// does (proof_server.go): the waiting calls and the keep-alive pass over
+// does (facts.go): the waiting calls and the keep-alive pass over
 // it to another connection, as over the server's own 1290. The pool is the application's,
 // so such a setting may come to any connection at any time, after the
 // Client's first use: only the statement itself can see the session it

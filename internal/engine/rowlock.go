@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // refused. An engine that runs transactions optimistically may let conn2
 // take the name first, if it then fails conn1's commit (a conflict: 1213,
 // 9007, 3101): one owner still. An answer "taken" on conn2 while conn1's
-// transaction commits too is two owners: ErrUnsupportedServer.
+// transaction commits too is two owners: s.cfg.Errors.Unsupported.
 //
 // conn2's answer is awaited for a short time only, measured from the round
 // trips of the two connections (concurrencyWait), then conn1 commits: the
@@ -39,7 +39,7 @@ const (
 )
 
 // inTransactionGuard is the part of the session guard (queries.sql,
-// internal/engine/session.go) that refuses, on MariaDB, an acquire inside an open
+// session.go) that refuses, on MariaDB, an acquire inside an open
 // transaction. The row lock's proof sends the acquire inside one on
 // purpose, on a connection of its own that it commits itself, so there it
 // sends the acquire without that part (inTransaction).
@@ -57,8 +57,8 @@ type preparer interface {
 
 // proofAcquire sends the acquire text on p under token for ttl µs (which
 // may be negative: a lease already expired) and returns its insert id.
-func (c *Client) proofAcquire(ctx context.Context, p preparer, text, name, token string, us int64) (uint64, error) {
-	id, err := preparedExec(ctx, p, text, c.acquireArgs(name, token, us)...)
+func (s *Server) proofAcquire(ctx context.Context, p preparer, text, name, token string, us int64) (uint64, error) {
+	id, err := preparedExec(ctx, p, text, s.acquireArgs(name, token, us)...)
 	return uint64(id), err
 }
 
@@ -83,7 +83,7 @@ func preparedExec(ctx context.Context, p preparer, query string, args ...any) (i
 // proveConcurrency proves the row lock on conn1 and conn2, whose round trip
 // took rtt, under name, which must be free. It returns the token that holds
 // the name's lease afterwards.
-func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, rtt time.Duration, text *[numStmts]string, version, name, a, b string) (string, error) {
+func (s *Server) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, rtt time.Duration, text *[NumStmts]string, version, name, a, b string) (string, error) {
 	us := proofTTL.Microseconds()
 	var (
 		tx    *sql.Tx
@@ -98,7 +98,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 			return err
 		}
 		start := time.Now()
-		fence, err = c.proofAcquire(ctx, tx, inTransaction(text[qAcquire]), name, a, us)
+		fence, err = s.proofAcquire(ctx, tx, inTransaction(text[Acquire]), name, a, us)
 		took = time.Since(start)
 		if err != nil {
 			_ = tx.Rollback()
@@ -110,7 +110,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 	}
 	if fence <= 2 {
 		_ = tx.Rollback()
-		return "", refuseServer(version, "an acquire of a free name inside a transaction reported %d instead of a fence", fence)
+		return "", s.refuseServer(version, "an acquire of a free name inside a transaction reported %d instead of a fence", fence)
 	}
 
 	type answer struct {
@@ -119,7 +119,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 	}
 	answers := make(chan answer, 1)
 	go func() {
-		id, err := c.proofAcquire(ctx, conn2, text[qAcquire], name, b, us)
+		id, err := s.proofAcquire(ctx, conn2, text[Acquire], name, b, us)
 		answers <- answer{id, err}
 	}()
 	var early *answer
@@ -138,20 +138,20 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 	}
 
 	switch {
-	case commitErr != nil && !undone(commitErr):
+	case commitErr != nil && !s.undone(commitErr):
 		return "", commitErr
-	case r.err != nil && !undone(r.err):
+	case r.err != nil && !s.undone(r.err):
 		return "", r.err
 	case r.err == nil && r.id > 2 && commitErr == nil:
 		when := "once the first had committed"
 		if early != nil {
 			when = "while the first's transaction was still open"
 		}
-		return "", refuseServer(version, "two connections both took one name: an acquire inside a transaction took it (fence %d), "+
+		return "", s.refuseServer(version, "two connections both took one name: an acquire inside a transaction took it (fence %d), "+
 			"an acquire on another connection reported it taken too (fence %d) %s, and the first transaction's commit succeeded: "+
 			"the second read the row as free instead of waiting for the first's row lock", fence, r.id, when)
 	case r.err == nil && r.id > 0 && r.id <= 2:
-		return "", refuseServer(version, "an acquire of a name another connection's transaction held reported %d, neither a fence nor refused", r.id)
+		return "", s.refuseServer(version, "an acquire of a name another connection's transaction held reported %d, neither a fence nor refused", r.id)
 	case commitErr != nil:
 		// An optimistic engine: the second took the name, and the first's
 		// commit failed with a conflict.
@@ -168,7 +168,7 @@ func (c *Client) proveConcurrency(ctx context.Context, conn1, conn2 *sql.Conn, r
 // or any error of the server's but one whose outcome is unknown. An
 // engine may refuse the second acquire otherwise than MySQL does (a
 // duplicate key, say): it did not take the name.
-func undone(err error) bool {
+func (s *Server) undone(err error) bool {
 	_, ok := fault.Errno(err)
-	return ok && classify(err) != fault.Unknown
+	return ok && s.cfg.Classify(err) != fault.Unknown
 }

@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -8,34 +8,33 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
 // The statements of the proof (proof.go): every statement a Client sends
 // for a lease on one name, each with an answer that takes and one that
 // refuses, run as the Client runs it. Statements the Client prepares
-// (c.stmts: acquire, refresh, release, release_at_least, inspect) are
+// (Server.Stmt: acquire, refresh, release, release_at_least, inspect) are
 // prepared on the proof's connection and executed there, so the proof sends
 // the bytes the Client will send whatever the DSN says (with
 // interpolateParams=true an execution with arguments on a connection goes
 // as text, which MySQL Router refuses where a prepared statement passes);
 // Lock.Check's goes through a transaction with its arguments, as Check
 // sends it. The statements of sets, semaphores and Once are proven at their
-// first use (proof_later.go).
+// first use (later.go).
 
 // A prover runs proof statements on one connection and keeps the
 // statements it prepared there until close.
 type prover struct {
-	c       *Client
+	s       *Server
 	ctx     context.Context
 	conn    *sql.Conn
 	version string
 	stmts   map[string]*sql.Stmt
 }
 
-func (c *Client) newProver(ctx context.Context, conn *sql.Conn, version string) *prover {
-	return &prover{c: c, ctx: ctx, conn: conn, version: version, stmts: map[string]*sql.Stmt{}}
+func (s *Server) newProver(ctx context.Context, conn *sql.Conn, version string) *prover {
+	return &prover{s: s, ctx: ctx, conn: conn, version: version, stmts: map[string]*sql.Stmt{}}
 }
 
 // close closes the statements the prover prepared.
@@ -81,7 +80,7 @@ func (p *prover) exec(stmt, step, text string, args ...any) (sql.Result, error) 
 }
 
 // execText runs statement stmt, text with no arguments, as the Client sends
-// a set's statements: as text (engine.Send with Text).
+// a set's statements: as text (Send with Text).
 func (p *prover) execText(stmt, step, text string) (sql.Result, error) {
 	var res sql.Result
 	err := fault.RetryRolledBack(p.ctx, func() (err error) {
@@ -139,23 +138,23 @@ func (p *prover) failed(stmt, step string, err error) error {
 		// it then): no answer, as a broken connection is none.
 		err = fmt.Errorf("%w (%w)", err, driver.ErrBadConn)
 	}
-	if n, ok := fault.Errno(err); ok && engine.SessionGuard(err) == "" { // the guard's 1690 says what it found (internal/engine/session.go)
+	if n, ok := fault.Errno(err); ok && SessionGuard(err) == "" { // the guard's 1690 says what it found (session.go)
 		switch n {
 		case erNativeFunctionRefused:
-			return errorf("%w: MySQL Router with connection sharing refused statement %s (%s) (3566, LAST_INSERT_ID on a connection it may share); "+
-				"drop interpolateParams=true from the DSN, or turn connection sharing off: %w", ErrUnsupportedServer, stmt, step, err)
+			return p.s.cfg.Errorf("%w: MySQL Router with connection sharing refused statement %s (%s) (3566, LAST_INSERT_ID on a connection it may share); "+
+				"drop interpolateParams=true from the DSN, or turn connection sharing off: %w", p.s.cfg.Errors.Unsupported, stmt, step, err)
 		case erUnknownVariable, fault.UnknownError:
 			// A server that calls itself MySQL without MySQL's variables
 			// (go-mysql-server: 1105), refusing one the session guard
 			// reads (queries.sql).
 			if n == erUnknownVariable || strings.Contains(err.Error(), "Unknown system variable") {
-				return errorf("%w: the server (%s), or a layer between it and this Client, does not know a system variable statement %s reads (%s), which MySQL does: %w",
-					ErrUnsupportedServer, p.version, stmt, step, err)
+				return p.s.cfg.Errorf("%w: the server (%s), or a layer between it and this Client, does not know a system variable statement %s reads (%s), which MySQL does: %w",
+					p.s.cfg.Errors.Unsupported, p.version, stmt, step, err)
 			}
 		case erParse, fault.OutOfRange, erTruncated, erBadValue:
 			var mode sql.NullString
 			if qerr := p.conn.QueryRowContext(p.ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); qerr == nil {
-				return errorf("%w: statement %s failed under this session's sql_mode %q (%s): %w", ErrUnsupportedServer, stmt, mode.String, step, err)
+				return p.s.cfg.Errorf("%w: statement %s failed under this session's sql_mode %q (%s): %w", p.s.cfg.Errors.Unsupported, stmt, mode.String, step, err)
 			}
 		}
 	}
@@ -165,8 +164,8 @@ func (p *prover) failed(stmt, step string, err error) error {
 // unsupported is the error of a proof whose statement answered as MySQL and
 // MariaDB never do.
 func (p *prover) unsupported(stmt, format string, args ...any) error {
-	return errorf("%w: the server (%s), or a layer between it and this Client: statement %s: %s, which MySQL and MariaDB never do, so a lease taken through it could have two owners; no lease was taken",
-		ErrUnsupportedServer, p.version, stmt, fmt.Sprintf(format, args...))
+	return p.s.cfg.Errorf("%w: the server (%s), or a layer between it and this Client: statement %s: %s, which MySQL and MariaDB never do, so a lease taken through it could have two owners; no lease was taken",
+		p.s.cfg.Errors.Unsupported, p.version, stmt, fmt.Sprintf(format, args...))
 }
 
 // Server errors a session's sql_mode may cause in a statement.
@@ -181,23 +180,19 @@ const (
 // proveStatements runs the single-name steps of the proof (proof.go) on
 // conn, under name, with tokens a and b, on a server that calls itself
 // version, each statement in the form the Client chose (text).
-func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[numStmts]string, version, name, a, b string) error {
-	p := c.newProver(ctx, conn, version)
+func (s *Server) proveStatements(ctx context.Context, conn *sql.Conn, text *[NumStmts]string, version, name, a, b string) error {
+	p := s.newProver(ctx, conn, version)
 	defer p.close()
 	us := proofTTL.Microseconds()
 	acquire := func(step, token string) (uint64, error) {
-		args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-		if c.eng.Forms().OneRow {
-			args = args[:engine.OneRowAcquireArgs]
-		}
-		return p.id("acquire", step, text[qAcquire], args...)
+		return p.id("acquire", step, text[Acquire], s.acquireArgs(name, token, us)...)
 	}
 
 	fence, err := acquire("take a free name", a)
 	if err != nil {
 		return err
 	}
-	st, err := p.stmt("inspect", text[qInspect])
+	st, err := p.stmt("inspect", text[Inspect])
 	if err != nil {
 		return err
 	}
@@ -217,7 +212,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	if fence <= 2 || fence != stored {
 		return p.unsupported("acquire", "an acquire that took a free name reported %d, and the table holds fence %d", fence, stored)
 	}
-	if id, err := p.id("refresh", "refresh under another token", text[qRefresh], us, name, b); err != nil {
+	if id, err := p.id("refresh", "refresh under another token", text[Refresh], us, name, b); err != nil {
 		return err
 	} else if id != 0 {
 		return p.unsupported("refresh", "a refresh under a token that holds nothing reported %d, left by an earlier statement, instead of 0", id)
@@ -232,20 +227,20 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 	} else if again != fence {
 		return p.unsupported("acquire", "an acquire repeated by the name's owner reported %d instead of its fence %d", again, fence)
 	}
-	if id, err := p.id("refresh", "refresh by the owner", text[qRefresh], us, name, a); err != nil {
+	if id, err := p.id("refresh", "refresh by the owner", text[Refresh], us, name, a); err != nil {
 		return err
 	} else if id == 0 {
 		return p.unsupported("refresh", "a refresh by the owner of a live lease reported 0 (not extended)")
 	}
-	if err := p.proveCheck(text[qCheck], name, a, b); err != nil {
+	if err := p.proveCheck(text[Check], name, a, b); err != nil {
 		return err
 	}
-	if id, err := p.id("release_at_least", "keep under another token", text[qReleaseAtLeast], us, name, b); err != nil {
+	if id, err := p.id("release_at_least", "keep under another token", text[ReleaseAtLeast], us, name, b); err != nil {
 		return err
 	} else if id != 0 {
 		return p.unsupported("release_at_least", "a release with a minimum hold under a token that holds nothing reported %d instead of 0", id)
 	}
-	if id, err := p.id("release_at_least", "keep by the owner", text[qReleaseAtLeast], us, name, a); err != nil {
+	if id, err := p.id("release_at_least", "keep by the owner", text[ReleaseAtLeast], us, name, a); err != nil {
 		return err
 	} else if id == 0 {
 		return p.unsupported("release_at_least", "a release with a minimum hold by the lease's owner reported 0 (not ours)")
@@ -254,9 +249,9 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 		token string
 		want  int64
 		what  string
-	}{{b, 0, "under another token"}, {releasedToken(a), 1, "by the owner"}} {
+	}{{b, 0, "under another token"}, {s.cfg.Released(a), 1, "by the owner"}} {
 		// release_at_least left the lease under the token's released form.
-		res, err := p.exec("release", "release "+step.what, text[qRelease], name, step.token)
+		res, err := p.exec("release", "release "+step.what, text[Release], name, step.token)
 		if err != nil {
 			return err
 		}
@@ -266,7 +261,7 @@ func (c *Client) proveStatements(ctx context.Context, conn *sql.Conn, text *[num
 			return p.unsupported("release", "a release %s changed %d rows instead of %d", step.what, n, step.want)
 		}
 	}
-	_, err = conn.ExecContext(ctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
+	_, err = conn.ExecContext(ctx, s.Text().Substitute(s.cfg.Queries["proof_clear"]), name)
 	if err != nil {
 		return p.failed("proof_clear", "delete the proof name's rows", err)
 	}

@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -17,34 +17,42 @@ import (
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
-// A schemaColumn is a column of schema.sql as information_schema shows it.
-type schemaColumn struct {
-	name string
-	def  string         // its definition in schema.sql
+// A SchemaColumn is a column of schema.sql as information_schema shows it.
+type SchemaColumn struct {
+	Name string
+	Def  string         // its definition in schema.sql
 	typ  *regexp.Regexp // the COLUMN_TYPE values that serve; none has a collation
 	min  int            // for a VARBINARY, the least width that serves
 }
 
-// schemaColumns are the columns of schema.sql (TestSchema_columns checks
+// SchemaColumns returns the columns of schema.sql, for a name column of
+// nameLen bytes and a holder column of holderLen (TestSchema_columns checks
 // them against the file). A wider VARBINARY serves as well; anything else
 // must be as written. The types are binary, so no collation folds names or
 // tokens together; DATETIME(6) keeps microseconds and does not move with
 // the session time_zone.
-var schemaColumns = []schemaColumn{
-	{name: "name", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: MaxNameLen},
-	{name: "kind", def: "BINARY(1) NOT NULL", typ: regexp.MustCompile(`^binary\(1\)$`)},
-	{name: "owner", def: "VARBINARY(32) NOT NULL", typ: varbinaryType, min: 32},
-	{name: "holder", def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: maxHolderLen},
-	// MariaDB and MySQL 5.7 show a display width, MySQL 8.0 none.
-	{name: "fence", def: "BIGINT UNSIGNED NOT NULL", typ: regexp.MustCompile(`^bigint(\(\d+\))? unsigned$`)},
-	{name: "acquired_at", def: "DATETIME(6) NOT NULL", typ: regexp.MustCompile(`^datetime\(6\)$`)},
-	{name: "expires_at", def: "DATETIME(6) NOT NULL", typ: regexp.MustCompile(`^datetime\(6\)$`)},
+func SchemaColumns(nameLen, holderLen int) []SchemaColumn {
+	return []SchemaColumn{
+		{Name: "name", Def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: nameLen},
+		{Name: "kind", Def: "BINARY(1) NOT NULL", typ: binary1Type},
+		{Name: "owner", Def: "VARBINARY(32) NOT NULL", typ: varbinaryType, min: 32},
+		{Name: "holder", Def: "VARBINARY(255) NOT NULL", typ: varbinaryType, min: holderLen},
+		// MariaDB and MySQL 5.7 show a display width, MySQL 8.0 none.
+		{Name: "fence", Def: "BIGINT UNSIGNED NOT NULL", typ: bigintType},
+		{Name: "acquired_at", Def: "DATETIME(6) NOT NULL", typ: datetime6Type},
+		{Name: "expires_at", Def: "DATETIME(6) NOT NULL", typ: datetime6Type},
+	}
 }
 
-var varbinaryType = regexp.MustCompile(`^varbinary\((\d+)\)$`)
+var (
+	varbinaryType = regexp.MustCompile(`^varbinary\((\d+)\)$`)
+	binary1Type   = regexp.MustCompile(`^binary\(1\)$`)
+	bigintType    = regexp.MustCompile(`^bigint(\(\d+\))? unsigned$`)
+	datetime6Type = regexp.MustCompile(`^datetime\(6\)$`)
+)
 
-// schemaKey is schema.sql's primary key, the table's only unique key.
-var schemaKey = []string{"name", "kind"}
+// SchemaKey is schema.sql's primary key, the table's only unique key.
+var SchemaKey = []string{"name", "kind"}
 
 // firstUse is what the first_use query found.
 type firstUse struct {
@@ -72,9 +80,9 @@ const erNativeFunctionRefused = 3566
 // readCarries sends the carries query. A layer that refuses it (MySQL
 // Router, 3566) does not rewrite it either: the two-row forms stay, and
 // the proof holds them to their answers.
-func (c *Client) readCarries(ctx context.Context) (bool, error) {
+func (s *Server) readCarries(ctx context.Context) (bool, error) {
 	var set, read sql.NullString
-	err := c.db.QueryRowContext(ctx, queries["carries"], 1).Scan(&set, &read)
+	err := s.cfg.DB.QueryRowContext(ctx, s.cfg.Queries["carries"], 1).Scan(&set, &read)
 	if n, ok := fault.Errno(err); ok && n == erNativeFunctionRefused {
 		return true, nil
 	}
@@ -98,14 +106,14 @@ type foundIndex struct {
 // schema.sql. It returns found false, and no error, when the table does not
 // exist: the statements then fail with the server's own error, which says
 // how to create it, and the check runs again on the next call.
-func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
-	table := strings.Trim(c.table, "`")
+func (s *Server) checkFirstUse(ctx context.Context) (found bool, err error) {
+	table := strings.Trim(s.cfg.Table, "`")
 	var fu *firstUse
 	err = fault.Transient(ctx, func() error {
 		var err error
-		fu, err = c.readFirstUse(ctx, table)
-		if err == nil && fu.autocommit && !c.eng.Forms().Chosen {
-			fu.carries, err = c.readCarries(ctx)
+		fu, err = s.readFirstUse(ctx, table)
+		if err == nil && fu.autocommit && !s.Forms().Chosen {
+			fu.carries, err = s.readCarries(ctx)
 		}
 		return err
 	})
@@ -116,42 +124,42 @@ func (c *Client) checkFirstUse(ctx context.Context) (found bool, err error) {
 		return false, fmt.Errorf("check the server and table: %w", err)
 	}
 	if !fu.autocommit {
-		return false, errAutocommitOff
+		return false, s.cfg.Errors.AutocommitOff
 	}
 	database := fu.database
-	if !c.eng.Forms().Chosen && !fu.carries && !strings.Contains(fu.version, "MariaDB") && !strings.Contains(fu.version, "TiDB") {
+	if !s.Forms().Chosen && !fu.carries && !strings.Contains(fu.version, "MariaDB") && !strings.Contains(fu.version, "TiDB") {
 		// Vitess, as serverForms tells it: vtgate sends a query that reads
 		// a table to a tablet, whose DATABASE() (and VERSION()) are its
 		// own (vt_<keyspace>_<shard>); a query of no table it answers
 		// itself, with the keyspace, the name a statement gives vtgate.
-		if err := c.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
+		if err := s.cfg.DB.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&database); err != nil {
 			return false, fmt.Errorf("check the server and table: %w", err)
 		}
 	}
 	if !database.Valid {
 		return false, errNoDatabase
 	}
-	qualified, db, err := sqltext.Qualify(c.table, database.String)
+	qualified, db, err := sqltext.Qualify(s.cfg.Table, database.String)
 	if err != nil {
 		return false, err
 	}
-	c.chooseForms(fu.version, qualified, db, fu.carries)
-	if err := c.refuseByVersion(fu.version); err != nil {
+	s.chooseForms(fu.version, qualified, db, fu.carries)
+	if err := s.refuseByVersion(fu.version); err != nil {
 		return false, err
 	}
 	if !fu.found {
 		return false, nil
 	}
-	if err := fu.compare(c.table); err != nil {
+	if err := s.compare(fu); err != nil {
 		return false, err
 	}
-	c.recheck.due.Store(time.Now().Add(tableRecheckEvery).UnixNano())
+	s.recheck.due.Store(time.Now().Add(TableRecheckEvery).UnixNano())
 	return true, nil
 }
 
-// tableRecheckEvery is how often a running Client checks its table again
+// TableRecheckEvery is how often a running Client checks its table again
 // (tableRecheck).
-const tableRecheckEvery = time.Second
+const TableRecheckEvery = time.Second
 
 // A tableRecheck checks the Client's table against schema.sql again, as the
 // first use did, while the Client runs: an operator may alter it under
@@ -159,11 +167,11 @@ const tableRecheckEvery = time.Second
 // to a second off every lease written, which no answer shows (the insert
 // ids come from the BIGINT fence and marks), and gave several holders at
 // once with 1s leases. So the trigger is time: the first statement that
-// takes or extends a lease after tableRecheckEvery sends the first_use
+// takes or extends a lease after TableRecheckEvery sends the first_use
 // query first (one read of the table's definition, about as dear as one
 // lock statement, at most once a second; twice while the Client waits for
-// a name: see tableCheckAhead), and while the table differs,
-// every such statement fails with the difference, wrapping ErrBadTable,
+// a name: see TableCheckAhead), and while the table differs,
+// every such statement fails with the difference, wrapping s.cfg.Errors.BadTable,
 // and sends nothing; it is checked again each second, so a mended table
 // serves again. Changes an answer does show (the fence row gone, a mark or
 // slot out of range) are reported where the answer is read. The zero value
@@ -174,27 +182,34 @@ type tableRecheck struct {
 	bad     atomic.Pointer[error]
 }
 
+// RecheckDue returns when the table's next check is due, in UnixNano.
+func (s *Server) RecheckDue() int64 { return s.recheck.due.Load() }
+
+// SetRecheckDue moves the table's next check to unixNano (the tests make it
+// due now).
+func (s *Server) SetRecheckDue(unixNano int64) { s.recheck.due.Store(unixNano) }
+
 // tableStillGood returns the difference the last check found between the
 // table and schema.sql, checking again first when due. A check that cannot
 // read the table's definition (a lost connection, the table gone) finds no
 // difference: the statement then meets the same trouble and says so.
-func (c *Client) tableStillGood(ctx context.Context) error {
-	return c.tableCheckAhead(ctx, 0)
+func (s *Server) tableStillGood(ctx context.Context) error {
+	return s.TableCheckAhead(ctx, 0)
 }
 
-// tableCheckAhead is tableStillGood for a caller about to wait before its
+// TableCheckAhead is tableStillGood for a caller about to wait before its
 // statement: it checks already when the check comes due within ahead, so
 // that the statement, sent when the wait ends, finds it fresh instead of
 // sending it first, which would delay the statement by a round trip.
-func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error {
-	r := &c.recheck
+func (s *Server) TableCheckAhead(ctx context.Context, ahead time.Duration) error {
+	r := &s.recheck
 	if now := time.Now().UnixNano(); now+int64(ahead) >= r.due.Load() && r.running.CompareAndSwap(false, true) {
-		r.due.Store(now + int64(tableRecheckEvery))
+		r.due.Store(now + int64(TableRecheckEvery))
 		defer r.running.Store(false)
-		fu, err := c.readFirstUse(ctx, strings.Trim(c.table, "`"))
+		fu, err := s.readFirstUse(ctx, strings.Trim(s.cfg.Table, "`"))
 		if err == nil && fu.found {
-			if err := fu.compare(c.table); err != nil {
-				err = errorf("%w (found while this Client ran: the table was altered; until it is mended, no lease is taken or extended)", err)
+			if err := s.compare(fu); err != nil {
+				err = s.cfg.Errorf("%w (found while this Client ran: the table was altered; until it is mended, no lease is taken or extended)", err)
 				r.bad.Store(&err)
 				return err
 			}
@@ -208,8 +223,8 @@ func (c *Client) tableCheckAhead(ctx context.Context, ahead time.Duration) error
 }
 
 // readFirstUse sends the first_use query and collects its rows about table.
-func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
-	rows, err := c.db.QueryContext(ctx, c.eng.Text().Named("first_use"))
+func (s *Server) readFirstUse(ctx context.Context, table string) (*firstUse, error) {
+	rows, err := s.cfg.DB.QueryContext(ctx, s.Text().Named("first_use"))
 	if err != nil {
 		return nil, err
 	}
@@ -235,8 +250,8 @@ func (c *Client) readFirstUse(ctx context.Context, table string) (*firstUse, err
 			continue
 		}
 		if col := nullAnswer(what, f); col != "" {
-			return nil, errorf("%w: cannot check the table: information_schema answered NULL for %s, which it never leaves NULL "+
-				"(the first_use query, queries.sql): the server's answers cannot be trusted, so nothing is known of the table", ErrUnsupportedServer, col)
+			return nil, s.cfg.Errorf("%w: cannot check the table: information_schema answered NULL for %s, which it never leaves NULL "+
+				"(the first_use query, queries.sql): the server's answers cannot be trusted, so nothing is known of the table", s.cfg.Errors.Unsupported, col)
 		}
 		// The views may match table names without regard to case; a
 		// server that stores them as written tells them apart.
@@ -304,27 +319,28 @@ func nullAnswer(what string, f [6]sql.NullString) string {
 }
 
 // compare holds the table fu found against schema.sql and returns an error
-// wrapping ErrBadTable that names every difference and the ALTER TABLE
+// wrapping Errors.BadTable that names every difference and the ALTER TABLE
 // statement that mends them all, or nil.
-func (fu *firstUse) compare(table string) error {
+func (s *Server) compare(fu *firstUse) error {
+	table := s.cfg.Table
 	var problems, fixes []string
 	if !strings.EqualFold(fu.engine, "InnoDB") {
 		problems = append(problems, fmt.Sprintf("the engine is %s, must be InnoDB (row locks and transactions)", fu.engine))
 		fixes = append(fixes, "ENGINE=InnoDB")
 	}
-	for _, want := range schemaColumns {
-		got, ok := fu.columns[want.name]
+	for _, want := range SchemaColumns(s.cfg.NameLen, s.cfg.HolderLen) {
+		got, ok := fu.columns[want.Name]
 		switch {
 		case !ok:
-			problems = append(problems, fmt.Sprintf("column %s is missing, must be %s", want.name, want.def))
-			fixes = append(fixes, fmt.Sprintf("ADD COLUMN %s %s", want.name, want.def))
+			problems = append(problems, fmt.Sprintf("column %s is missing, must be %s", want.Name, want.Def))
+			fixes = append(fixes, fmt.Sprintf("ADD COLUMN %s %s", want.Name, want.Def))
 		case !want.serves(got):
-			problems = append(problems, fmt.Sprintf("column %s is %s, must be %s", want.name, got.describe(), want.def))
-			fixes = append(fixes, fmt.Sprintf("MODIFY COLUMN %s %s", want.name, want.def))
+			problems = append(problems, fmt.Sprintf("column %s is %s, must be %s", want.Name, got.describe(), want.Def))
+			fixes = append(fixes, fmt.Sprintf("MODIFY COLUMN %s %s", want.Name, want.Def))
 		}
 	}
-	want := strings.Join(schemaKey, ", ")
-	if pk, ok := fu.indexes["PRIMARY"]; !ok || !slices.Equal(pk.columns, schemaKey) {
+	want := strings.Join(SchemaKey, ", ")
+	if pk, ok := fu.indexes["PRIMARY"]; !ok || !slices.Equal(pk.columns, SchemaKey) {
 		if ok {
 			problems = append(problems, fmt.Sprintf("the primary key is (%s), must be (%s)", strings.Join(pk.columns, ", "), want))
 			fixes = append(fixes, "DROP PRIMARY KEY")
@@ -344,12 +360,12 @@ func (fu *firstUse) compare(table string) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return errorf("%w: in %s, %s; mend it with: ALTER TABLE %s %s",
-		ErrBadTable, table, strings.Join(problems, "; "), table, strings.Join(fixes, ", "))
+	return s.cfg.Errorf("%w: in %s, %s; mend it with: ALTER TABLE %s %s",
+		s.cfg.Errors.BadTable, table, strings.Join(problems, "; "), table, strings.Join(fixes, ", "))
 }
 
 // serves reports whether a column found in the table works as this one.
-func (want schemaColumn) serves(got foundColumn) bool {
+func (want SchemaColumn) serves(got foundColumn) bool {
 	if got.nullable || got.collation != "" {
 		return false
 	}
@@ -377,26 +393,35 @@ func (got foundColumn) describe() string {
 }
 
 // chooseForms puts the server's forms of the statements in place, before
-// any is prepared, once (engine.Server.Choose): a second call (another call's check got here
-// first) changes nothing. On TiDB and Vitess the wake-up channels stay
-// off: TiDB's GET_LOCK, built on its own transactions, neither granted
-// waiters in the order they came nor freed a killed connection's lock at
-// once in the tests (wake_test.go); vtgate runs every locking function of
-// a session on a connection it reserves on one shard, and the tests that
-// would show the channels right read the processlist and KILL connections,
-// which vtgate does not pass on. Waiters poll there.
-func (c *Client) chooseForms(version, qualified, db string, carries bool) {
-	f := c.eng.Choose(version, qualified, db, carries)
-	if f.OneRow {
-		c.wait.Channels.Refuse()
+// any is prepared, once (Choose): a second call (another call's check got
+// here first) changes nothing. The Client is told the forms now held
+// (Config.Chosen), on every call: what it does must bear a repeat.
+func (s *Server) chooseForms(version, qualified, db string, carries bool) {
+	f := s.Choose(version, qualified, db, carries)
+	s.noFrozenEnds(f, version)
+	if s.cfg.Chosen != nil {
+		s.cfg.Chosen(f, version)
 	}
-	if f.OneRow || !f.LockWait && !f.MySQL {
-		// Said once, as the watch's own refusal is (frozen.go).
-		c.frozen.warned.Do(func() {
-			c.frozen.off.Store(true)
-			c.log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
-				"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
-				"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
-		})
+}
+
+// TableProblem says what err, a statement's error, shows of the table: that
+// it does not exist (and how to create it, through Vitess too), or that it
+// lacks schema.sql's columns; "" for any other error.
+func (s *Server) TableProblem(err error) string {
+	n, ok := fault.Errno(err)
+	if !ok {
+		return ""
 	}
+	table := s.cfg.Table
+	name := strings.Trim(table, "`")
+	switch {
+	case n == fault.NoSuchTable:
+		return "table " + table + " does not exist; create it with Client.CreateTable or by running schema.sql"
+	case n == fault.BadField:
+		return "table " + table + " does not have the columns of schema.sql (another tool's table, or one made by hand?)"
+	case n == fault.UnknownError && strings.Contains(err.Error(), "table "+name+" not found"):
+		return "Vitess knows no table " + table + " in this keyspace: create it with Client.CreateTable or by running schema.sql, " +
+			"in a sharded keyspace after giving it a vindex on name (ALTER VSCHEMA ON keyspace." + name + " ADD VINDEX xxhash(name) USING xxhash; docs/servers.md)"
+	}
+	return ""
 }

@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 )
 
 // The part of the first proof that needs more than one connection of the
-// pool at once (proof_server.go: every connection reaches one server, the
+// pool at once (facts.go: every connection reaches one server, the
 // row lock between two of them) takes the connections beyond its first
 // only when the pool has them to spare: a caller may hold the rest, in a
 // transaction begun before the lock was taken, and would wait on the
 // Client while the Client waited on it. Where the pool has none to spare
 // (all in use, or a limit of one), the Client says in one log line what was
 // not proven, and the first acquire after that finds two connections free
-// proves it (provePending). Until then, leases rest on it unproven (a
+// proves it (ProvePending). Until then, leases rest on it unproven (a
 // balancer over two primaries would go unseen); once a later proof has
 // refused the pool, every acquire is refused until one passes.
 
@@ -60,24 +60,24 @@ func spareWait(rtt time.Duration) time.Duration {
 // open is in use: then nil, at once. A pool without a limit opens one.
 // Between the look and the take another goroutine may take the last free
 // one: the take waits for it at most wait, then returns nil too.
-func (c *Client) spareConn(ctx context.Context, wait time.Duration) (*sql.Conn, error) {
-	s := c.db.Stats()
+func (s *Server) spareConn(ctx context.Context, wait time.Duration) (*sql.Conn, error) {
+	st := s.cfg.DB.Stats()
 	switch {
-	case s.MaxOpenConnections <= 0:
-		return c.db.Conn(ctx) // database/sql never waits for a pool without a limit
-	case s.InUse >= s.MaxOpenConnections:
+	case st.MaxOpenConnections <= 0:
+		return s.cfg.DB.Conn(ctx) // database/sql never waits for a pool without a limit
+	case st.InUse >= st.MaxOpenConnections:
 		return nil, nil
 	}
-	return c.connWithin(ctx, wait)
+	return s.connWithin(ctx, wait)
 }
 
 // connWithin returns a connection of the pool if one comes within wait,
 // else nil; ctx's end is an error.
-func (c *Client) connWithin(ctx context.Context, wait time.Duration) (*sql.Conn, error) {
+func (s *Server) connWithin(ctx context.Context, wait time.Duration) (*sql.Conn, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	conn, err := c.db.Conn(wctx)
-	if err != nil && wctx.Err() != nil && ctxErr(ctx) == nil {
+	conn, err := s.cfg.DB.Conn(wctx)
+	if err != nil && wctx.Err() != nil && fault.CtxErr(ctx) == nil {
 		return nil, nil
 	}
 	return conn, err
@@ -86,55 +86,59 @@ func (c *Client) connWithin(ctx context.Context, wait time.Duration) (*sql.Conn,
 // deferPoolProof notes that the first proof, on a server that answered
 // version and first, could not prove what needs a second connection, and
 // says so in one log line per Client.
-func (c *Client) deferPoolProof(version string, first serverFacts, plain bool) {
-	if !c.poolProof.pending.CompareAndSwap(nil, &pendingProof{version: version, first: first, plain: plain}) {
+func (s *Server) deferPoolProof(version string, first serverFacts, plain bool) {
+	if !s.poolProof.pending.CompareAndSwap(nil, &pendingProof{version: version, first: first, plain: plain}) {
 		return
 	}
 	const what = "the row lock between two connections, and that every connection reaches one server"
-	if s := c.db.Stats(); s.MaxOpenConnections == 1 {
-		c.log.Info("sqllock: first use could not prove "+what+": the pool's limit is one connection (SetMaxOpenConns(1)); "+
+	if st := s.cfg.DB.Stats(); st.MaxOpenConnections == 1 {
+		s.cfg.Log.Info("sqllock: first use could not prove "+what+": the pool's limit is one connection (SetMaxOpenConns(1)); "+
 			"an acquire proves them once the limit allows two", "not_proven", what, "max_open_connections", 1)
 	} else {
-		c.log.Info("sqllock: first use could not prove "+what+": the pool had no second connection free; "+
+		s.cfg.Log.Info("sqllock: first use could not prove "+what+": the pool had no second connection free; "+
 			"the first acquire that finds two free proves them", "not_proven", what,
-			"in_use", s.InUse, "max_open_connections", s.MaxOpenConnections)
+			"in_use", st.InUse, "max_open_connections", st.MaxOpenConnections)
 	}
 }
+
+// PoolProofPending reports whether the first proof left a part to prove
+// for want of a spare connection, not proven since.
+func (s *Server) PoolProofPending() bool { return s.poolProof.pending.Load() != nil }
 
 // errNoSpare means the pool had no connection to spare for a later proof.
 var errNoSpare = errors.New("sqllock: no connection of the pool to spare")
 
-// provePending makes the proof the first one left, if any, when the pool
+// ProvePending makes the proof the first one left, if any, when the pool
 // has two connections free, and returns its refusal, or the last one's when
 // none can be made now. Nothing else a later proof meets (a broken
 // connection, ctx's end) is the call's error: the next acquire tries again.
 // It costs an atomic load when nothing is left, and a look at the pool's
 // counts while something is.
-func (c *Client) provePending(ctx context.Context) error {
-	p := c.poolProof.pending.Load()
+func (s *Server) ProvePending(ctx context.Context) error {
+	p := s.poolProof.pending.Load()
 	if p == nil {
 		return nil
 	}
-	if s := c.db.Stats(); s.MaxOpenConnections > 0 && s.MaxOpenConnections-s.InUse < 2 {
+	if st := s.cfg.DB.Stats(); st.MaxOpenConnections > 0 && st.MaxOpenConnections-st.InUse < 2 {
 		return p.refused
 	}
-	if !c.poolProof.running.TryLock() {
+	if !s.poolProof.running.TryLock() {
 		return p.refused // another call is making it
 	}
-	defer c.poolProof.running.Unlock()
-	if p = c.poolProof.pending.Load(); p == nil {
+	defer s.poolProof.running.Unlock()
+	if p = s.poolProof.pending.Load(); p == nil {
 		return nil
 	}
-	err := c.provePoolAttempt(ctx, p)
+	err := s.provePoolAttempt(ctx, p)
 	switch {
 	case err == nil:
-		c.poolProof.pending.Store(nil)
-		c.log.Debug("sqllock: proved what the first use could not: the row lock between two connections, and one server behind them")
+		s.poolProof.pending.Store(nil)
+		s.cfg.Log.Debug("sqllock: proved what the first use could not: the row lock between two connections, and one server behind them")
 		return nil
-	case errors.Is(err, ErrUnsupportedServer), errors.Is(err, errReadOnlyServer):
+	case errors.Is(err, s.cfg.Errors.Unsupported), errors.Is(err, s.cfg.Errors.ReadOnly):
 		next := *p
 		next.refused = err
-		c.poolProof.pending.Store(&next)
+		s.poolProof.pending.Store(&next)
 		return err
 	}
 	return p.refused
@@ -143,8 +147,8 @@ func (c *Client) provePending(ctx context.Context) error {
 // provePoolAttempt takes two connections the pool has to spare, holds each
 // to the first proof's server (p), and proves the row lock between them
 // under a proof name of its own, whose rows it deletes whatever happens.
-func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
-	name, a, b, err := proofName()
+func (s *Server) provePoolAttempt(ctx context.Context, p *pendingProof) error {
+	name, a, b, err := s.proofName()
 	if err != nil {
 		return err
 	}
@@ -159,7 +163,7 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 	plain := p.plain
 	var rtt time.Duration
 	for len(conns) < 2 {
-		conn, err := c.spareConn(ctx, wait)
+		conn, err := s.spareConn(ctx, wait)
 		if err != nil {
 			return err
 		}
@@ -168,33 +172,21 @@ func (c *Client) provePoolAttempt(ctx context.Context, p *pendingProof) error {
 		}
 		conns = append(conns, conn)
 		start := time.Now()
-		if err := c.sameServer(ctx, conn, p.version, p.first, &plain); err != nil {
+		if err := s.sameServer(ctx, conn, p.version, p.first, &plain); err != nil {
 			return err
 		}
 		rtt = time.Since(start)
 	}
-	text := c.eng.Forms().SQL
-	_, err = c.proveConcurrency(ctx, conns[0], conns[1], rtt, &text, p.version, name, a, b)
+	text := s.Forms().SQL
+	_, err = s.proveConcurrency(ctx, conns[0], conns[1], rtt, &text, p.version, name, a, b)
 	closeConns() // before the cleanup, which a small pool needs
-	cctx, cancel := cleanupContext(ctx)
+	cctx, cancel := s.cleanupContext(ctx)
 	defer cancel()
 	if cerr := fault.RetryRolledBack(cctx, func() error {
-		_, err := c.db.ExecContext(cctx, c.eng.Text().Substitute(queries["proof_clear"]), name)
+		_, err := s.cfg.DB.ExecContext(cctx, s.Text().Substitute(s.cfg.Queries["proof_clear"]), name)
 		return err
 	}); err == nil && cerr != nil {
 		err = fmt.Errorf("delete the proof name's rows: %w", cerr)
 	}
 	return err
-}
-
-// poolFull returns, for the error of a call that ended with its context,
-// a note that every connection the pool may open was in use, as when the
-// caller holds the last in a transaction: the call may have waited for one
-// all along. "" otherwise.
-func (c *Client) poolFull() string {
-	s := c.db.Stats()
-	if s.MaxOpenConnections <= 0 || s.InUse < s.MaxOpenConnections {
-		return ""
-	}
-	return fmt.Sprintf(" (every connection of the pool was in use, at its limit SetMaxOpenConns(%d): the call may have waited for one the caller holds, in a transaction?)", s.MaxOpenConnections)
 }

@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"database/sql/driver"
@@ -16,7 +16,7 @@ import (
 // server and DSN variant passes) and TestClient_firstUse_refusesGoMySQLServer
 // (an engine without the lock is refused); the mock gives the answers an
 // optimistic engine gives, and the timings, on demand.
-func TestClient_proveConcurrency_answers(t *testing.T) {
+func TestServer_proveConcurrency_answers(t *testing.T) {
 	conflict := errors.New("Error 9007 (HY000): Write conflict")
 	tests := []struct {
 		name      string
@@ -51,10 +51,7 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 			// The two connections share the mock's one: the second's
 			// statement may come before or after the first's commit.
 			mock.MatchExpectationsInOrder(false)
-			c, err := New(db, WithHolder(mockHolder))
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv := newTestServer(t, db, "sqllock")
 			ctx := testCtx(t)
 			conn1, err := db.Conn(ctx)
 			if err != nil {
@@ -68,15 +65,15 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 			defer conn2.Close()
 			args := func(token string) []driver.Value {
 				var vs []driver.Value
-				for _, a := range c.acquireArgs("proof", token, proofTTL.Microseconds()) {
+				for _, a := range srv.acquireArgs("proof", token, proofTTL.Microseconds()) {
 					vs = append(vs, a)
 				}
 				return vs
 			}
 			mock.ExpectBegin()
 			// Each acquire prepared, as the Client sends it.
-			mock.ExpectPrepare(inTransaction(c.eng.Forms().SQL[qAcquire])).ExpectExec().WithArgs(args("a")...).WillReturnResult(sqlmock.NewResult(7, 1))
-			second := mock.ExpectPrepare(c.eng.Forms().SQL[qAcquire]).ExpectExec().WithArgs(args("b")...).WillDelayFor(tt.delay)
+			mock.ExpectPrepare(inTransaction(srv.Forms().SQL[Acquire])).ExpectExec().WithArgs(args("a")...).WillReturnResult(sqlmock.NewResult(7, 1))
+			second := mock.ExpectPrepare(srv.Forms().SQL[Acquire]).ExpectExec().WithArgs(args("b")...).WillDelayFor(tt.delay)
 			if tt.secondErr != nil {
 				second.WillReturnError(tt.secondErr)
 			} else {
@@ -87,14 +84,13 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 			} else {
 				mock.ExpectCommit()
 			}
-			owner, err := c.proveConcurrency(ctx, conn1, conn2, 0, &c.eng.Forms().SQL, "8.0.31", "proof", "a", "b")
+			owner, err := srv.proveConcurrency(ctx, conn1, conn2, 0, &srv.Forms().SQL, "8.0.31", "proof", "a", "b")
 			if tt.wantErr == "-" {
-				if err == nil || errors.Is(err, ErrUnsupportedServer) || classify(err) != fault.Unknown {
+				if err == nil || errors.Is(err, errUnsupported) || srv.cfg.Classify(err) != fault.Unknown {
 					t.Errorf("proveConcurrency: got %v, want the broken connection's error, for another attempt", err)
 				}
 			} else if tt.wantErr != "" {
-				wantErrIs(t, err, ErrUnsupportedServer)
-				assertErrContains(t, err, tt.wantErr)
+				wantErr(t, err, errUnsupported, tt.wantErr)
 			} else if err != nil || owner != tt.wantOwner {
 				t.Errorf("proveConcurrency: got %q, %v; want %q, nil", owner, err, tt.wantOwner)
 			}
@@ -110,7 +106,7 @@ func TestClient_proveConcurrency_answers(t *testing.T) {
 // out in every form of the acquire that guards it.
 func TestInTransaction_dropsTheGuard(t *testing.T) {
 	for _, name := range []string{"acquire", "tidb_acquire"} {
-		q := queries[name]
+		q := testQueries[name]
 		if !strings.Contains(q, "@@in_transaction") {
 			continue
 		}
@@ -118,7 +114,7 @@ func TestInTransaction_dropsTheGuard(t *testing.T) {
 			t.Errorf("%s: inTransaction left the open-transaction guard in place:\n%s", name, got)
 		}
 	}
-	if !strings.Contains(queries["acquire"], inTransactionGuard) {
+	if !strings.Contains(testQueries["acquire"], inTransactionGuard) {
 		t.Errorf("acquire: got no %q, want the guard the row lock's proof leaves out", inTransactionGuard)
 	}
 }

@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
 )
 
@@ -21,20 +20,20 @@ import (
 //     updates the first reads no mark, and reports refused a takeover it
 //     wrote.
 //   - fractions of a second in time arithmetic: the lease's length as
-//     stored is the ttl to the microsecond (proofEngineTTL has a fraction),
+//     stored is the ttl to the microsecond (ProofEngineTTL has a fraction),
 //     and a microsecond added to the clock is one microsecond. An engine
 //     that drops the fraction ends leases up to a second early.
 //   - error 1690 on BIGINT UNSIGNED arithmetic past 2^64-1, which a set's
 //     acquire relies on to refuse a held name and undo the statement.
 
-// proofEngineTTL is the takeover's lease in the proof: a minute and a
+// ProofEngineTTL is the takeover's lease in the proof: a minute and a
 // fraction of a second that no rounding keeps.
-const proofEngineTTL = proofTTL + 123457*time.Microsecond
+const ProofEngineTTL = proofTTL + 123457*time.Microsecond
 
 // proveEngine expires the lease owner holds on name, on conn, takes it over
 // under token taker, and holds what the server answered and wrote to the
 // semantics above.
-func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmts]string, version, name, owner, taker string) error {
+func (s *Server) proveEngine(ctx context.Context, conn *sql.Conn, text *[NumStmts]string, version, name, owner, taker string) error {
 	expired := -time.Second.Microseconds()
 	// A rolled-back statement (a deadlock, a cluster conflict) is sent
 	// again: the tokens make a repeat give the first's answer.
@@ -43,17 +42,17 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 	// acquire nor a refresh of owner's own lease would end it: they never
 	// move an owner's expiry earlier (queries.sql).
 	if err := fault.RetryRolledBack(ctx, func() error {
-		if _, err := preparedExec(ctx, conn, text[qRelease], name, owner); err != nil {
+		if _, err := preparedExec(ctx, conn, text[Release], name, owner); err != nil {
 			return err
 		}
-		_, err := c.proofAcquire(ctx, conn, text[qAcquire], name, owner, expired)
+		_, err := s.proofAcquire(ctx, conn, text[Acquire], name, owner, expired)
 		return err
 	}); err != nil {
 		return err
 	}
 	var id uint64
 	if err := fault.RetryRolledBack(ctx, func() (err error) {
-		id, err = c.proofAcquire(ctx, conn, text[qAcquire], name, taker, proofEngineTTL.Microseconds())
+		id, err = s.proofAcquire(ctx, conn, text[Acquire], name, taker, ProofEngineTTL.Microseconds())
 		return err
 	}); err != nil {
 		return err
@@ -63,7 +62,7 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 		length, oneUsec sql.NullInt64
 	)
 	if err := fault.RetryRolledBack(ctx, func() error {
-		return preparedQueryRow(ctx, conn, c.eng.Text().Substitute(queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
+		return preparedQueryRow(ctx, conn, s.Text().Substitute(s.cfg.Queries["proof_engine"]), name).Scan(&got, &length, &oneUsec)
 	}); err != nil {
 		return err
 	}
@@ -76,12 +75,12 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 	case !took:
 		failed = append(failed, fmt.Sprintf("an acquire of a name whose lease had expired reported %d and did not write its owner", uint64(id)))
 	}
-	if length.Int64 != proofEngineTTL.Microseconds() || oneUsec.Int64 != 1 {
+	if length.Int64 != ProofEngineTTL.Microseconds() || oneUsec.Int64 != 1 {
 		failed = append(failed, fmt.Sprintf("DATETIME(6) + INTERVAL n MICROSECOND lost the fraction of a second: a lease of %d µs was stored as %d µs, "+
-			"and a microsecond added to UTC_TIMESTAMP(6) came to %d µs", proofEngineTTL.Microseconds(), length.Int64, oneUsec.Int64))
+			"and a microsecond added to UTC_TIMESTAMP(6) came to %d µs", ProofEngineTTL.Microseconds(), length.Int64, oneUsec.Int64))
 	}
 	err := fault.RetryRolledBack(ctx, func() error {
-		_, err := preparedExec(ctx, conn, c.eng.Text().Substitute(queries["proof_overflow"]), name)
+		_, err := preparedExec(ctx, conn, s.Text().Substitute(s.cfg.Queries["proof_overflow"]), name)
 		return err // 1690, the answer, is no rollback: it comes back at once
 	})
 	if n, ok := fault.Errno(err); (!ok || n != fault.OutOfRange) && !strings.Contains(fmt.Sprint(err), "BIGINT UNSIGNED value is out of range") {
@@ -93,16 +92,16 @@ func (c *Client) proveEngine(ctx context.Context, conn *sql.Conn, text *[numStmt
 			"which a set's acquire relies on to refuse a held name")
 	}
 	if len(failed) > 0 {
-		return refuseServer(version, "%s", strings.Join(failed, "; "))
+		return s.refuseServer(version, "%s", strings.Join(failed, "; "))
 	}
 	return nil
 }
 
 // acquireArgs returns the acquire's arguments under token for us µs.
-func (c *Client) acquireArgs(name, token string, us int64) []any {
-	args := []any{name, token, c.holder, us, name, token, c.holder, token, us}
-	if c.eng.Forms().OneRow {
-		args = args[:engine.OneRowAcquireArgs]
+func (s *Server) acquireArgs(name, token string, us int64) []any {
+	args := []any{name, token, s.cfg.Holder, us, name, token, s.cfg.Holder, token, us}
+	if s.Forms().OneRow {
+		args = args[:OneRowAcquireArgs]
 	}
 	return args
 }

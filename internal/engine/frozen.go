@@ -1,4 +1,4 @@
-package sqllock
+package engine
 
 import (
 	"context"
@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/fault"
-	"github.com/sqllock/sqllock/observe"
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 // A holder stopped inside its Lock.Check transaction (SIGSTOP, a paused
@@ -50,31 +49,29 @@ const frozenLook = 100 * time.Millisecond
 // tables name a blocker only while a transaction waits.
 const frozenResends = 3
 
-// frozenState is what a Client knows of ending frozen holders: whether it
+// frozenState is what a Server knows of ending frozen holders: whether it
 // can (off, once it found it cannot), and whether it has said why not.
 type frozenState struct {
 	off    atomic.Bool
 	warned sync.Once
-	// look replaces frozenLook when not 0: the sqlmock tests, whose one
-	// connection a watch would take from under their script, set it past
-	// any test's end.
-	look time.Duration
+	// look replaces frozenLook when not 0 (SetFrozenLook).
+	look atomic.Int64
 }
 
-// acquireWatched sends the acquire of name with args (engine.Server.Exec), under a
-// watch for a frozen holder; on MariaDB, a send that stopped waiting for
+// Acquire sends the acquire of name with args (Exec), under a watch for a
+// frozen holder; on MariaDB, a send that stopped waiting for
 // its row behind a lease that has ended is sent again at once, a few times
 // (frozenResends), so that a transaction waits for the row when its
 // blocker is due to be ended.
-func (c *Client) acquireWatched(ctx context.Context, name string, args ...any) (res sql.Result, unknown int, err error) {
+func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql.Result, unknown int, err error) {
 	// The statement prepared first: the first use finds the server, which
 	// says whether to watch.
-	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
+	if _, err := s.Stmt(ctx, Acquire); err != nil {
 		return nil, 0, err
 	}
 	for resends := 0; ; resends++ {
-		w := c.watchFrozen(ctx, name)
-		r, u, err := c.eng.Exec(ctx, engine.Send{Stmt: qAcquire, Args: args})
+		w := s.watchFrozen(ctx, name)
+		r, u, err := s.Exec(ctx, Send{Stmt: Acquire, Args: args})
 		unknown += u
 		if !w.stop() || resends == frozenResends {
 			return r, unknown, err
@@ -88,7 +85,7 @@ func (c *Client) acquireWatched(ctx context.Context, name string, args ...any) (
 // A frozenWatch watches one send of an acquire of name (see the top of
 // this file). Its timer starts the watch after frozenLook; stop ends it.
 type frozenWatch struct {
-	c      *Client
+	s      *Server
 	name   string
 	parent context.Context
 	timer  *time.Timer
@@ -105,15 +102,15 @@ type frozenWatch struct {
 // ctx; nil (which stop accepts) where the Client does not watch: TiDB and
 // Vitess (one-row forms), MySQL 5.7, and before the first use has found
 // the server.
-func (c *Client) watchFrozen(ctx context.Context, name string) *frozenWatch {
-	if f := c.eng.Forms(); !f.Chosen || f.OneRow || !f.LockWait && !f.MySQL {
+func (s *Server) watchFrozen(ctx context.Context, name string) *frozenWatch {
+	if f := s.Forms(); !f.Chosen || !f.EndsFrozen() {
 		return nil
 	}
-	w := &frozenWatch{c: c, name: name, parent: ctx}
+	w := &frozenWatch{s: s, name: name, parent: ctx}
 	w.wg.Add(1)
 	look := frozenLook
-	if c.frozen.look != 0 {
-		look = c.frozen.look
+	if l := time.Duration(s.frozen.look.Load()); l != 0 {
+		look = l
 	}
 	w.timer = time.AfterFunc(look, w.run)
 	return w
@@ -148,7 +145,7 @@ func (w *frozenWatch) run() {
 	w.cancel = cancel
 	w.mu.Unlock()
 	defer cancel()
-	w.resend = w.c.endFrozen(ctx, w.name)
+	w.resend = w.s.endFrozen(ctx, w.name)
 }
 
 // endFrozen reads name's lease until it has been over for frozenAfter,
@@ -156,11 +153,11 @@ func (w *frozenWatch) run() {
 // locked, until ctx ends (the acquire has its answer). It reports whether
 // the lease was over (or ending) when it last looked and the Client can
 // still end its row's blockers.
-func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
+func (s *Server) endFrozen(ctx context.Context, name string) (over bool) {
 	for {
 		var holder string
 		var past int64 // µs since the lease ended
-		err := c.db.QueryRowContext(ctx, c.eng.Text().Substitute(queries["frozen_lease"]), name).Scan(&holder, &past)
+		err := s.cfg.DB.QueryRowContext(ctx, s.Text().Substitute(s.cfg.Queries["frozen_lease"]), name).Scan(&holder, &past)
 		if err != nil {
 			return false // no lease (released meanwhile), or the acquire answered
 		}
@@ -169,13 +166,13 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 		over = past >= -time.Second.Microseconds()
 		wait := frozenAfter - time.Duration(past)*time.Microsecond
 		if wait <= 0 {
-			if c.frozen.off.Load() {
-				c.frozenObserved(name, observe.OutcomeRefused, errors.New("sqllock: a frozen holder's transaction keeps the lease row locked; this Client cannot end it (see its earlier warning)"))
+			if s.frozen.off.Load() {
+				s.frozenObserved(name, false, errors.New("sqllock: a frozen holder's transaction keeps the lease row locked; this Client cannot end it (see its earlier warning)"))
 				return false
 			}
-			killed, err := c.endBlockers(ctx, name, holder, past)
+			killed, err := s.endBlockers(ctx, name, holder, past)
 			if err != nil {
-				c.frozenRefused(ctx, name, holder, err)
+				s.frozenRefused(ctx, name, holder, err)
 				return false
 			}
 			if killed {
@@ -194,12 +191,12 @@ func (c *Client) endFrozen(ctx context.Context, name string) (over bool) {
 // endBlockers kills the connections whose idle transactions hold name's
 // lease row locked, the lease, by holder, over by frozenAfter, and tells
 // the log and the Observer. It reports whether it killed any.
-func (c *Client) endBlockers(ctx context.Context, name, holder string, past int64) (killed bool, err error) {
+func (s *Server) endBlockers(ctx context.Context, name, holder string, past int64) (killed bool, err error) {
 	stmt := "frozen_blocker_mysql"
-	if c.eng.Forms().LockWait {
+	if s.Forms().LockWait { // MariaDB
 		stmt = "frozen_blocker_mariadb"
 	}
-	ids, err := c.frozenBlockers(ctx, c.eng.Text().Named(stmt), name)
+	ids, err := s.frozenBlockers(ctx, s.Text().Named(stmt), name)
 	if err != nil {
 		return false, err
 	}
@@ -207,10 +204,10 @@ func (c *Client) endBlockers(ctx context.Context, name, holder string, past int6
 	// Not cut when the acquire answers, which the KILL itself lets it do
 	// before the KILL's own answer comes: the log and the Observer must
 	// hear of it.
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CleanupTimeout)
 	defer cancel()
 	for _, id := range ids {
-		_, err := c.db.ExecContext(kctx, bind(queries["frozen_kill"], strconv.FormatUint(id, 10)))
+		_, err := s.cfg.DB.ExecContext(kctx, sqltext.Bind(s.cfg.Queries["frozen_kill"], strconv.FormatUint(id, 10)))
 		if n, _ := fault.Errno(err); n == errNoSuchThread {
 			continue
 		}
@@ -218,9 +215,9 @@ func (c *Client) endBlockers(ctx context.Context, name, holder string, past int6
 			return killed, err
 		}
 		killed = true
-		c.log.WarnContext(ctx, "sqllock: ended a frozen holder's transaction, which kept the lease row locked after the lease had ended; its writes are rolled back",
+		s.cfg.Log.WarnContext(ctx, "sqllock: ended a frozen holder's transaction, which kept the lease row locked after the lease had ended; its writes are rolled back",
 			"name", name, "holder", holder, "connection", id, "over", over)
-		c.frozenObserved(name, observe.OutcomeRolledBack,
+		s.frozenObserved(name, true,
 			fmt.Errorf("sqllock: killed connection %d of holder %q: its transaction kept the lease row of %q locked %v after the lease ended", id, holder, name, over))
 	}
 	return killed, nil
@@ -228,8 +225,8 @@ func (c *Client) endBlockers(ctx context.Context, name, holder string, past int6
 
 // frozenBlockers returns the connections whose idle transactions hold
 // name's lease row, over by frozenAfter, locked.
-func (c *Client) frozenBlockers(ctx context.Context, find, name string) ([]uint64, error) {
-	rows, err := c.db.QueryContext(ctx, find, name, name, frozenAfter.Microseconds())
+func (s *Server) frozenBlockers(ctx context.Context, find, name string) ([]uint64, error) {
+	rows, err := s.cfg.DB.QueryContext(ctx, find, name, name, frozenAfter.Microseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -261,12 +258,12 @@ const (
 // the next watch tries again): to the Observer each time, and to the log
 // once per Client with what to grant; the Client then stops trying. An
 // error of the caller's context (the acquire answered) is none of this.
-func (c *Client) frozenRefused(ctx context.Context, name, holder string, err error) {
+func (s *Server) frozenRefused(ctx context.Context, name, holder string, err error) {
 	n, _ := fault.Errno(err)
 	if ctx.Err() != nil {
 		return
 	}
-	mariadb := c.eng.Forms().LockWait
+	mariadb := s.Forms().LockWait
 	var why string
 	switch {
 	case n == errKillDenied && mariadb:
@@ -282,21 +279,38 @@ func (c *Client) frozenRefused(ctx context.Context, name, holder string, err err
 	default:
 		return
 	}
-	c.frozenObserved(name, observe.OutcomeRefused, err)
-	c.frozen.off.Store(true)
-	c.frozen.warned.Do(func() {
-		c.log.WarnContext(ctx, "sqllock: cannot end a frozen holder's transaction, which keeps a lease row locked after its lease ended; "+
+	s.frozenObserved(name, false, err)
+	s.frozen.off.Store(true)
+	s.frozen.warned.Do(func() {
+		s.cfg.Log.WarnContext(ctx, "sqllock: cannot end a frozen holder's transaction, which keeps a lease row locked after its lease ended; "+
 			"the name stays held until the server ends that transaction (wait_timeout), and this Client no longer tries: "+why,
 			"name", name, "holder", holder, "err", err)
 	})
 }
 
-// frozenObserved tells the Observer, as a RetryEvent of statement
-// "frozen_holder": an acquire of name met a frozen holder, ended
-// (OutcomeRolledBack) or not (OutcomeRefused).
-func (c *Client) frozenObserved(name string, out observe.Outcome, err error) {
-	if c.obs.Retried == nil {
+// frozenObserved tells the Client (Config.Frozen) that an acquire of name
+// met a frozen holder, ended or not, with what happened (err).
+func (s *Server) frozenObserved(name string, ended bool, err error) {
+	if s.cfg.Frozen != nil {
+		s.cfg.Frozen(name, ended, err)
+	}
+}
+
+// noFrozenEnds turns the watch off where it cannot end a frozen holder
+// (Forms.EndsFrozen), and says so once, when the check chose forms.
+func (s *Server) noFrozenEnds(f *Forms, version string) {
+	if f.EndsFrozen() {
 		return
 	}
-	observed(&c.reporter, c.obs.Retried, observe.RetryEvent{Statement: "frozen_holder", Name: name, Outcome: out, Err: err})
+	s.frozen.warned.Do(func() {
+		s.frozen.off.Store(true)
+		s.cfg.Log.Info("sqllock: a holder frozen inside Lock.Check is not ended on this server (TiDB, Vitess, MySQL 5.7): "+
+			"its lease row stays locked until the server ends its transaction (TiDB's tidb_idle_transaction_timeout, "+
+			"vttablet's transaction timeout, wait_timeout); see docs/guarantees.md", "version", version)
+	})
 }
+
+// SetFrozenLook makes the watch of a blocked acquire start after look
+// instead of frozenLook: the sqlmock tests, whose one connection a watch
+// would take from under their script, set it past any test's end.
+func (s *Server) SetFrozenLook(look time.Duration) { s.frozen.look.Store(int64(look)) }

@@ -1,0 +1,91 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock/internal/testdsn"
+)
+
+// A later proof's cleanup runs under the caller's context while it lasts,
+// past Config.CleanupTimeout (a loaded server took over a second for the DELETE of
+// the proof name's rows, and a proof whose steps had passed failed), and
+// under Config.CleanupTimeout of its own once the caller's context has ended.
+func TestServer_cleanupContext(t *testing.T) {
+	type key struct{}
+	srv := newTestServer(t, nil, "sqllock")
+	t.Run("caller's context alive", func(t *testing.T) {
+		ctx, cancelCaller := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+		cctx, cancel := srv.cleanupContext(ctx)
+		defer cancel()
+		if cctx.Value(key{}) != "v" {
+			t.Errorf("the cleanup's context lost the caller's values")
+		}
+		select {
+		case <-cctx.Done():
+			t.Fatal("the cleanup's context ended while the caller's lasted")
+		case <-time.After(srv.cfg.CleanupTimeout + 200*time.Millisecond):
+		}
+		cancelCaller()
+		select {
+		case <-cctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cleanup's context outlived the caller's past srv.cfg.CleanupTimeout")
+		}
+	})
+	t.Run("caller's context ended", func(t *testing.T) {
+		ctx, cancelCaller := context.WithCancel(context.Background())
+		cancelCaller()
+		start := time.Now()
+		cctx, cancel := srv.cleanupContext(ctx)
+		defer cancel()
+		if cctx.Err() != nil {
+			t.Fatal("the cleanup's context ended at once: it must get srv.cfg.CleanupTimeout of its own")
+		}
+		<-cctx.Done()
+		if took := time.Since(start); took < srv.cfg.CleanupTimeout {
+			t.Fatalf("the cleanup's context ended after %v, before srv.cfg.CleanupTimeout (%v)", took, srv.cfg.CleanupTimeout)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cctx, cancel := srv.cleanupContext(context.Background())
+		cancel()
+		if cctx.Err() == nil {
+			t.Fatal("cancel left the cleanup's context live")
+		}
+	})
+}
+
+// The set, semaphore and Once statements are proven at their own first
+// use, once, and leave no row behind.
+func TestServer_laterProofs(t *testing.T) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		db, table := serverTable(t, s)
+		srv := newTestServer(t, db, table)
+		ctx := testCtx(t)
+		if err := srv.FirstUse(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if f := srv.Forms(); f.Later != [NumLater]bool{} {
+			t.Fatalf("after the first use: later proofs %v, want none made", f.Later)
+		}
+		for kind, prove := range [NumLater]func(context.Context) error{
+			LaterSets: srv.ProveSets, LaterSlots: srv.ProveSlots, LaterOnce: srv.ProveOnceRecords,
+		} {
+			if f := srv.Forms(); kind == LaterSets && f.RefusesSets() || kind == LaterSlots && f.SlotsRefusal() != "" {
+				continue // the Client refuses the kind there before its proof
+			}
+			if err := prove(ctx); err != nil {
+				t.Fatalf("the %s proof: %v", LaterNames[kind], err)
+			}
+			if !srv.Forms().Later[kind] {
+				t.Errorf("the %s proof passed, not marked", LaterNames[kind])
+			}
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&n); err != nil || n != 0 {
+				t.Errorf("after the %s proof: %d rows (%v), want 0", LaterNames[kind], n, err)
+			}
+		}
+	})
+}
