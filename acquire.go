@@ -162,7 +162,7 @@ func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) { return a.run
 // A name's part of an attempt (leaseKind): the acquire statement of
 // queries.sql, whose insert id is the fence, or 0 when the name is held.
 
-func (a *acquireCall) ready(context.Context) error { return nil } // with the statement's prepare (exec.go)
+func (a *acquireCall) ready(context.Context) error { return nil } // with the statement's prepare (internal/engine/exec.go)
 func (a *acquireCall) claim(ctx context.Context)   { a.c.claimOrphans(ctx, &a.c.orphans, a.name) }
 
 func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {

@@ -61,3 +61,48 @@ func bind(stmt string, lits ...string) string { return sqltext.Bind(stmt, lits..
 
 // hexLiteral writes name as a hex literal, X'...'.
 func hexLiteral(name string) string { return sqltext.Hex(name) }
+
+// Every statement a Client sends goes through its engine (internal/engine),
+// which makes the first-use check and the proofs, prepares each statement
+// once, and sends it again while the server rolls it back or the connection
+// breaks before the reply; serverError (errors.go) says what a failure means.
+
+// newEngine returns the engine that checks the server and table, proves
+// the statements, and prepares and sends them.
+func (c *Client) newEngine() *engine.Server {
+	return engine.New(engine.Config{
+		DB:        c.db,
+		Queries:   queries,
+		Table:     c.table,
+		Holder:    c.holder,
+		NameLen:   MaxNameLen,
+		HolderLen: maxHolderLen,
+		Classify:  classify,
+		Retried:   c.logRetry,
+		Chosen:    c.chosen,
+		Log:       c.log,
+		Frozen:    c.frozenSeen,
+		Errorf:    errorf,
+		Errors: engine.Errors{
+			Unsupported:   ErrUnsupportedServer,
+			BadTable:      ErrBadTable,
+			ReadOnly:      errReadOnlyServer,
+			AutocommitOff: errAutocommitOff,
+		},
+		Token:          newToken,
+		Released:       releasedToken,
+		Closed:         ErrClosed,
+		Budget:         c.budget,
+		CleanupTimeout: cleanupTimeout,
+	})
+}
+
+// chosen is told the forms the first-use check chose for the server that
+// answered version: where the wake-up channels do not serve
+// (engine.Forms.Channels: TiDB, Vitess; wake_test.go) they stay off and
+// waiters poll.
+func (c *Client) chosen(f *engine.Forms, version string) {
+	if !f.Channels() {
+		c.wait.Channels.Refuse()
+	}
+}

@@ -38,7 +38,7 @@ type Client struct {
 	// allocates, and every acquire sends it twice.
 	holderArg any
 	retry     RetryStrategy
-	budget    fault.Budget  // the resends' (exec.go); set by tests only (options.go)
+	budget    fault.Budget  // the resends' (internal/engine/exec.go); set by tests only (options.go)
 	lockDelay time.Duration // WithLockDelay; negative: the default (admin.go)
 
 	reporter // its logger, Observer and warnings; observe.go
