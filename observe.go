@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
-	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -178,31 +177,4 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 	}
 	// Any other error leaves the outcome unknown: a later Release, or
 	// Close, reports the end.
-}
-
-// waitWoke reports a wait on the wake-up channel of what label names,
-// begun at began, that ended in st with err. A wait that did not start
-// (the channel was held in this Client already, or the channels are off)
-// or that the caller's context or Close ended is not reported.
-func (c *Client) waitWoke(label string, st wait.State, err error, began time.Time) {
-	if c.obs.Wakeup == nil || err != nil || st == wait.Failed && c.wait.Channels.Refused() {
-		return // the channels' turning off was told once
-	}
-	c.channelTold(label, st, time.Since(began))
-}
-
-// channelTold reports what a wait on a wake-up channel came to, or that
-// the channels turned off (wait.Off): the machinery's own events, and
-// waitWoke's.
-func (c *Client) channelTold(label string, st wait.State, d time.Duration) {
-	switch st {
-	case wait.Granted:
-		c.wokeUp(label, observe.WakeupGranted, d)
-	case wait.TimedOut:
-		c.wokeUp(label, observe.WakeupTimedOut, d)
-	case wait.Failed:
-		c.wokeUp(label, observe.WakeupFailed, d)
-	case wait.Off:
-		c.wokeUp("", observe.WakeupOff, 0)
-	}
 }

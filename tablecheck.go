@@ -388,7 +388,7 @@ func (got foundColumn) describe() string {
 func (c *Client) chooseForms(version, qualified, db string, carries bool) {
 	f := c.eng.Choose(version, qualified, db, carries)
 	if f.OneRow {
-		c.wait.Channels.Refuse()
+		c.wait.Refuse()
 	}
 	if f.OneRow || !f.LockWait && !f.MySQL {
 		// Said once, as the watch's own refusal is (frozen.go).
