@@ -270,7 +270,7 @@ func (ws *channelSet) put(name string, ch *channel) {
 }
 
 // set changes what ch holds; the caller holds ch.sem. Writes also take
-// ws.mu, so that holdsWake and Close may read them. A connection set here
+// ws.mu, so that holds and closeAll may read them. A connection set here
 // was reserved (reserve); one let go of here is counted back.
 func (ws *channelSet) set(ch *channel, conn *sql.Conn, by any) {
 	ws.mu.Lock()

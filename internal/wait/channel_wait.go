@@ -26,8 +26,8 @@ func (ws *channelSet) poolFull() bool {
 // wait is the wait of the head of name's queue on the channel, for a
 // lease of ttl: it blocks in GET_LOCK until the channel is granted, its
 // timeout passes, or ctx ends. queued reports that another process held
-// the channel when the wait began. The error is ctx's, or ErrClosed; a
-// failure of the channel is wakeFailed, never an error.
+// the channel when the wait began. The error is ctx's, or Config.Closed; a
+// failure of the channel is stFailed, never an error.
 func (ws *channelSet) wait(ctx context.Context, name string, ttl time.Duration) (st state, queued bool, err error) {
 	if ws.refused.Load() {
 		return stFailed, false, nil

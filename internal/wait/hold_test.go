@@ -77,11 +77,11 @@ func TestHold_lapse(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		a, b, _ := twoProcesses(t, s)
 		ctx := context.Background()
-		lease := &fakeLease{until: time.Now().Add(100 * time.Millisecond)}
+		began := time.Now()
+		lease := &fakeLease{until: began.Add(500 * time.Millisecond)}
 		h := holding(t, a, ctx, "k", lease)
-		time.Sleep(50 * time.Millisecond)
-		lease.set(time.Now().Add(300*time.Millisecond), false) // renewed
-		time.Sleep(250 * time.Millisecond)                     // past the first expiry and its slack
+		lease.set(began.Add(1500*time.Millisecond), false) // renewed
+		time.Sleep(time.Until(began.Add(time.Second)))     // past the first expiry and its slack
 		if !a.channels.holds("k") {
 			t.Fatal("let go of before the renewed lease could expire")
 		}
@@ -92,10 +92,10 @@ func TestHold_lapse(t *testing.T) {
 		}
 		h.Release(ctx, true) // after the lapse: nothing more to let go of
 
-		lease = &fakeLease{until: time.Now().Add(50 * time.Millisecond)}
+		lease = &fakeLease{until: time.Now().Add(500 * time.Millisecond)}
 		holding(t, a, ctx, "k", lease)
 		lease.set(time.Time{}, true) // its release started, and lets go
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		if !a.channels.holds("k") {
 			t.Error("the lapse let go of a channel whose lease's release had started")
 		}

@@ -109,7 +109,7 @@ type lookAnswer struct {
 
 // held reports whether a live lease on name stands, by the server's
 // clock, asking in one statement with every other name due at the same time.
-// Its error is ctx's, ErrClosed, or the look's own, after which the caller
+// Its error is ctx's, Config.Closed, or the look's own, after which the caller
 // sends its acquire instead.
 func (lk *looker) held(ctx context.Context, name string) (bool, error) {
 	ask := lookAsk{name: name, answer: make(chan lookAnswer, 1)}

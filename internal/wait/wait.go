@@ -33,8 +33,8 @@ import (
 )
 
 // A strategy says how long a waiting call waits after its attempt-th
-// refused attempt, and false when it gives up (the root package's
-// RetryStrategy).
+// refused attempt, and false when it gives up: a Call's Backoff, the
+// Client's RetryStrategy.
 type strategy interface {
 	Backoff(attempt int) (wait time.Duration, ok bool)
 }

@@ -3,6 +3,7 @@ package wait
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -26,7 +27,10 @@ func mockEngine(t *testing.T) (*Engine, sqlmock.Sqlmock, chan struct{}, error) {
 	e := &Engine{}
 	e.Init(Config{DB: db, SQL: func(name string) string { return texts[name] },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Closing: closing, Closed: closed,
-		Woke: func(string, observe.WakeupState, time.Duration) {}})
+		Woke:        func(string, observe.WakeupState, time.Duration) {},
+		NotAcquired: errNotAcquired, Errorf: fmt.Errorf,
+		Passable: func(err error) bool { return errors.Is(err, errPassing) },
+		HeldBy:   func(name string) error { return fmt.Errorf("%w: %q is held", errNotAcquired, name) }})
 	t.Cleanup(e.Stop)
 	return e, mock, closing, closed
 }
