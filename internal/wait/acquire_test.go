@@ -99,22 +99,15 @@ func TestEngine_Acquire_oneHeadAttempts(t *testing.T) {
 	first := &fakeCall{key: "k", always: held, giveUp: 1 << 30}
 	second := &fakeCall{key: "k", giveUp: 1 << 30}
 	done := make(chan error, 2)
-	go func() {
-		_, err := e.Acquire(context.Background(), first)
-		done <- err
-	}()
-	for deadline := time.Now().Add(5 * time.Second); e.queues.waiting("k") < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first caller does not wait")
-		}
-	}
-	go func() {
-		_, err := e.Acquire(context.Background(), second)
-		done <- err
-	}()
-	for deadline := time.Now().Add(5 * time.Second); e.queues.waiting("k") < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the second caller does not wait")
+	for i, call := range []*fakeCall{first, second} {
+		go func() {
+			_, err := e.Acquire(context.Background(), call)
+			done <- err
+		}()
+		for deadline := time.Now().Add(5 * time.Second); e.queues.waiting("k") <= i; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("caller %d does not wait", i+1)
+			}
 		}
 	}
 	time.Sleep(20 * time.Millisecond) // several polls of the head
