@@ -8,9 +8,10 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/wait"
 )
 
-// The acquire path: TryAcquire, Acquire (which waits in wait.go) and
+// The acquire path: TryAcquire, Acquire (which waits in internal/wait) and
 // Elect's campaign each make one acquireCall, which draws the call's owner
 // token, sends its attempts, and owns what an attempt whose outcome stays
 // unknown leaves behind: it deletes that lease at once, and when the DELETE
@@ -80,7 +81,7 @@ func (c *Client) Acquire(ctx context.Context, name string, ttl time.Duration) (*
 		// queue would only delay its one answer.
 		l, err = a.attempt(ctx)
 	} else {
-		l, err = c.acquireQueued(ctx, &a)
+		l, err = a.waitFor(ctx, &a)
 	}
 	c.acquireDone(ctx, &a, start, l, err)
 	return l, err
@@ -126,6 +127,7 @@ type acquireCall struct {
 	tokenErr error // renew could not draw a token
 	attempts int   // acquire statements sent, for the Observer
 	pending  *Lock // the Lock a name's statement under way would start
+	got      *Lock // the Lock a waiting call's attempt took (waitFor)
 }
 
 // newAcquireCall checks an acquire's arguments, before anything is sent,
@@ -158,6 +160,50 @@ func (a *acquireCall) try(ctx context.Context) (*Lock, error) {
 // attempt sends one acquire statement, and cleans up after it when its
 // outcome stays unknown (attempt.go).
 func (a *acquireCall) attempt(ctx context.Context) (*Lock, error) { return a.run(ctx, a) }
+
+// waitFor waits for call's lease, a's or its kind's (setCall, slotCall), in
+// the Client's queue for its key (internal/wait's Engine.Acquire, one loop
+// for every kind), and gives the Lock it took its hold of the wake-up
+// channel. It runs for a strategy that may retry.
+func (a *acquireCall) waitFor(ctx context.Context, call wait.Call) (*Lock, error) {
+	h, err := a.c.wait.Acquire(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	a.got.hold.Store(h)
+	return a.got, nil
+}
+
+// took is an attempt's answer as internal/wait's Call.Attempt gives it.
+func (a *acquireCall) took(l *Lock, err error) (func() (time.Time, bool), error) {
+	if err != nil {
+		return nil, err
+	}
+	a.got = l
+	return l.lapseState, nil
+}
+
+// What internal/wait's Engine.Acquire needs of a name's waiting acquire
+// (wait.Call): its key is the name, and so is the look's. A name with an
+// orphan to delete is not looked at: only the acquire's path deletes it.
+
+func (a *acquireCall) Key() string                         { return a.name }
+func (a *acquireCall) Label() string                       { return a.name }
+func (a *acquireCall) Op() string                          { return fmt.Sprintf("acquire %q", a.name) }
+func (a *acquireCall) TTL() time.Duration                  { return a.ttl }
+func (a *acquireCall) Final(error) bool                    { return false }
+func (a *acquireCall) Shared() bool                        { return false }
+func (a *acquireCall) Backoff(n int) (time.Duration, bool) { return a.c.retry.Backoff(n) }
+func (a *acquireCall) Attempt(ctx context.Context) (func() (time.Time, bool), error) {
+	return a.took(a.attempt(ctx))
+}
+
+func (a *acquireCall) Look() string {
+	if a.c.orphans.Has(a.name) {
+		return ""
+	}
+	return a.name
+}
 
 // A name's part of an attempt (leaseKind): the acquire statement of
 // queries.sql, whose insert id is the fence, or 0 when the name is held.

@@ -92,7 +92,7 @@ func (c *Client) AcquireSet(ctx context.Context, names []string, ttl time.Durati
 	if _, ok := c.retry.Backoff(1); !ok {
 		l, err = call.attempt(ctx)
 	} else {
-		l, err = c.acquireQueued(ctx, call)
+		l, err = call.waitFor(ctx, call)
 	}
 	c.acquireDone(ctx, &call.acquireCall, start, l, err)
 	return l, err
@@ -123,6 +123,25 @@ func setLabel(names []string) string {
 	return "[" + strings.Join(q, " ") + "]"
 }
 
+// A setCall is an acquireCall for a set: name is the set's label, names
+// its names; set is the lease set of the attempt under way.
+type setCall struct {
+	acquireCall
+	set *lockSet
+}
+
+// What internal/wait's Engine.Acquire needs of a set's waiting acquire
+// (wait.Call), beside what the acquireCall gives: the set's own key
+// (setKey), and no look, which is single names' alone.
+
+func (a *setCall) Key() string                                { return setKey(a.names) }
+func (a *setCall) Op() string                                 { return "acquire " + a.name }
+func (a *setCall) Look() string                               { return "" }
+func (a *setCall) attempt(ctx context.Context) (*Lock, error) { return a.run(ctx, a) }
+func (a *setCall) Attempt(ctx context.Context) (func() (time.Time, bool), error) {
+	return a.took(a.attempt(ctx))
+}
+
 // A set's part of an attempt (leaseKind): all_acquire, sent as text,
 // whose insert id carries the set's fence; a refusal says which names are
 // held.
@@ -132,13 +151,13 @@ func (a *setCall) ready(ctx context.Context) error {
 	// The first use's check and proof, and the choice of forms, come with
 	// the acquire's prepare; the set's statement is sent as text.
 	if _, err := c.eng.Stmt(ctx, qAcquire); err != nil {
-		return c.serverError(a.op(), err)
+		return c.serverError(a.Op(), err)
 	}
 	if c.eng.Forms().RefusesSets() {
 		return errSetsThroughVitess
 	}
 	if err := c.eng.ProveSets(ctx); err != nil {
-		return c.serverError(a.op(), err)
+		return c.serverError(a.Op(), err)
 	}
 	return nil
 }
@@ -165,7 +184,7 @@ func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time
 	s := a.set
 	if err := a.c.eng.ReadFences(ctx, s.Set, res); err != nil {
 		a.cleanup(ctx, last, unknown+1)
-		return nil, false, fmt.Errorf("sqllock: %s: %w", a.op(), err)
+		return nil, false, fmt.Errorf("sqllock: %s: %w", a.Op(), err)
 	}
 	l := newLock(a.c, a.names[0], a.token, slices.Max(s.Fences), a.ttl, sent.Add(a.ttl))
 	l.kind = setKind{s}
@@ -178,7 +197,7 @@ func (a *setCall) read(ctx context.Context, res sql.Result, sent, last time.Time
 // returns the refusal without its holders, so a refused call returns
 // within its context.
 func (c *Client) heldOf(ctx context.Context, s *lockSet) error {
-	names, err := c.wait.Looks.Holders(ctx, s.In)
+	names, err := c.wait.Holders(ctx, s.In)
 	if err != nil {
 		return heldUnread(&HeldError{}, err)
 	}

@@ -188,7 +188,7 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 		}
 		if delay == 0 {
 			// A waiter in this Client may take the name (or slot) now.
-			c.wait.Queues.Kick(key)
+			c.wait.Kick(key)
 			return info, nil
 		}
 		us, err := res.LastInsertId()

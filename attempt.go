@@ -22,7 +22,7 @@ import (
 // A leaseKind is one kind's part of an attempt, for one acquireCall.
 type leaseKind interface {
 	// op begins the attempt's errors: `acquire "x"`.
-	op() string
+	Op() string
 	// ready makes what the kind needs before its first write (the
 	// Client's first use, the kind's own proof) and readies a new
 	// attempt; its error is the attempt's.
@@ -61,7 +61,7 @@ func (a *acquireCall) run(ctx context.Context, k leaseKind) (*Lock, error) {
 	// What the first use left to prove for want of a spare connection
 	// (internal/engine/pool.go); with nothing left, this costs an atomic load.
 	if err := c.eng.ProvePending(ctx); err != nil {
-		return nil, errorf("%s: %w", k.op(), err)
+		return nil, errorf("%s: %w", k.Op(), err)
 	}
 	// Leases earlier acquires may have left under tokens nobody holds go
 	// first; without any, this costs an atomic load.
@@ -110,9 +110,9 @@ func (a *acquireCall) failed(ctx context.Context, k leaseKind, err error) error 
 	}
 	if cerr := ctxErr(ctx); cerr != nil {
 		if errors.Is(err, cerr) {
-			return errorf("%s: %w: %w%s", k.op(), ErrNotAcquired, err, a.c.poolFull())
+			return errorf("%s: %w: %w%s", k.Op(), ErrNotAcquired, err, a.c.poolFull())
 		}
-		return errorf("%s: %w: %w (last error: %w)%s", k.op(), ErrNotAcquired, cerr, err, a.c.poolFull())
+		return errorf("%s: %w: %w (last error: %w)%s", k.Op(), ErrNotAcquired, cerr, err, a.c.poolFull())
 	}
-	return a.c.serverError(k.op(), err)
+	return a.c.serverError(k.Op(), err)
 }

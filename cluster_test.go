@@ -638,7 +638,7 @@ func TestCluster_wakeups_galera(t *testing.T) {
 		}
 	}
 	if refuses {
-		if !waiter.wait.Channels.Refused() {
+		if !waiter.wait.Peek("").Refused {
 			t.Error("the Client's channels are still on after Galera refused GET_LOCK")
 		}
 		if refusals != 1 {

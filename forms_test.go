@@ -36,8 +36,8 @@ func TestClient_chooseForms_once(t *testing.T) {
 	c.chooseForms("10.11.19-MariaDB", "`test`.`sqllock`", "'test'", true)
 	wg.Wait()
 	c.chooseForms("8.0.11-TiDB-v9.0.0", "`test`.`sqllock`", "'test'", false)
-	if f := c.eng.Forms(); !f.LockWait || f.TiDB || c.wait.Channels.Refused() {
-		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wait.Channels.Refused())
+	if f := c.eng.Forms(); !f.LockWait || f.TiDB || c.wait.Peek("").Refused {
+		t.Errorf("after a second choice: %+v, channels refused %t; want MariaDB's forms kept", *f, c.wait.Peek("").Refused)
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
+	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -55,21 +57,19 @@ type Lock struct {
 	// a way that may have deleted the row. releaseUnderWay: a release is
 	// sending its statement.
 	released, releaseUnknown, releaseUnderWay bool
-	// wake: the Lock holds its name's wake-up channel, which its release
-	// lets go of (wake_lock.go). contended: its Acquire waited for the name.
-	// probe: its release asks whether another process waits (wake_lock.go).
-	// Close may release the Lock before its Acquire has set them. They sit
-	// in releaseUnknown's padding, as does endObserved (the Observer was
-	// told the lease ended; observe.go), so that with heldSince (when it
-	// was told it started, on monoBase's clock) a Lock stays in its
-	// allocation size class, 208 bytes.
-	wake, contended, probe bool
-	endObserved            bool
-	heldSince              time.Duration
-	// lapse lets go of the channel if the lease lapses unreleased (wake_lock.go).
-	lapse *time.Timer
-	ka    *keepAlive // started by the first KeepAlive; keepalive.go
-	kind  lockKind   // what the kind that acquired the Lock left on it
+	// endObserved: the Observer was told the lease ended (observe.go). It
+	// sits in releaseUnknown's padding, so that with heldSince (when it was
+	// told it started, on monoBase's clock) a Lock stays in its allocation
+	// size class, 208 bytes.
+	endObserved bool
+	heldSince   time.Duration
+	// hold is what the Lock's waiting Acquire left it of its key's wake-up
+	// channel (internal/wait), which its release calls; nil when the
+	// acquire did not wait, or the channels are off. Close may release the
+	// Lock before its Acquire has set it.
+	hold atomic.Pointer[wait.Hold]
+	ka   *keepAlive // started by the first KeepAlive; keepalive.go
+	kind lockKind   // what the kind that acquired the Lock left on it
 }
 
 // A lockKind is what the kind of lease that acquired a Lock left on it: a
@@ -92,7 +92,7 @@ type lockKind interface {
 	release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error)
 	check(ctx context.Context, l *Lock, tx *sql.Tx) error
 	// waitKey is the key of the queue and wake-up channel the Lock's
-	// acquire waited in (wait_kinds.go).
+	// acquire waited in (internal/wait).
 	waitKey(l *Lock) string
 	// kick makes this Client's callers waiting for what l held try now.
 	kick(l *Lock)
@@ -110,7 +110,7 @@ func (nameKind) names(l *Lock) []string                 { return []string{l.name
 func (nameKind) fences(l *Lock) []uint64                { return []uint64{l.fence} }
 func (nameKind) label(l *Lock) string                   { return strconv.Quote(l.name) }
 func (nameKind) waitKey(l *Lock) string                 { return l.name }
-func (nameKind) kick(l *Lock)                           { l.c.wait.Queues.Kick(l.name) }
+func (nameKind) kick(l *Lock)                           { l.c.wait.Kick(l.name) }
 func (nameKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, []string{l.name} }
 
 // A releaseFlight is one release of a Lock under way, as the calls that
@@ -126,6 +126,15 @@ type releaseFlight struct {
 func newLock(c *Client, name, token string, fence uint64, ttl time.Duration, validUntil time.Time) *Lock {
 	return &Lock{c: c, name: name, token: token, fence: fence, ttl: ttl, validUntil: validUntil,
 		nameArg: name, tokenArg: token, kind: nameKind{}}
+}
+
+// lapseState is when l's lease could expire at the earliest, and whether
+// its release started: what its hold of the wake-up channel reads when the
+// lease could have lapsed (internal/wait).
+func (l *Lock) lapseState() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil, l.released || l.endCause != nil
 }
 
 // Name returns the name the lease is on: for a set, the first of
@@ -311,9 +320,7 @@ func (l *Lock) sendRelease(ctx context.Context, minHold time.Duration) error {
 	)
 	ours, maybeApplied, err = l.kind.release(ctx, l, minHold)
 	done := time.Now()
-	if l.c.wait.Channels.On() {
-		l.afterRelease(ctx, err == nil)
-	}
+	l.hold.Load().Release(ctx, err == nil) // the wake-up channel's part (internal/wait)
 	if err != nil {
 		if maybeApplied {
 			l.mu.Lock()

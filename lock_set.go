@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
@@ -39,11 +40,14 @@ func (l *Lock) Fences() []uint64 { return l.kind.fences(l) }
 func (l *Lock) label() string { return l.kind.label(l) }
 
 // setKey is the key of the queue and wake-up channel of the set of sorted
-// names: the name a semaphore named by the set's label would give its slot
-// 0, in the names the semaphores' rows keep to themselves (checkName). No
-// lease row has it, as slots count from 1, so the set shares its queue with
-// no lock and no semaphore.
-func setKey(names []string) string { return slotName(setLabel(names), 0) }
+// names: its label after setKeyMark. A set's key is longer than MaxNameLen,
+// and no name is (a lock's, a semaphore's rows' and lanes'): so a set
+// shares its queue and channel with no lock and no semaphore, and no name
+// stands for a set.
+func setKey(names []string) string { return setKeyMark + setLabel(names) }
+
+// setKeyMark begins a set's key: MaxNameLen+1 zero bytes.
+var setKeyMark = strings.Repeat("\x00", MaxNameLen+1)
 
 // A setKind is the lockKind (lock.go) of a Lock on a set; the Lock's name is
 // the set's first.
@@ -60,9 +64,9 @@ func (h setKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, 
 // kick makes this Client's callers waiting for the set, or for any of its
 // names, try now.
 func (h setKind) kick(l *Lock) {
-	l.c.wait.Queues.Kick(h.waitKey(l))
+	l.c.wait.Kick(h.waitKey(l))
 	for _, n := range h.set.Names {
-		l.c.wait.Queues.Kick(n)
+		l.c.wait.Kick(n)
 	}
 }
 
@@ -126,9 +130,9 @@ func (h setKind) allRows(res sql.Result) (bool, error) {
 }
 
 // kickAll makes callers of this Client waiting for any name of the Lock,
-// or for its set or semaphore (wait_kinds.go), try now.
+// or for its set or semaphore, try now.
 func (l *Lock) kickAll() {
-	if l.c.wait.Queues.Len() == 0 {
+	if !l.c.wait.Waiting() {
 		return
 	}
 	l.kind.kick(l)

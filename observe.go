@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/fault"
-	"github.com/sqllock/sqllock/internal/wait"
 	"github.com/sqllock/sqllock/observe"
 )
 
@@ -191,32 +190,7 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 	// Close, reports the end.
 }
 
-// waitWoke reports a wait on the wake-up channel of what label names,
-// begun at began, that ended in st with err. A wait that did not start
-// (the channel was held in this Client already, or the channels are off)
-// or that the caller's context or Close ended is not reported.
-func (c *Client) waitWoke(label string, st wait.State, err error, began time.Time) {
-	if c.obs.Wakeup == nil || err != nil || st == wait.Failed && c.wait.Channels.Refused() {
-		return // the channels' turning off was told once
-	}
-	c.channelTold(label, st, time.Since(began))
-}
 
-// channelTold reports what a wait on a wake-up channel came to, or that
-// the channels turned off (wait.Off): the machinery's own events, and
-// waitWoke's.
-func (r *reporter) channelTold(label string, st wait.State, d time.Duration) {
-	switch st {
-	case wait.Granted:
-		r.wokeUp(label, observe.WakeupGranted, d)
-	case wait.TimedOut:
-		r.wokeUp(label, observe.WakeupTimedOut, d)
-	case wait.Failed:
-		r.wokeUp(label, observe.WakeupFailed, d)
-	case wait.Off:
-		r.wokeUp("", observe.WakeupOff, 0)
-	}
-}
 
 // frozenSeen tells the Observer, as a RetryEvent of statement
 // "frozen_holder", that an acquire of name met a frozen holder

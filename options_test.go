@@ -127,8 +127,8 @@ func TestWithWakeups(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.wait.Channels.On() != tc.on || c.wait.Channels.Max() != tc.max {
-			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), c.wait.Channels.On(), c.wait.Channels.Max(), tc.on, tc.max)
+		if (c.wait.Peek("").Wakeups > 0) != tc.on || c.wait.Peek("").Wakeups != tc.max {
+			t.Errorf("New(%d options): got on %v, %d channels; want %v, %d", len(tc.opts), (c.wait.Peek("").Wakeups > 0), c.wait.Peek("").Wakeups, tc.on, tc.max)
 		}
 	}
 	if defaultWakeups != 4 {

@@ -103,6 +103,6 @@ func (c *Client) newEngine() *engine.Server {
 // waiters poll.
 func (c *Client) chosen(f *engine.Forms, version string) {
 	if !f.Channels() {
-		c.wait.Channels.Refuse()
+		c.wait.Refuse()
 	}
 }

@@ -145,8 +145,10 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration) (*Lock, erro
 	if _, ok := c.retry.Backoff(1); !ok {
 		l, err = call.attempt(ctx)
 	} else {
-		call.chooseLane()
-		l, err = c.acquireQueued(ctx, call)
+		if j := c.wait.Lane(call.n, call.laneKey); j > 0 {
+			call.lanes, call.lane = true, j
+		}
+		l, err = call.waitFor(ctx, call)
 	}
 	call.done(ctx, start, l, err)
 	return l, err
@@ -177,7 +179,8 @@ type slotCall struct {
 	v      int
 	rounds int
 	// lanes: a waiting Acquire waits in lane (1-based) of the semaphore's
-	// lanes (semaphore_lanes.go); else in one queue, the key shared.
+	// lanes (internal/wait's Engine.Lane; laneKey); else in one queue, the
+	// key shared.
 	lanes bool
 	lane  int
 }
@@ -211,13 +214,55 @@ const maxSlotRounds = 4
 // stays unknown (attempt.go).
 func (s *slotCall) attempt(ctx context.Context) (*Lock, error) { return s.run(ctx, s) }
 
+// What internal/wait's Engine.Acquire needs of a slot's waiting acquire
+// (wait.Call), beside what the acquireCall gives: the key of its lane, or
+// the semaphore's own; no look, which is single names' alone; and a key
+// shared by every slot when the semaphore has no lanes.
+
+func (s *slotCall) Key() string          { return s.laneKey(s.lane) }
+func (s *slotCall) Label() string        { return s.sem }
+func (s *slotCall) Op() string           { return fmt.Sprintf("acquire a slot of %q", s.sem) }
+func (s *slotCall) Final(err error) bool { return errors.Is(err, ErrSlotCount) }
+func (s *slotCall) Look() string         { return "" }
+func (s *slotCall) Shared() bool         { return s.n > 1 && !s.lanes }
+func (s *slotCall) Attempt(ctx context.Context) (func() (time.Time, bool), error) {
+	return s.took(s.attempt(ctx))
+}
+
+// TTL bounds a wait on the key's channel: a lane's waits a second at
+// most, then polls once, since a slot freed on a lane nobody waits on
+// wakes no process.
+func (s *slotCall) TTL() time.Duration {
+	if s.lanes {
+		return min(s.ttl, time.Second)
+	}
+	return s.ttl
+}
+
+// laneKey is the key of lane j (1-based) of the call's semaphore.
+func (s *slotCall) laneKey(j int) string { return laneKey(s.sem, s.name, j) }
+
+// laneKey is the key of lane j (1-based) of the semaphore sem whose fence
+// row is named p. Lanes (internal/wait's lanes.go) make a semaphore of n >
+// 1 slots fair between processes: a waiting Acquire joins one of up to n,
+// each a queue and a wake-up channel of its own. Lane 1 is the semaphore's
+// own key, p, so that an Acquire that does not wait sends and makes
+// nothing more than before; lane j > 1 is the name of slot j's row, which
+// no lock name and no other key may be.
+func laneKey(sem, p string, j int) string {
+	if j <= 1 {
+		return p
+	}
+	return slotName(sem, j)
+}
+
 // A slot's part of an attempt (leaseKind): slot_acquire, visiting v slot
 // rows, whose insert id names the slot taken with its fence, or asks for
 // another visit.
 
 func (s *slotCall) ready(ctx context.Context) error {
 	if err := s.c.slotsServer(ctx); err != nil {
-		return s.c.serverError(s.op(), err)
+		return s.c.serverError(s.Op(), err)
 	}
 	s.v, s.rounds = s.n, 0
 	return nil
@@ -253,7 +298,7 @@ func (s *slotCall) read(ctx context.Context, res sql.Result, sent, last time.Tim
 		if unknown > 0 {
 			s.retire(last, unknown == 1)
 		}
-		return nil, false, errorf("%s: %w", s.op(), err)
+		return nil, false, errorf("%s: %w", s.Op(), err)
 	}
 	id := uint64(id64)
 	if id < slotTaken && unknown > 0 {
@@ -277,7 +322,7 @@ func (s *slotCall) read(ctx context.Context, res sql.Result, sent, last time.Tim
 		}
 		s.v = s.n // resized to n under this call's wider visit
 	default:
-		return nil, false, errorf("%s: unexpected answer %d; was the table changed by hand?", s.op(), id)
+		return nil, false, errorf("%s: unexpected answer %d; was the table changed by hand?", s.Op(), id)
 	}
 	if s.rounds >= maxSlotRounds {
 		return nil, false, errorf("%w: %w: the slot count of %q kept changing (callers ask for different counts)", ErrNotAcquired, ErrSlotCount, s.sem)
@@ -292,7 +337,7 @@ func (s *slotCall) taken(ctx context.Context, id uint64, sent, last time.Time, u
 	slot, fence := int(id%128), id/128
 	if slot < 1 || slot > s.n {
 		s.cleanup(ctx, last, unknown+1)
-		return nil, errorf("%s: unexpected answer %d (slot %d); was the table changed by hand?", s.op(), id, slot)
+		return nil, errorf("%s: unexpected answer %d (slot %d); was the table changed by hand?", s.Op(), id, slot)
 	}
 	if unknown > 0 {
 		s.releaseOthers(ctx, slot)
@@ -361,8 +406,8 @@ func (l *Lock) Slot() int { return l.kind.slot() }
 // A slotKind is the lockKind (lock.go) of a Lock on slot num of the semaphore
 // sem: the Lock's name is the slot's row, refreshed, released and checked
 // as a name's lease is. lane is the lane its Acquire waited in
-// (semaphore_lanes.go), whose channel its release lets go of; 0 for the
-// semaphore's own key.
+// (laneKey), whose channel its release lets go of; 0 for the semaphore's
+// own key.
 type slotKind struct {
 	nameKind
 	sem       string
@@ -381,13 +426,10 @@ func (h *slotKind) orphans(l *Lock) (orphanList, []string) {
 // every lane's, when its Acquire did not wait: it held no lane's channel,
 // so its release woke no other process.
 func (h *slotKind) kick(l *Lock) {
-	l.c.wait.Queues.Kick(h.waitKey(l))
-	l.mu.Lock()
-	waited := l.contended
-	l.mu.Unlock()
-	if !waited {
+	l.c.wait.Kick(h.waitKey(l))
+	if !l.hold.Load().Contended() {
 		p := slotRows(h.sem)
-		l.c.wait.Queues.Kick(p)
-		l.c.kickLanes(h.sem, p)
+		l.c.wait.Kick(p)
+		l.c.wait.KickLanes(func(j int) string { return laneKey(h.sem, p, j) })
 	}
 }

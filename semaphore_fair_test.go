@@ -1,6 +1,6 @@
 package sqllock
 
-// A semaphore of any size is fair between processes (semaphore_lanes.go):
+// A semaphore of any size is fair between processes (internal/wait/lanes.go):
 // child processes, this test binary run again as TestSemaphoreFairChild,
 // each loop Semaphore.Acquire, hold, Release in several goroutines, and
 // print each acquisition; the parent reads them all and checks that no

@@ -46,7 +46,8 @@ type Client struct {
 	eng *engine.Server // what the Client has learned of its server, its statements' forms; checks, proves, prepares and sends them
 
 	// wait is the waiting calls' machinery: their queues, wake-up
-	// channels, looks and bound (internal/wait); wait.go waits in it.
+	// channels, looks and bound (internal/wait); each kind's waiting
+	// acquire waits in it (acquireCall.waitFor).
 	wait    wait.Engine
 	wakeups int  // WithWakeups
 	oneLane bool // a semaphore's callers wait in one queue, as before lanes; for tests
@@ -65,6 +66,10 @@ type Client struct {
 	orphans    nameOrphans // tokens whose leases may be left on the server; held.go
 	semOrphans semOrphans  // the same for semaphores' slots
 }
+
+// defaultWakeups is how many wake-up channels a Client holds at once unless
+// [WithWakeups] says otherwise: the names it waits for beyond these poll.
+const defaultWakeups = 4
 
 // New returns a Client that keeps its leases in db's table (see
 // [Client.CreateTable]). It sends nothing to the server.
@@ -90,14 +95,29 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 	}
 	c.holderArg = c.holder
 	c.eng = c.newEngine()
+	lanes := MaxSlots
+	if c.oneLane {
+		lanes = 1
+	}
 	c.wait.Init(wait.Config{
-		DB:      db,
-		Wakeups: c.wakeups,
-		SQL:     func(name string) string { return c.eng.Text().Named(name) },
-		Log:     c.log,
-		Woke:    c.channelTold,
-		Closing: c.closing,
-		Closed:  ErrClosed,
+		DB:          db,
+		Wakeups:     c.wakeups,
+		MaxLanes:    lanes,
+		SQL:         func(name string) string { return c.eng.Text().Named(name) },
+		Log:         c.log,
+		Woke:        c.wokeUp,
+		Closing:     c.closing,
+		Closed:      ErrClosed,
+		NotAcquired: ErrNotAcquired,
+		Passable:    passable,
+		HeldBy:      heldError,
+		Errorf:      errorf,
+		// The table's recheck (internal/engine/tablecheck.go) goes before a wait on a
+		// channel when it comes due within half its period: a wake-up
+		// then within that half finds it fresh, and the acquire follows
+		// it at once, not after the recheck's round trip. A difference
+		// found now is the acquire's answer.
+		Ahead: func(ctx context.Context) { _ = c.eng.TableCheckAhead(ctx, engine.TableRecheckEvery/2) },
 	})
 	return c, nil
 }
@@ -154,7 +174,7 @@ func (c *Client) Close() error {
 	// The statements stay open until the leases are released.
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
-	c.wait.Channels.CloseAll(ctx)
+	c.wait.Close(ctx)
 	c.eng.Close(ctx)
 	c.closeErr = err
 	close(c.closeDone)

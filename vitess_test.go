@@ -227,8 +227,8 @@ func TestVitess_wakeupsOff(t *testing.T) {
 			got <- l
 		}()
 		waitFor(t, 10*time.Second, "b polls", func() bool { return headAttempts(b, "n") > 3 })
-		if !a.wait.Channels.Refused() || !b.wait.Channels.Refused() || b.wait.Channels.Holds("n") {
-			t.Errorf("channels: refused %v and %v, b holds one %v; want refused, none held", a.wait.Channels.Refused(), b.wait.Channels.Refused(), b.wait.Channels.Holds("n"))
+		if !a.wait.Peek("").Refused || !b.wait.Peek("").Refused || b.wait.Peek("n").Holds {
+			t.Errorf("channels: refused %v and %v, b holds one %v; want refused, none held", a.wait.Peek("").Refused, b.wait.Peek("").Refused, b.wait.Peek("n").Holds)
 		}
 		if err := held.Release(ctx); err != nil {
 			t.Fatal(err)

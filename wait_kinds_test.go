@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Sets and semaphores wait in Acquire's queue (wait_kinds.go): fair across
+// Sets and semaphores wait in Acquire's queue (internal/wait): fair across
 // processes and within the Client's connection bound, as single names are.
 
 // takeTurns runs four Clients, each on a *sql.DB of its own (four

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/sqllock/sqllock/internal/fault"
-	"github.com/sqllock/sqllock/internal/wait"
 )
 
 // These tests run against a real server: Clients on *sql.DBs of their own
@@ -140,7 +137,7 @@ func holdAfterWaiting(t *testing.T, e *testEnv, c *Client, table, name string) *
 		t.Fatal(err)
 	}
 	l := mustGet(t, got)
-	if !c.wait.Channels.Holds(name) || !l.wake {
+	if !c.wait.Peek(name).Holds || l.hold.Load() == nil {
 		t.Fatal("a Lock taken after waiting: got no channel, want it held")
 	}
 	if channelHolder(t, e.db, table, name) == 0 {
@@ -208,7 +205,7 @@ func TestWithWakeups_localQueueSendsNothing(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitFor(t, time.Minute, "every goroutine waits", func() bool { return w.wait.Queues.Waiting("n") == goroutines })
+		waitFor(t, time.Minute, "every goroutine waits", func() bool { return w.wait.Peek("n").Waiting == goroutines })
 		p.ResetCounts()
 		time.Sleep(time.Second)
 		if n := p.CommandCount(); n != 0 {
@@ -260,7 +257,7 @@ func TestWithWakeups_channelKilledFallsBackToPolling(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, time.Minute, "the waiter polls", func() bool { return headAttempts(w, "n") > 3 })
-		if !w.wait.Channels.Holds("n") {
+		if !w.wait.Peek("n").Holds {
 			t.Error("the polling waiter: got no channel, want it held")
 		}
 		p.ResetCounts()
@@ -329,7 +326,7 @@ func TestWithWakeups_closeAndCancel(t *testing.T) {
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if h.wait.Channels.Holds("n") || w.wait.Channels.Holds("n") {
+		if h.wait.Peek("n").Holds || w.wait.Peek("n").Holds {
 			t.Error("after Close: got a channel held, want none")
 		}
 		waitFor(t, time.Minute, "the server lets go of the channel", func() bool {
@@ -355,7 +352,7 @@ func TestWithWakeups_fullPoolPolls(t *testing.T) {
 		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", wakeTTL)
 		got := acquireAsync(ctx, h, "n")
 		waitFor(t, time.Minute, "the Client polls", func() bool { return headAttempts(h, "n") > 3 })
-		if h.wait.Channels.Holds("n") {
+		if h.wait.Peek("n").Holds {
 			t.Error("a Client with a one-connection pool: got a channel, want none")
 		}
 		if err := first.Release(ctx); err != nil {
@@ -444,7 +441,7 @@ func TestWithWakeups_serverRefusesGetLock(t *testing.T) {
 	if err != nil || l.Fence() != 7 {
 		t.Fatalf("Acquire: got %v, %v; want fence 7", l, err)
 	}
-	if !e.c.wait.Channels.Refused() {
+	if !e.c.wait.Peek("").Refused {
 		t.Error("wake-ups after the refusal: got on, want off")
 	}
 	e.done()
@@ -563,210 +560,6 @@ func TestWithWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 		}
 		if err := <-done; err != nil {
 			t.Fatalf("Do on a pool of two whose fn holds a transaction: %v (fn's context: %v)", err, fnErr.Load())
-		}
-	})
-}
-
-// Issue 20, point 4. Once Close has started, a Lock's release lets go of its
-// channel without a statement: the connection is discarded, which frees the
-// server named lock (or, when Close's pass has the channel, the pass does),
-// so Close's bound is not stretched by a round trip per channel. Five
-// channels: a let-go that won the channel and sent RELEASE_LOCK would show.
-func TestWithWakeups_letGoDuringCloseSendsNothing(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		c, p := e.proxiedClient(t, table, WithWakeups(5))
-		var locks []*Lock
-		for i := range 5 {
-			locks = append(locks, holdAfterWaiting(t, e, c, table, fmt.Sprintf("n%d", i)))
-		}
-		c.wait.Channels.Stop() // as Close does first
-		p.ResetCounts()
-		for _, l := range locks {
-			c.wait.Channels.LetGo(testCtx(t), l.Name(), l)
-		}
-		c.wait.Channels.CloseAll(testCtx(t)) // then Close's pass
-		// Closing a connection sends COM_QUIT and COM_STMT_CLOSE, which
-		// wait for no reply; a statement is a query or an execute.
-		if got := p.Commands(); got[proxyComQuery]+got[proxyComStmtExecute] != 0 {
-			t.Errorf("statements sent by let-gos during Close: got %v, want none", got)
-		}
-		for _, l := range locks {
-			wantChannelFree(t, e.db, table, l.Name(), "after Close")
-		}
-	})
-}
-
-// Issue 22, point 1. A Client with default options, on a pool left
-// unlimited, whose goroutines wait for 100 names another process holds,
-// holds at most 16 connections at once (defaultWakeups channels, the
-// waiting calls' acquire slots and one look: 13), and once the names are
-// released, hands every one of them over. Without the bound, every name's
-// queue polled on its own, and such a Client opened 75 connections.
-func TestWithWakeups_manyNamesBoundedConnections(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		const names = 100
-		table := e.newTable(t)
-		holder := e.client(t, e.openDB(t), table, WithHolder("holder"))
-		ctx := testCtx(t)
-		var held []*Lock
-		for i := range names {
-			held = append(held, mustAcquire(t, holder, fmt.Sprintf("n%03d", i), time.Minute))
-		}
-		db, cc := e.countedDB(t)
-		c := e.client(t, db, table, WithHolder("waiter"))
-		var mostChannels atomic.Int64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() { // the channels in use, sampled
-			defer close(sampled)
-			for {
-				if n := int64(c.wait.Channels.InUse()); n > mostChannels.Load() {
-					mostChannels.Store(n)
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(time.Millisecond):
-				}
-			}
-		}()
-		got := make(chan acquired, names)
-		for i := range names {
-			go func() {
-				l, err := c.Acquire(ctx, fmt.Sprintf("n%03d", i), time.Minute)
-				got <- acquired{l, err}
-			}()
-		}
-		waitFor(t, time.Minute, "every name is waited for", func() bool {
-			for i := range names {
-				if headAttempts(c, fmt.Sprintf("n%03d", i)) < 1 {
-					return false
-				}
-			}
-			return true
-		})
-		time.Sleep(2 * time.Second) // several polls of every name
-		waiting := cc.most.Load()
-		released := time.Now()
-		for _, l := range held {
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var last time.Time
-		for range names {
-			r := <-got
-			if r.err != nil {
-				t.Fatalf("Acquire: %v", r.err)
-			}
-			last = time.Now()
-			defer r.l.Release(context.Background())
-		}
-		close(stop)
-		<-sampled
-		t.Logf("100 names: at most %d connections while waiting, %d in all, %d dials; at most %d channels; the last name taken %v after the releases began",
-			waiting, cc.most.Load(), cc.dials.Load(), mostChannels.Load(), last.Sub(released).Round(time.Millisecond))
-		if most := cc.most.Load(); most > 16 {
-			t.Errorf("connections open at once: got %d, want at most 16", most)
-		}
-		if n := mostChannels.Load(); n > defaultWakeups {
-			t.Errorf("wake-up channels at once: got %d, want at most %d", n, defaultWakeups)
-		}
-	})
-}
-
-// Issue 20, point 4. Close lets go of every channel its Client holds, even a
-// free one it reaches after its own time is up: the server named lock would
-// otherwise stay held, on a connection checked out of the pool, until the
-// server drops the idle session. Ten channels, so that a pass that skipped
-// each with even odds would leave some.
-func TestWithWakeups_closeAfterItsTimeFreesEveryChannel(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		c := e.client(t, e.openDB(t), table, WithWakeups(10))
-		ctx := testCtx(t)
-		var names []string
-		for i := range 10 {
-			name := fmt.Sprintf("n%d", i)
-			// Nobody holds the channel: the wait is granted at once, and
-			// the name's queue keeps it, idle.
-			st, _, err := c.wait.Channels.Wait(ctx, name, time.Second)
-			if err != nil || st != wait.Granted {
-				t.Fatalf("waitWake(%s): got %v, %v, want granted", name, st, err)
-			}
-			names = append(names, name)
-		}
-		ended, cancel := context.WithCancel(context.Background())
-		cancel()
-		c.wait.Channels.Stop()
-		c.wait.Channels.CloseAll(ended)
-		for _, name := range names {
-			wantChannelFree(t, e.db, table, name, "after Close")
-		}
-	})
-}
-
-// Issue 20, point 5. A wait on a channel whose connection went silent (a
-// NAT or a load balancer dropped it; here a proxy that holds all traffic)
-// ends on the client a little after the server's GET_LOCK timeout, not when
-// TCP gives up minutes later.
-func TestWithWakeups_silentConnectionWaitEnds(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		c, p := e.proxiedClient(t, table)
-		mustAcquire(t, c, "warm", time.Second).Release(testCtx(t))
-		p.Stall(true)
-		t.Cleanup(func() { p.Stall(false) })
-		done := make(chan wait.State, 1)
-		go func() {
-			st, _, _ := c.wait.Channels.Wait(context.Background(), "silent", time.Second)
-			done <- st
-		}()
-		// The bound: GET_LOCK's second plus wakeWaitSlack; a minute is
-		// what TCP would take, at the least.
-		select {
-		case st := <-done:
-			if st != wait.Failed {
-				t.Errorf("wait on a silent connection: got state %v, want failed (poll)", st)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatal("the wait on a silent connection did not end within 30s")
-		}
-	})
-}
-
-// Issue 20, point 5. A DSN readTimeout shorter than a channel's wait cuts
-// every wait: the Client notices after two cut alike, says so once, and
-// waits less from then on.
-func TestWithWakeups_readTimeoutShortensWaits(t *testing.T) {
-	eachServerEnv(t, func(t *testing.T, e *testEnv) {
-		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		rec, logOpt := newRecorder()
-		db := e.openDBWith(t, func(c *mysql.Config) { c.ReadTimeout = 3 * time.Second })
-		c := e.client(t, db, table, logOpt)
-		holder := holdAfterWaiting(t, e, e.client(t, e.openDB(t), table), table, "n")
-		defer holder.Release(testCtx(t))
-		for i := range 2 {
-			st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute)
-			if err != nil || st != wait.Failed {
-				t.Fatalf("wait %d: got %v, %v, want failed (cut by the read timeout)", i, st, err)
-			}
-		}
-		if got := c.wait.Channels.MaxWait(); got != 2*time.Second {
-			t.Errorf("longest wait after two cut at 3s: got %v, want 2s", got)
-		}
-		warned := slices.ContainsFunc(rec.atLeast(slog.LevelWarn), func(s string) bool { return strings.Contains(s, "readTimeout") })
-		if !warned {
-			t.Errorf("no warning about readTimeout; logged: %v", rec.atLeast(slog.LevelWarn))
-		}
-		// Now shorter than the read timeout, a wait times out on the server.
-		if st, _, err := c.wait.Channels.Wait(testCtx(t), "n", time.Minute); err != nil || st != wait.TimedOut {
-			t.Errorf("wait after the change: got %v, %v, want timed out", st, err)
 		}
 	})
 }
@@ -945,10 +738,7 @@ func holdAfterWaitingFor(t *testing.T, e *testEnv, c *Client, table, name string
 		t.Fatal(err)
 	}
 	l := mustGet(t, got)
-	l.mu.Lock()
-	wake := l.wake
-	l.mu.Unlock()
-	if !wake || !c.wait.Channels.Holds(name) {
+	if l.hold.Load() == nil || !c.wait.Peek(name).Holds {
 		t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
 	}
 	return l
@@ -961,7 +751,7 @@ func wantNothingLeft(t *testing.T, e *testEnv, c *Client, table, name string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		held, used, inUse := c.wait.Channels.Has(name), c.wait.Channels.InUse(), c.db.Stats().InUse
+		held, used, inUse := c.wait.Peek(name).Has, c.wait.Peek("").InUse, c.db.Stats().InUse
 		holder := channelHolder(t, e.db, table, name)
 		if !held && used == 0 && inUse == 0 && holder == 0 {
 			return

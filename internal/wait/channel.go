@@ -72,15 +72,15 @@ const (
 	wakeWaitSlack = 2 * time.Second
 )
 
-// Channels are a Client's wake-up channels, one per key it waits for or
+// A channelSet is a Client's wake-up channels, one per key it waits for or
 // holds after waiting (Engine.Init readies them).
-type Channels struct {
+type channelSet struct {
 	on        bool                     // max > 0
 	max       int                      // channels held at once, at most
 	sql       func(name string) string // Config.SQL
 	db        *sql.DB
 	log       *slog.Logger
-	told      func(key string, st State, wait time.Duration) // Config.Woke
+	told      func(key string, st state, wait time.Duration) // Config.Woke
 	closedErr error                                          // Config.Closed
 	stop      context.Context                                // ends when Close starts
 	cancel    context.CancelFunc
@@ -104,50 +104,34 @@ type channel struct {
 	// sem is held by whoever uses conn or changes the fields below.
 	sem  chan struct{}
 	conn *sql.Conn // the connection holding the named lock; nil when not held
-	// holder is the lease that holds the channel (HandTo); nil while conn
+	// holder is the lease that holds the channel (handTo); nil while conn
 	// is nil or while the key's wait queue holds it (its head polls).
 	holder any
 }
 
-// A State is what a wait on a channel came to, or (Off) that the
+// A state is what a wait on a channel came to, or (stOff) that the
 // channels turned off.
-type State int
+type state int
 
 const (
-	Granted   State = iota // this call's GET_LOCK was granted: try now
-	TimedOut               // GET_LOCK timed out: poll once now
-	QueueHeld              // the wait queue already held it: poll on the strategy
-	LockHeld               // a lease of this Client holds it: its release wakes the queue
-	Failed                 // no channel this time: poll on the strategy
-	Off                    // the channels turned off: the server refuses GET_LOCK, or the connections' read timeout cuts every wait
+	stGranted   state = iota // this call's GET_LOCK was granted: try now
+	stTimedOut               // GET_LOCK timed out: poll once now
+	stQueueHeld              // the wait queue already held it: poll on the strategy
+	stLockHeld               // a lease of this Client holds it: its release wakes the queue
+	stFailed                 // no channel this time: poll on the strategy
+	stOff                    // the channels turned off: the server refuses GET_LOCK, or the connections' read timeout cuts every wait
 )
 
-// On reports whether the Client uses wake-up channels.
-func (ws *Channels) On() bool { return ws.on }
-
-// Max returns how many channels the Client holds at once, at most.
-func (ws *Channels) Max() int { return ws.max }
-
-// Refused reports whether the channels turned off by themselves: the
-// server refuses GET_LOCK, or the connections' read timeout cuts every
-// wait.
-func (ws *Channels) Refused() bool { return ws.refused.Load() }
-
-// Refuse turns the channels off for good, without a word: the server is
-// known to refuse GET_LOCK.
-func (ws *Channels) Refuse() { ws.refused.Store(true) }
-
-// Stop ends every wait on a channel at once, and every look: Close's first
-// step.
-func (ws *Channels) Stop() {
+// halt ends every wait on a channel at once: Close's first step.
+func (ws *channelSet) halt() {
 	if ws.cancel != nil {
 		ws.cancel()
 	}
 }
 
-// Contended reports whether this Client waited for name within the last
+// contended reports whether this Client waited for name within the last
 // contendedFor.
-func (ws *Channels) Contended(name string) bool {
+func (ws *channelSet) contended(name string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	t, ok := ws.recent[name]
@@ -158,9 +142,9 @@ func (ws *Channels) Contended(name string) bool {
 	return ok
 }
 
-// WaitedAny reports whether this Client waited for any key within the last
+// waitedAny reports whether this Client waited for any key within the last
 // contendedFor.
-func (ws *Channels) WaitedAny() bool {
+func (ws *channelSet) waitedAny() bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	for n, t := range ws.recent {
@@ -172,8 +156,8 @@ func (ws *Channels) WaitedAny() bool {
 	return false
 }
 
-// Waited records that this Client waited for name now.
-func (ws *Channels) Waited(name string) {
+// waited records that this Client waited for name now.
+func (ws *channelSet) waited(name string) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	stamp(&ws.recent, name, contendedFor)
@@ -184,7 +168,7 @@ func (ws *Channels) Waited(name string) {
 // and if so records that it does. A name a release skips is probed by a
 // later one: a process that keeps taking a name others wait for learns of
 // them within a few of its releases.
-func (ws *Channels) probeDue(name string) bool {
+func (ws *channelSet) probeDue(name string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if time.Since(ws.probedAny) < probeAnyEvery {
@@ -216,7 +200,7 @@ func stamp(m *map[string]time.Time, name string, keep time.Duration) {
 
 // take returns the channel of name with its sem held, as long as ctx
 // allows; the Client's closed error once Close started.
-func (ws *Channels) take(ctx context.Context, name string) (*channel, error) {
+func (ws *channelSet) take(ctx context.Context, name string) (*channel, error) {
 	for {
 		ws.mu.Lock()
 		if ws.closed {
@@ -257,11 +241,11 @@ func (ws *Channels) take(ctx context.Context, name string) (*channel, error) {
 // (a hand-over, a let-go): it waits up to wakeReleaseTimeout instead. It
 // returns nil when this Client has no channel of name, or Close has it,
 // which lets go of it.
-func (ws *Channels) takeAnyway(ctx context.Context, name string) *channel {
-	if !ws.Has(name) {
+func (ws *channelSet) takeAnyway(ctx context.Context, name string) *channel {
+	if !ws.has(name) {
 		return nil
 	}
-	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	ch, err := ws.take(ctx, name)
 	if err != nil {
@@ -272,7 +256,7 @@ func (ws *Channels) takeAnyway(ctx context.Context, name string) *channel {
 
 // put lets go of ch's sem, dropping ch when it holds nothing. After Close
 // started, whatever it holds is let go of at once.
-func (ws *Channels) put(name string, ch *channel) {
+func (ws *channelSet) put(name string, ch *channel) {
 	ws.mu.Lock()
 	if ws.closed && ch.conn != nil {
 		discardConn(ch.conn)
@@ -286,9 +270,9 @@ func (ws *Channels) put(name string, ch *channel) {
 }
 
 // set changes what ch holds; the caller holds ch.sem. Writes also take
-// ws.mu, so that holdsWake and Close may read them. A connection set here
+// ws.mu, so that holds and closeAll may read them. A connection set here
 // was reserved (reserve); one let go of here is counted back.
-func (ws *Channels) set(ch *channel, conn *sql.Conn, by any) {
+func (ws *channelSet) set(ch *channel, conn *sql.Conn, by any) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if conn == nil {
@@ -300,7 +284,7 @@ func (ws *Channels) set(ch *channel, conn *sql.Conn, by any) {
 
 // clearLocked empties ch, counting its connection, if any, back; ws.mu is
 // held.
-func (ws *Channels) clearLocked(ch *channel) {
+func (ws *channelSet) clearLocked(ch *channel) {
 	if ch.conn != nil {
 		ws.used--
 	}
@@ -310,7 +294,7 @@ func (ws *Channels) clearLocked(ch *channel) {
 // reserve counts one more channel connection, if the Client's bound allows
 // it, before the connection is taken; unreserve counts it back when the
 // wait does not keep it.
-func (ws *Channels) reserve() bool {
+func (ws *channelSet) reserve() bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.used >= ws.max || ws.closed {
@@ -320,23 +304,23 @@ func (ws *Channels) reserve() bool {
 	return true
 }
 
-func (ws *Channels) unreserve() {
+func (ws *channelSet) unreserve() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.used--
 }
 
-// InUse returns how many channel connections are taken; for tests.
-func (ws *Channels) InUse() int {
+// inUse returns how many channel connections are taken; for tests.
+func (ws *channelSet) inUse() int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	return ws.used
 }
 
-// CloseAll lets go of every channel: Close calls it. Waits under way end at
+// closeAll lets go of every channel: Close calls it. Waits under way end at
 // once (their contexts end with stop); a channel still in use when ctx ends
 // is let go of by its user.
-func (ws *Channels) CloseAll(ctx context.Context) {
+func (ws *channelSet) closeAll(ctx context.Context) {
 	if ws.cancel == nil {
 		return
 	}
@@ -375,15 +359,15 @@ func (ws *Channels) CloseAll(ctx context.Context) {
 	}
 }
 
-// Has reports whether name has a channel in this Client, held or in use.
-func (ws *Channels) Has(name string) bool {
+// has reports whether name has a channel in this Client, held or in use.
+func (ws *channelSet) has(name string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	return ws.chans[name] != nil
 }
 
-// Holds reports whether this Client holds the channel of name; for tests.
-func (ws *Channels) Holds(name string) bool {
+// holds reports whether this Client holds the channel of name; for tests.
+func (ws *channelSet) holds(name string) bool {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ch := ws.chans[name]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/testdsn"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // The wake-up channels against real servers: two Engines on their own
@@ -41,18 +42,30 @@ func twoProcesses(t *testing.T, s testdsn.Server) (a, b *Engine, closed error) {
 // newEngine returns an Engine on a pool of its own.
 func newEngine(t *testing.T, s testdsn.Server, table string, closed error) *Engine {
 	t.Helper()
-	db, err := sql.Open("mysql", s.DSN)
+	return engineOn(t, openDB(t, s.DSN), table, closed, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// openDB opens a pool on dsn, closed when t ends.
+func openDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// engineOn returns an Engine on db that logs to log.
+func engineOn(t *testing.T, db *sql.DB, table string, closed error, log *slog.Logger) *Engine {
+	t.Helper()
 	closing := make(chan struct{})
 	w, r, p := channelSQL(table)
 	texts := map[string]string{"wake_wait": w, "wake_release": r, "wake_probe": p, "look": "SELECT 1 FROM DUAL WHERE 0 IN (?)"}
 	e := &Engine{}
-	e.Init(Config{DB: db, Wakeups: 2, SQL: func(name string) string { return texts[name] },
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Closing: closing, Closed: closed,
-		Woke: func(string, State, time.Duration) {}})
+	e.Init(Config{DB: db, Wakeups: 10, SQL: func(name string) string { return texts[name] },
+		Log: log, Closing: closing, Closed: closed,
+		Woke: func(string, observe.WakeupState, time.Duration) {}})
 	t.Cleanup(func() {
 		select {
 		case <-closing:
@@ -60,7 +73,7 @@ func newEngine(t *testing.T, s testdsn.Server, table string, closed error) *Engi
 			close(closing)
 		}
 		e.Stop()
-		e.Channels.CloseAll(context.Background())
+		e.channels.closeAll(context.Background())
 	})
 	return e
 }
@@ -71,12 +84,12 @@ func TestChannels_Stop_endsWaits(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		a, b, closed := twoProcesses(t, s)
 		ctx := context.Background()
-		if st, _, err := a.Channels.Wait(ctx, "k", time.Second); err != nil || st != Granted {
+		if st, _, err := a.channels.wait(ctx, "k", time.Second); err != nil || st != stGranted {
 			t.Fatalf("a: %v, %v", st, err)
 		}
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := b.Channels.Wait(ctx, "k", 5*time.Second)
+			_, _, err := b.channels.wait(ctx, "k", 5*time.Second)
 			done <- err
 		}()
 		time.Sleep(200 * time.Millisecond) // b is in GET_LOCK, or about to be: either way Stop ends it
@@ -94,8 +107,8 @@ func TestChannels_Stop_endsWaits(t *testing.T) {
 			t.Fatal("Stop did not end b's wait")
 		}
 		a.Stop()
-		a.Channels.CloseAll(ctx)
-		if a.Channels.Holds("k") || a.Channels.InUse() != 0 {
+		a.channels.closeAll(ctx)
+		if a.channels.holds("k") || a.channels.inUse() != 0 {
 			t.Error("CloseAll left the channel held")
 		}
 		// Stop ended b's wait on the client; on the server its session may
@@ -109,7 +122,7 @@ func TestChannels_Stop_endsWaits(t *testing.T) {
 				t.Fatal("the channel is still held 10 s after CloseAll")
 			}
 		}
-		if _, _, err := a.Channels.Wait(ctx, "k", time.Second); err != closed {
+		if _, _, err := a.channels.wait(ctx, "k", time.Second); err != closed {
 			t.Errorf("a wait after CloseAll: got %v, want the closed error", err)
 		}
 	})
@@ -118,8 +131,15 @@ func TestChannels_Stop_endsWaits(t *testing.T) {
 // used reports whether anyone holds the channel of "k", asked on e's pool.
 func used(t *testing.T, e *Engine) bool {
 	t.Helper()
+	return usedKey(t, e, "k")
+}
+
+// usedKey reports whether anyone holds the channel of key, asked on e's
+// pool.
+func usedKey(t *testing.T, e *Engine, key string) bool {
+	t.Helper()
 	var id sql.NullInt64
-	if err := e.Channels.db.QueryRow(strings.Replace(e.Channels.sql("wake_probe"), "?", "'k'", 1)).Scan(&id); err != nil {
+	if err := e.channels.db.QueryRow(strings.Replace(e.channels.sql("wake_probe"), "?", "'"+key+"'", 1)).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id.Valid

@@ -18,34 +18,34 @@ import (
 
 // poolFull reports whether the pool has no connection to spare for a
 // channel beside the one the lease statements need.
-func (ws *Channels) poolFull() bool {
+func (ws *channelSet) poolFull() bool {
 	s := ws.db.Stats()
 	return s.MaxOpenConnections > 0 && s.InUse >= s.MaxOpenConnections-1
 }
 
-// Wait is the wait of the head of name's queue on the channel, for a
+// wait is the wait of the head of name's queue on the channel, for a
 // lease of ttl: it blocks in GET_LOCK until the channel is granted, its
 // timeout passes, or ctx ends. queued reports that another process held
-// the channel when the wait began. The error is ctx's, or ErrClosed; a
-// failure of the channel is wakeFailed, never an error.
-func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (st State, queued bool, err error) {
+// the channel when the wait began. The error is ctx's, or Config.Closed; a
+// failure of the channel is stFailed, never an error.
+func (ws *channelSet) wait(ctx context.Context, name string, ttl time.Duration) (st state, queued bool, err error) {
 	if ws.refused.Load() {
-		return Failed, false, nil
+		return stFailed, false, nil
 	}
 	ch, err := ws.take(ctx, name)
 	if err != nil {
-		return Failed, false, err
+		return stFailed, false, err
 	}
 	defer ws.put(name, ch)
 	switch {
 	case ch.conn != nil && ch.holder != nil:
-		return LockHeld, false, nil
+		return stLockHeld, false, nil
 	case ch.conn != nil:
-		return QueueHeld, false, nil
+		return stQueueHeld, false, nil
 	case ws.poolFull() || !ws.reserve():
 		// The pool's last connection stays for the lease statements, and
 		// past its bound the Client polls for the name.
-		return Failed, false, nil
+		return stFailed, false, nil
 	}
 	kept := false
 	defer func() {
@@ -53,7 +53,7 @@ func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (s
 			ws.unreserve()
 		}
 	}()
-	wait := min(max(ttl, wakeRecheckMin), ws.MaxWait())
+	wait := min(max(ttl, wakeRecheckMin), ws.maxWait())
 	if d, ok := ctx.Deadline(); ok {
 		wait = max(min(wait, time.Until(d)), time.Second)
 	}
@@ -80,7 +80,7 @@ func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (s
 		// other failure leaves a connection we cannot trust: it goes.
 		if err == nil {
 			_ = conn.Close()
-			return TimedOut, true, nil
+			return stTimedOut, true, nil
 		}
 		if _, ok := fault.Errno(err); ok && fault.Classify(err) != fault.Unknown {
 			_ = conn.Close() // an error reply: the connection holds nothing
@@ -97,37 +97,37 @@ func (ws *Channels) Wait(ctx context.Context, name string, ttl time.Duration) (s
 	}
 	ws.set(ch, conn, nil)
 	kept = true
-	return Granted, free.Int64 != 1, nil
+	return stGranted, free.Int64 != 1, nil
 }
 
 // failure is the answer of a wait on name's channel that failed with err.
-func (ws *Channels) failure(ctx context.Context, name string, err error) (State, bool, error) {
+func (ws *channelSet) failure(ctx context.Context, name string, err error) (state, bool, error) {
 	if cerr := fault.CtxErr(ctx); cerr != nil {
-		return Failed, false, cerr
+		return stFailed, false, cerr
 	}
 	if ws.stop.Err() != nil {
-		return Failed, false, ws.closedErr
+		return stFailed, false, ws.closedErr
 	}
 	if n, ok := fault.Errno(err); ok && n == fault.NotSupportedYet {
 		if !ws.refused.Swap(true) {
 			ws.log.WarnContext(ctx, "sqllock: the server refuses GET_LOCK; this Client's wake-up channels stay off, and waiting processes poll", "err", err)
-			ws.told("", Off, 0)
+			ws.told("", stOff, 0)
 		}
-		return Failed, false, nil
+		return stFailed, false, nil
 	}
 	ws.log.DebugContext(ctx, "sqllock: wake-up channel failed; polling instead", "name", name, "err", err)
-	return Failed, false, nil
+	return stFailed, false, nil
 }
 
-// LetGo lets go of the channel of name if by holds it (by nil: the wait
+// letGo lets go of the channel of name if by holds it (by nil: the wait
 // queue), which wakes the first process waiting for it.
-func (ws *Channels) LetGo(ctx context.Context, name string, by any) {
+func (ws *channelSet) letGo(ctx context.Context, name string, by any) {
 	ch := ws.takeAnyway(ctx, name)
 	if ch == nil {
 		return
 	}
 	defer ws.put(name, ch)
-	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	if ch.conn == nil || ch.holder != by {
 		return
@@ -152,28 +152,28 @@ func (ws *Channels) LetGo(ctx context.Context, name string, by any) {
 	_ = conn.Close() // back to the pool, holding nothing
 }
 
-// Probe asks the server, at most once every probeEvery, whether another
+// probe asks the server, at most once every probeEvery, whether another
 // process holds, so waits for, the channel of name, and if so records that
 // this Client waited for it: its
 // next Acquire of name queues behind that process instead of racing it.
 // Without it, a process that holds a name without having waited for it
 // would take it back after each release, before the one process that
 // polls for it (the others wait behind that one on the channel).
-func (ws *Channels) Probe(ctx context.Context, name string) {
+func (ws *channelSet) probe(ctx context.Context, name string) {
 	if ws.stop.Err() != nil || !ws.probeDue(name) {
 		return // Close has started: nothing of this Client waits any more
 	}
-	ctx, cancel := Anyway(ctx, wakeReleaseTimeout)
+	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
 	defer cancel()
 	var id sql.NullInt64
 	if err := ws.db.QueryRowContext(ctx, sqltext.Bind(ws.sql("wake_probe"), sqltext.Hex(name))).Scan(&id); err == nil && id.Valid {
-		ws.Waited(name)
+		ws.waited(name)
 	}
 }
 
-// MaxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
+// maxWait is the longest one GET_LOCK waits: wakeRecheckMax, or less when
 // the connections' read timeout cut a longer wait.
-func (ws *Channels) MaxWait() time.Duration {
+func (ws *channelSet) maxWait() time.Duration {
 	if d := time.Duration(ws.waitCap.Load()); d > 0 {
 		return d
 	}
@@ -186,7 +186,7 @@ func (ws *Channels) MaxWait() time.Duration {
 // wait, which would make every wait fail and open a connection again. Waits
 // then last a whole second less than elapsed; below a second the channels
 // stay off, and waiting processes poll. Each change is logged once.
-func (ws *Channels) cut(ctx context.Context, elapsed, wait time.Duration) {
+func (ws *channelSet) cut(ctx context.Context, elapsed, wait time.Duration) {
 	last := time.Duration(ws.lastCut.Swap(int64(elapsed)))
 	if diff := (elapsed - last).Abs(); last == 0 || diff > max(elapsed/10, 100*time.Millisecond) {
 		return
@@ -195,7 +195,7 @@ func (ws *Channels) cut(ctx context.Context, elapsed, wait time.Duration) {
 	if capped < time.Second {
 		if !ws.refused.Swap(true) {
 			ws.log.WarnContext(ctx, "sqllock: the connections' read timeout (a DSN's readTimeout) cuts every wake-up wait; this Client's wake-up channels stay off, and waiting processes poll: set readTimeout above 7s", "cut_after", elapsed, "wait", wait)
-			ws.told("", Off, 0)
+			ws.told("", stOff, 0)
 		}
 		return
 	}
@@ -204,12 +204,12 @@ func (ws *Channels) cut(ctx context.Context, elapsed, wait time.Duration) {
 	}
 }
 
-// HandTo gives the channel of name, held by its wait queue, to holder, the
+// handTo gives the channel of name, held by its wait queue, to holder, the
 // lease the queue's head just took, and runs adopt while the channel is
 // still taken, so that holder learns it holds it before anyone can let go
-// of it (LetGo with holder). It does nothing when the queue does not hold
+// of it (letGo with holder). It does nothing when the queue does not hold
 // the channel.
-func (ws *Channels) HandTo(ctx context.Context, name string, holder any, adopt func()) {
+func (ws *channelSet) handTo(ctx context.Context, name string, holder any, adopt func()) {
 	// Not bound by the caller's context: the lease is taken, and a channel
 	// left with a queue that has no head any more would stay pinned.
 	ch := ws.takeAnyway(ctx, name)
@@ -222,7 +222,7 @@ func (ws *Channels) HandTo(ctx context.Context, name string, holder any, adopt f
 		// its release) need once the caller's work holds the others. It
 		// is let go of now; the next process polls.
 		ws.put(name, ch)
-		ws.LetGo(ctx, name, nil)
+		ws.letGo(ctx, name, nil)
 		return
 	}
 	if ch.conn != nil && ch.holder == nil {

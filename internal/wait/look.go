@@ -11,7 +11,7 @@ import (
 )
 
 // How the waiting calls of one Client (Acquire, AcquireAll and Semaphore.Acquire,
-// which wait in one path: wait_kinds.go) poll, and what they cost the
+// which wait in one path: acquire.go) poll, and what they cost the
 // server in connections. Calls waiting for the same name, set or semaphore
 // share a queue whose head alone sends statements (queue.go). The heads of every name share
 // two bounds more, so that a Client waiting for a hundred names loads the
@@ -27,7 +27,7 @@ import (
 //     Only a name found free is sent the acquire, which decides.
 //
 // A head sends the acquire without looking first while its Client waits
-// for LookAbove names or fewer: the acquire is then the poll, and a name
+// for lookAbove names or fewer: the acquire is then the poll, and a name
 // let go of is taken one round trip after a poll sees it free, not two
 // (with a holder that takes it back at once, that round trip decides
 // who gets it). It does too when its answer is likely yes or must come
@@ -50,18 +50,18 @@ const (
 	maxWaitingAttempts = 8
 	// maxLookNames bounds the names one look statement asks about.
 	maxLookNames = 64
-	// LookAbove is how many names a Client waits for at most before its
+	// lookAbove is how many names a Client waits for at most before its
 	// heads poll with the look statement instead of their acquires.
-	LookAbove = 4
+	lookAbove = 4
 	// lookTimeout bounds one look statement; a head whose look fails sends
 	// its acquire instead.
 	lookTimeout = 5 * time.Second
 )
 
-// EnterAttempt waits for one of the Client's maxWaitingAttempts slots for
+// enterAttempt waits for one of the Client's maxWaitingAttempts slots for
 // a waiting call's acquire statement; the caller gives it back with
-// ExitAttempt. Its error is ctx's, or the Client's closed error.
-func (e *Engine) EnterAttempt(ctx context.Context) error {
+// exitAttempt. Its error is ctx's, or the Client's closed error.
+func (e *Engine) enterAttempt(ctx context.Context) error {
 	select {
 	case e.attempts <- struct{}{}:
 		return nil
@@ -72,17 +72,17 @@ func (e *Engine) EnterAttempt(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-e.Queues.closing:
-		return e.Queues.closed
+	case <-e.queues.closing:
+		return e.queues.closed
 	}
 }
 
-func (e *Engine) ExitAttempt() { <-e.attempts }
+func (e *Engine) exitAttempt() { <-e.attempts }
 
-// looks gathers the names whose heads ask whether they are free, and sends
+// A looker gathers the names whose heads ask whether they are free, and sends
 // the look statement for them on one goroutine at a time. The zero value is
 // ready to use.
-type Looks struct {
+type looker struct {
 	db        *sql.DB
 	sql       func(name string) string // Config.SQL
 	stop      context.Context          // ends when Close starts
@@ -107,11 +107,11 @@ type lookAnswer struct {
 	err  error
 }
 
-// Held reports whether a live lease on name stands, by the server's
+// held reports whether a live lease on name stands, by the server's
 // clock, asking in one statement with every other name due at the same time.
-// Its error is ctx's, ErrClosed, or the look's own, after which the caller
+// Its error is ctx's, Config.Closed, or the look's own, after which the caller
 // sends its acquire instead.
-func (lk *Looks) Held(ctx context.Context, name string) (bool, error) {
+func (lk *looker) held(ctx context.Context, name string) (bool, error) {
 	ask := lookAsk{name: name, answer: make(chan lookAnswer, 1)}
 	lk.mu.Lock()
 	if lk.closed {
@@ -140,7 +140,7 @@ func (lk *Looks) Held(ctx context.Context, name string) (bool, error) {
 
 // send sends look statements until no head asks any more. Its
 // statements end when Close starts.
-func (lk *Looks) send() {
+func (lk *looker) send() {
 	defer lk.senders.Done()
 	for {
 		lk.mu.Lock()
@@ -164,12 +164,12 @@ func (lk *Looks) send() {
 
 // look sends one look statement for the names of batch and returns those
 // held by a live lease.
-func (lk *Looks) look(batch []lookAsk) (map[string]bool, error) {
+func (lk *looker) look(batch []lookAsk) (map[string]bool, error) {
 	lits := make([]string, len(batch))
 	for i, a := range batch {
 		lits[i] = sqltext.Hex(a.name)
 	}
-	names, err := lk.Holders(lk.stop, strings.Join(lits, ", "))
+	names, err := lk.holders(lk.stop, strings.Join(lits, ", "))
 	if err != nil {
 		return nil, err
 	}
@@ -180,11 +180,11 @@ func (lk *Looks) look(batch []lookAsk) (map[string]bool, error) {
 	return held, nil
 }
 
-// Holders sends the look statement for in, the names' literals joined by
+// holders sends the look statement for in, the names' literals joined by
 // commas, and returns those a live lease holds, by the server's clock. It
 // ends with ctx, and after lookTimeout at most. The heads' looks use it,
 // and so does a refused set, to say which of its names are held.
-func (lk *Looks) Holders(ctx context.Context, in string) ([]string, error) {
+func (lk *looker) holders(ctx context.Context, in string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
 	defer cancel()
 	rows, err := lk.db.QueryContext(ctx, strings.Replace(lk.sql("look"), "?", in, 1))
@@ -203,16 +203,16 @@ func (lk *Looks) Holders(ctx context.Context, in string) ([]string, error) {
 	return held, rows.Err()
 }
 
-// Sending reports whether a goroutine sends looks now; for tests.
-func (lk *Looks) Sending() bool {
+// sending reports whether a goroutine sends looks now; for tests.
+func (lk *looker) sending() bool {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	return lk.running
 }
 
-// Close stops new senders and waits for the one under way, whose
-// statement ends when Close starts (Channels.Stop).
-func (lk *Looks) Close() {
+// close stops new senders and waits for the one under way, whose
+// statement ends when Close starts (channelSet.Stop).
+func (lk *looker) close() {
 	lk.mu.Lock()
 	lk.closed = true
 	lk.mu.Unlock()

@@ -10,7 +10,7 @@ import (
 )
 
 // asking waits until lk has n questions waiting for the next statement.
-func asking(t *testing.T, lk *Looks, n int) {
+func asking(t *testing.T, lk *looker, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		lk.mu.Lock()
@@ -27,7 +27,7 @@ func asking(t *testing.T, lk *Looks, n int) {
 // next one: three names, two statements.
 func TestLooks_Held_batchesWaitingHeads(t *testing.T) {
 	e, mock, _, _ := mockEngine(t)
-	lk := &e.Looks
+	lk := &e.looks
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'61')").WillDelayFor(500 * time.Millisecond).
 		WillReturnRows(sqlmock.NewRows([]string{"name"}).AddRow([]byte("a")))
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'62', X'63')").
@@ -38,11 +38,11 @@ func TestLooks_Held_batchesWaitingHeads(t *testing.T) {
 	}
 	answers := map[string]chan answer{"a": make(chan answer, 1), "b": make(chan answer, 1), "c": make(chan answer, 1)}
 	ask := func(name string) {
-		held, err := lk.Held(context.Background(), name)
+		held, err := lk.held(context.Background(), name)
 		answers[name] <- answer{held, err}
 	}
 	go ask("a")
-	for !lk.Sending() {
+	for !lk.sending() {
 		time.Sleep(time.Millisecond)
 	}
 	asking(t, lk, 0) // a's question is in the statement under way
@@ -58,7 +58,7 @@ func TestLooks_Held_batchesWaitingHeads(t *testing.T) {
 	if err := mock.ExpectationsWereMet(); err != nil {
 		t.Error(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); lk.Sending(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); lk.sending(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the sender still runs with nobody asking")
 		}
@@ -69,28 +69,28 @@ func TestLooks_Held_batchesWaitingHeads(t *testing.T) {
 // acquire; a caller whose context ends gets its context's error.
 func TestLooks_Held_errors(t *testing.T) {
 	e, mock, _, _ := mockEngine(t)
-	lk := &e.Looks
+	lk := &e.looks
 	boom := errors.New("boom")
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'61')").WillReturnError(boom)
-	if _, err := lk.Held(context.Background(), "a"); !errors.Is(err, boom) {
+	if _, err := lk.held(context.Background(), "a"); !errors.Is(err, boom) {
 		t.Errorf("failed look: got %v, want %v", err, boom)
 	}
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'61')").WillDelayFor(time.Second).
 		WillReturnRows(sqlmock.NewRows([]string{"name"}))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := lk.Held(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lk.held(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("ended context: got %v, want %v", err, context.DeadlineExceeded)
 	}
 }
 
-// Holders returns the names a live lease holds, from one statement of the
+// holders returns the names a live lease holds, from one statement of the
 // literals given.
 func TestLooks_Holders(t *testing.T) {
 	e, mock, _, _ := mockEngine(t)
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'61', X'62')").
 		WillReturnRows(sqlmock.NewRows([]string{"name"}).AddRow([]byte("b")))
-	got, err := e.Looks.Holders(context.Background(), "X'61', X'62'")
+	got, err := e.looks.holders(context.Background(), "X'61', X'62'")
 	if err != nil || len(got) != 1 || got[0] != "b" {
 		t.Errorf("got %q, %v; want [b]", got, err)
 	}
@@ -102,21 +102,21 @@ func TestEngine_EnterAttempt_bounded(t *testing.T) {
 	e, _, closing, closed := mockEngine(t)
 	ctx := context.Background()
 	for i := range maxWaitingAttempts {
-		if err := e.EnterAttempt(ctx); err != nil {
+		if err := e.enterAttempt(ctx); err != nil {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if err := e.EnterAttempt(short); !errors.Is(err, context.DeadlineExceeded) {
+	if err := e.enterAttempt(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("one more than the bound: got %v, want it to wait until its context ends", err)
 	}
-	e.ExitAttempt()
-	if err := e.EnterAttempt(ctx); err != nil {
+	e.exitAttempt()
+	if err := e.enterAttempt(ctx); err != nil {
 		t.Fatalf("after one exited: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- e.EnterAttempt(ctx) }()
+	go func() { done <- e.enterAttempt(ctx) }()
 	select {
 	case err := <-done:
 		t.Fatalf("full again: got %v, want it to wait", err)

@@ -10,7 +10,7 @@ import (
 // Calls of one Client that wait for the same key share one poller, so that
 // a process sends the same statements per second whether one goroutine
 // waits for a key or a thousand do. The callers form a queue in arrival
-// order. Only its head sends statements, as the Strategy paces them; the
+// order. Only its head sends statements, as the strategy paces them; the
 // others sleep on a channel. There is no background goroutine: when the
 // head leaves (it acquired, its context ended, its strategy gave up, or it
 // met an error) the next caller becomes the head and keeps the same
@@ -26,9 +26,9 @@ import (
 // acquisition by another caller of the same Client is not a refusal:
 // nothing was sent on the follower's behalf.
 
-// Queues holds a Client's queues, one per key that callers wait for
+// A queueSet holds a Client's queues, one per key that callers wait for
 // (Engine.Init readies it).
-type Queues struct {
+type queueSet struct {
 	closing <-chan struct{} // closed when the Client's Close starts
 	closed  error           // what a wait ended by Close returns
 
@@ -42,7 +42,7 @@ type Queues struct {
 
 // A queue is the callers waiting for one key.
 type queue struct {
-	waiters []*Ticket // in arrival order; waiters[0] is the head
+	waiters []*ticket // in arrival order; waiters[0] is the head
 	next    time.Time // when the head tries next
 	// kicked is set when the key was released or found lost in this
 	// Client after the head's statement was sent: its answer is stale, so
@@ -58,9 +58,9 @@ type queue struct {
 	held error
 }
 
-// A Ticket is one caller's place in a key's queue, used by one goroutine.
-type Ticket struct {
-	qs       *Queues
+// A ticket is one caller's place in a key's queue, used by one goroutine.
+type ticket struct {
+	qs       *queueSet
 	key      string
 	q        *queue
 	wake     chan struct{} // buffered: something changed; look again
@@ -68,10 +68,10 @@ type Ticket struct {
 	gaveUp   bool          // its strategy gave up; it has left the queue
 }
 
-// Join puts a new caller at the end of the queue for key, making a queue
+// join puts a new caller at the end of the queue for key, making a queue
 // (whose head tries at once) if there is none.
-func (qs *Queues) Join(key string) *Ticket {
-	t := &Ticket{qs: qs, key: key, wake: make(chan struct{}, 1)}
+func (qs *queueSet) join(key string) *ticket {
+	t := &ticket{qs: qs, key: key, wake: make(chan struct{}, 1)}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	q := qs.queues[key]
@@ -88,13 +88,13 @@ func (qs *Queues) Join(key string) *Ticket {
 	return t
 }
 
-// Len returns how many keys callers of this Client wait for.
-func (qs *Queues) Len() int64 { return qs.queued.Load() }
+// keys returns how many keys callers of this Client wait for.
+func (qs *queueSet) keys() int64 { return qs.queued.Load() }
 
 // remove takes t out of its queue and drops the queue when it is empty.
 // When t was the head, the next caller is woken to take its place. qs.mu
 // must be held.
-func (qs *Queues) remove(t *Ticket) {
+func (qs *queueSet) remove(t *ticket) {
 	q := t.q
 	for i, x := range q.waiters {
 		if x == t {
@@ -113,16 +113,16 @@ func (qs *Queues) remove(t *Ticket) {
 	}
 }
 
-func (t *Ticket) notify() {
+func (t *ticket) notify() {
 	select {
 	case t.wake <- struct{}{}:
 	default: // a wake is already pending; one is enough
 	}
 }
 
-// Turn reports where t stands: whether its strategy gave up (it has left
+// turn reports where t stands: whether its strategy gave up (it has left
 // the queue), whether it is the head, and how long until the head tries.
-func (t *Ticket) Turn() (gaveUp, head bool, wait time.Duration) {
+func (t *ticket) turn() (gaveUp, head bool, wait time.Duration) {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	if t.gaveUp {
@@ -131,10 +131,10 @@ func (t *Ticket) Turn() (gaveUp, head bool, wait time.Duration) {
 	return false, t.q.waiters[0] == t, time.Until(t.q.next)
 }
 
-// TakeKick reports whether a release or a loss of the key in this Client
+// takeKick reports whether a release or a loss of the key in this Client
 // woke the head since its last attempt, and clears it: the attempt about to
 // be sent sees every release so far.
-func (t *Ticket) TakeKick() bool {
+func (t *ticket) takeKick() bool {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	kicked := t.q.kicked
@@ -142,18 +142,18 @@ func (t *Ticket) TakeKick() bool {
 	return kicked
 }
 
-// Leave takes t out of its queue: its call returns without the lease.
-func (t *Ticket) Leave() {
+// leave takes t out of its queue: its call returns without the lease.
+func (t *ticket) leave() {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	t.qs.remove(t)
 }
 
-// Acquired takes the head t out of its queue after it took the lease. The
+// acquired takes the head t out of its queue after it took the lease. The
 // next head waits one step of its strategy before trying: the key is held
 // in this Client, whose release will wake it sooner; unless the key is
 // shared (a semaphore's other slots may be free), when it tries at once.
-func (t *Ticket) Acquired(s Strategy, shared bool) {
+func (t *ticket) acquired(s strategy, shared bool) {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	t.qs.remove(t)
@@ -166,10 +166,10 @@ func (t *Ticket) Acquired(s Strategy, shared bool) {
 	}
 }
 
-// Refused counts a refused attempt of the head t for every caller in its
+// refused counts a refused attempt of the head t for every caller in its
 // queue, removes (and wakes) those whose strategy gives up, and sets when
 // the head tries next. It reports whether t itself goes on waiting.
-func (t *Ticket) Refused(s Strategy) bool {
+func (t *ticket) refused(s strategy) bool {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	q := t.q
@@ -197,33 +197,33 @@ func (t *Ticket) Refused(s Strategy) bool {
 	return !t.gaveUp
 }
 
-// SetRefusal records err as the last refusal of the queue's attempts.
-func (t *Ticket) SetRefusal(err error) {
+// setRefusal records err as the last refusal of the queue's attempts.
+func (t *ticket) setRefusal(err error) {
 	t.qs.mu.Lock()
 	t.q.refusal = err
 	t.qs.mu.Unlock()
 }
 
-// SetHeld records the answer of the queue's last attempt, which found the
+// setHeld records the answer of the queue's last attempt, which found the
 // key held, and clears the last refusal.
-func (t *Ticket) SetHeld(held error) {
+func (t *ticket) setHeld(held error) {
 	t.qs.mu.Lock()
 	t.q.refusal, t.q.held = nil, held
 	t.qs.mu.Unlock()
 }
 
-// Refusal returns the last refusal any attempt of the queue met since the
+// refusal returns the last refusal any attempt of the queue met since the
 // last answer (the caller's own, when it was the head, or another head's),
 // or nil; and the last answer that found the key held, or nil.
-func (t *Ticket) Refusal() (refusal, held error) {
+func (t *ticket) refusal() (refusal, held error) {
 	t.qs.mu.Lock()
 	defer t.qs.mu.Unlock()
 	return t.q.refusal, t.q.held
 }
 
-// Kick tells the callers waiting for key in this Client that its lease was
+// kick tells the callers waiting for key in this Client that its lease was
 // released or lost here: the head tries at once.
-func (qs *Queues) Kick(key string) {
+func (qs *queueSet) kick(key string) {
 	if qs.queued.Load() == 0 {
 		return
 	}
@@ -238,8 +238,8 @@ func (qs *Queues) Kick(key string) {
 	q.waiters[0].notify()
 }
 
-// Waiting returns how many callers wait for key.
-func (qs *Queues) Waiting(key string) int {
+// waiting returns how many callers wait for key.
+func (qs *queueSet) waiting(key string) int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.queues[key]; q != nil {
@@ -248,9 +248,9 @@ func (qs *Queues) Waiting(key string) int {
 	return 0
 }
 
-// HeadAttempts returns the refused attempts counted for the head of key's
+// headAttempts returns the refused attempts counted for the head of key's
 // queue, or -1 when nobody waits; for tests.
-func (qs *Queues) HeadAttempts(key string) int {
+func (qs *queueSet) headAttempts(key string) int {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if q := qs.queues[key]; q != nil {
@@ -259,10 +259,10 @@ func (qs *Queues) HeadAttempts(key string) int {
 	return -1
 }
 
-// Sleep blocks until t is woken, or, for the head, until wait has passed;
+// sleep blocks until t is woken, or, for the head, until wait has passed;
 // it returns ctx's error when ctx ends first, and the Client's closed error
 // when Close starts.
-func (t *Ticket) Sleep(ctx context.Context, head bool, wait time.Duration) error {
+func (t *ticket) sleep(ctx context.Context, head bool, wait time.Duration) error {
 	var timeout <-chan time.Time
 	if head {
 		tm := time.NewTimer(wait)

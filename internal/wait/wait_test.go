@@ -3,12 +3,14 @@ package wait
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/DATA-DOG/go-sqlmock"
+	"github.com/sqllock/sqllock/observe"
 )
 
 // mockEngine returns an Engine on a sqlmock pool, with the channels off,
@@ -25,7 +27,10 @@ func mockEngine(t *testing.T) (*Engine, sqlmock.Sqlmock, chan struct{}, error) {
 	e := &Engine{}
 	e.Init(Config{DB: db, SQL: func(name string) string { return texts[name] },
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Closing: closing, Closed: closed,
-		Woke: func(string, State, time.Duration) {}})
+		Woke:        func(string, observe.WakeupState, time.Duration) {},
+		NotAcquired: errNotAcquired, Errorf: fmt.Errorf,
+		Passable: func(err error) bool { return errors.Is(err, errPassing) },
+		HeldBy:   func(name string) error { return fmt.Errorf("%w: %q is held", errNotAcquired, name) }})
 	t.Cleanup(e.Stop)
 	return e, mock, closing, closed
 }
@@ -34,16 +39,16 @@ func mockEngine(t *testing.T) (*Engine, sqlmock.Sqlmock, chan struct{}, error) {
 // the looks, whose later questions get the closed error.
 func TestEngine_Init_Stop(t *testing.T) {
 	e, mock, _, closed := mockEngine(t)
-	if e.Channels.On() || e.Channels.Max() != 0 {
-		t.Errorf("Wakeups 0: got On %v, Max %d; want the channels off", e.Channels.On(), e.Channels.Max())
+	if e.channels.on || e.channels.max != 0 {
+		t.Errorf("Wakeups 0: got On %v, Max %d; want the channels off", e.channels.on, e.channels.max)
 	}
 	mock.ExpectQuery("SELECT name FROM t WHERE name IN (X'6a6f62')").
 		WillReturnRows(sqlmock.NewRows([]string{"name"}).AddRow([]byte("job")))
-	if held, err := e.Looks.Held(context.Background(), "job"); err != nil || !held {
+	if held, err := e.looks.held(context.Background(), "job"); err != nil || !held {
 		t.Fatalf("before Stop: got %v, %v; want held", held, err)
 	}
 	e.Stop()
-	if _, err := e.Looks.Held(context.Background(), "job"); err != closed {
+	if _, err := e.looks.held(context.Background(), "job"); err != closed {
 		t.Errorf("after Stop: got %v, want the closed error", err)
 	}
 	if err := mock.ExpectationsWereMet(); err != nil {
@@ -51,16 +56,16 @@ func TestEngine_Init_Stop(t *testing.T) {
 	}
 }
 
-// Anyway outlives its parent's end, but keeps a Bounded parent's deadline.
+// anyway outlives its parent's end, but keeps a Bounded parent's deadline.
 func TestAnyway_bounded(t *testing.T) {
 	parent, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	ctx, stop := Anyway(parent, time.Hour)
+	ctx, stop := anyway(parent, time.Hour)
 	defer stop()
 	if d, _ := ctx.Deadline(); time.Until(d) < 59*time.Minute {
 		t.Errorf("unbounded: deadline in %v, want the hour", time.Until(d))
 	}
-	ctx2, stop2 := Anyway(Bounded(parent), time.Hour)
+	ctx2, stop2 := anyway(bounded(parent), time.Hour)
 	defer stop2()
 	if d, _ := ctx2.Deadline(); time.Until(d) > time.Second {
 		t.Errorf("bounded: deadline in %v, want the parent's", time.Until(d))
@@ -72,7 +77,7 @@ func TestAnyway_bounded(t *testing.T) {
 	// A Bounded parent whose deadline is later than d: d bounds it.
 	far, cancelFar := context.WithTimeout(context.Background(), time.Hour)
 	defer cancelFar()
-	ctx3, stop3 := Anyway(Bounded(far), time.Second)
+	ctx3, stop3 := anyway(bounded(far), time.Second)
 	defer stop3()
 	if d, _ := ctx3.Deadline(); time.Until(d) > time.Second {
 		t.Errorf("bounded, later deadline: deadline in %v, want the second", time.Until(d))
