@@ -83,7 +83,7 @@ func newMockEnvTable(t *testing.T, table string, opts ...Option) *mockEnv {
 	// take longer than frozenLook: frozen_test.go watches on real servers.
 	c.eng.SetFrozenLook(time.Hour)
 	// The proofs made at a kind's first use are proven on real servers
-	// (proof_later_test.go); through the mock they are taken as made.
+	// (firstuse_test.go); through the mock they are taken as made.
 	for i := range engine.NumLater {
 		c.eng.Mark(func(f *engine.Forms) *bool { return &f.Later[i] })
 	}

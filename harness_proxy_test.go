@@ -291,3 +291,9 @@ func TestProxy_refuseAndLatency(t *testing.T) {
 		}
 	})
 }
+
+// noRecheck puts c's next table recheck an hour away. The recheck, once a
+// second (internal/engine/tablecheck.go, tested in firstuse_table_test.go),
+// is a statement of its own: a test that counts the statements of a call
+// would count it whenever the machine is slow enough for a second to pass.
+func noRecheck(c *Client) { c.eng.SetRecheckDue(time.Now().Add(time.Hour).UnixNano()) }

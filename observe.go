@@ -190,8 +190,6 @@ func (l *Lock) releaseDone(sent time.Time, err error) {
 	// Close, reports the end.
 }
 
-
-
 // frozenSeen tells the Observer, as a RetryEvent of statement
 // "frozen_holder", that an acquire of name met a frozen holder
 // (internal/engine/frozen.go), ended (OutcomeRolledBack) or not
