@@ -407,26 +407,7 @@ func (e *testEnv) vindex(t testing.TB, table string) { e.vindexOn(t, table, "nam
 // vindexOn is vindex on column.
 func (e *testEnv) vindexOn(t testing.TB, table, column string) {
 	t.Helper()
-	if !e.server.Vitess || e.server.VitessShards < 2 {
-		return
-	}
-	var keyspace string
-	if err := e.db.QueryRow("SELECT DATABASE()").Scan(&keyspace); err != nil {
-		t.Fatalf("keyspace: %v", err)
-	}
-	// vtgate refuses a vschema change that raced another test's ("the
-	// session's version was stale; please try again"): it is sent again.
-	for try := 1; ; try++ {
-		_, err := e.db.Exec("ALTER VSCHEMA ON `" + keyspace + "`.`" + table + "` ADD VINDEX xxhash(" + column + ") USING xxhash")
-		if err == nil {
-			break
-		}
-		if try == 10 || !strings.Contains(err.Error(), "please try again") {
-			t.Fatalf("vindex on %s.%s: %v", keyspace, table, err)
-		}
-		time.Sleep(time.Duration(try) * 50 * time.Millisecond)
-	}
-	t.Cleanup(func() { _, _ = e.db.Exec("ALTER VSCHEMA DROP TABLE `" + keyspace + "`.`" + table + "`") })
+	testdsn.Vindex(t, e.db, e.server, table, column)
 }
 
 // client returns a Client on the table, closed when the test ends.

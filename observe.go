@@ -62,20 +62,6 @@ func observed[E any](r *reporter, f func(E), ev E) {
 	f(ev)
 }
 
-// acquireDone reports the acquire call a, begun at start, that returned l
-// and err.
-func (r *reporter) acquireDone(ctx context.Context, a *acquireCall, start time.Time, l *Lock, err error) {
-	if r.obs.AcquireDone == nil {
-		return
-	}
-	ev := observe.AcquireEvent{Ctx: ctx, Name: a.name, Outcome: acquireOutcome(err), Start: start,
-		Wait: time.Since(start), Attempts: a.attempts, Err: err}
-	if l != nil {
-		ev.Fence = l.fence
-	}
-	observed(r, r.obs.AcquireDone, ev)
-}
-
 // monoBase is the origin of Lock.heldSince, so that a Lock keeps the start
 // of its hold in 8 bytes, on the monotonic clock.
 var monoBase = time.Now()

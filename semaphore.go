@@ -211,7 +211,7 @@ const maxSlotRounds = 4
 
 // attempt sends slot_acquire, again with the wider visit or after a
 // resize its answer asks for, and cleans up after it when its outcome
-// stays unknown (attempt.go).
+// stays unknown (acquireCall.run, acquire.go).
 func (s *slotCall) attempt(ctx context.Context) (*Lock, error) { return s.run(ctx, s) }
 
 // What internal/wait's Engine.Acquire needs of a slot's waiting acquire

@@ -112,12 +112,7 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		Passable:    passable,
 		HeldBy:      heldError,
 		Errorf:      errorf,
-		// The table's recheck (internal/engine/tablecheck.go) goes before a wait on a
-		// channel when it comes due within half its period: a wake-up
-		// then within that half finds it fresh, and the acquire follows
-		// it at once, not after the recheck's round trip. A difference
-		// found now is the acquire's answer.
-		Ahead: func(ctx context.Context) { _ = c.eng.TableCheckAhead(ctx, engine.TableRecheckEvery/2) },
+		Ahead:       c.eng.Ahead, // the table's check before a wait, when due soon
 	})
 	return c, nil
 }

@@ -531,36 +531,52 @@ func TestWithWakeups_releaseOnStalledServerWithinReleaseTimeout(t *testing.T) {
 func TestWithWakeups_boundedPoolDoKeepsLeaseConnection(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		skipChannelsOnTiDB(t, e)
-		table := e.newTable(t)
-		db := e.openDB(t)
-		db.SetMaxOpenConns(2)
-		c := e.client(t, db, table)
 		ctx := testCtx(t)
-		first := mustAcquire(t, e.client(t, e.openDB(t), table, WithWakeups(0)), "n", time.Minute)
-		done := make(chan error, 1)
-		var fnErr atomic.Value
-		go func() {
-			done <- c.Do(ctx, "n", 600*time.Millisecond, func(ctx context.Context, _ *Lock) error {
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback() // BeginTx took a connection of the pool, held until then
-				select {
-				case <-ctx.Done():
-					fnErr.Store(context.Cause(ctx))
-					return ctx.Err()
-				case <-time.After(3 * time.Second):
-				}
-				return tx.Commit()
-			})
-		}()
-		waitFor(t, time.Minute, "the Do waits", func() bool { return headAttempts(c, "n") > 0 })
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
+		run := func(ttl time.Duration) (err, cause error) {
+			table := e.newTable(t)
+			db := e.openDB(t)
+			db.SetMaxOpenConns(2)
+			c := e.client(t, db, table)
+			first := mustAcquire(t, e.client(t, e.openDB(t), table, WithWakeups(0)), "n", time.Minute)
+			done := make(chan error, 1)
+			var fnErr atomic.Value
+			go func() {
+				done <- c.Do(ctx, "n", ttl, func(ctx context.Context, _ *Lock) error {
+					tx, err := db.BeginTx(ctx, nil)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback() // BeginTx took a connection of the pool, held until then
+					select {
+					case <-ctx.Done():
+						fnErr.Store(context.Cause(ctx))
+						return ctx.Err()
+					case <-time.After(3 * time.Second):
+					}
+					return tx.Commit()
+				})
+			}()
+			waitFor(t, time.Minute, "the Do waits", func() bool { return headAttempts(c, "n") > 0 })
+			if err := first.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			err = <-done
+			cause, _ = fnErr.Load().(error)
+			return err, cause
 		}
-		if err := <-done; err != nil {
-			t.Fatalf("Do on a pool of two whose fn holds a transaction: %v (fn's context: %v)", err, fnErr.Load())
+		// A loaded machine can keep a short lease's renewals from answering
+		// in time: the test is made again with a longer lease, up to 2.4 s.
+		// Each is shorter than fn's 3 s, so each needs renewals on the
+		// pool's second connection: with none to be had, every try fails.
+		for ttl := 600 * time.Millisecond; ; ttl *= 2 {
+			err, cause := run(ttl)
+			if err == nil {
+				return
+			}
+			if ttl >= 2400*time.Millisecond || !lostForNoRenewal(cause) {
+				t.Fatalf("Do on a pool of two whose fn holds a transaction, lease %v: %v (fn's context: %v)", ttl, err, cause)
+			}
+			t.Logf("lease %v lost for want of a renewal in time (a loaded machine?): again with %v", ttl, 2*ttl)
 		}
 	})
 }

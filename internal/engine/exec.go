@@ -210,7 +210,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		acquire = strings.HasPrefix(label, "all_acquire")
 		guarded = acquire || label == "all_refresh"
 	}
-	if guarded {
+	if guarded && !s.recheckQuiet(0) {
 		if err := s.tableStillGood(ctx); err != nil {
 			return nil, 0, err
 		}
@@ -412,4 +412,75 @@ func (s *Server) closedErr() error {
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Acquire sends the acquire of name with args (Exec), under a watch for a
+// frozen holder; on MariaDB, a send that stopped waiting for
+// its row behind a lease that has ended is sent again at once, a few times
+// (frozenResends), so that a transaction waits for the row when its
+// blocker is due to be ended.
+func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql.Result, unknown int, err error) {
+	// The statement prepared first: the first use finds the server, which
+	// says whether to watch.
+	if _, err := s.Stmt(ctx, Acquire); err != nil {
+		return nil, 0, err
+	}
+	for resends := 0; ; resends++ {
+		w := s.watchFrozen(ctx, name)
+		r, u, err := s.Exec(ctx, Send{Stmt: Acquire, Args: args})
+		unknown += u
+		if !w.stop() || resends == frozenResends {
+			return r, unknown, err
+		}
+		if n, ok := fault.Errno(err); !ok || n != fault.LockWaitTimeout {
+			return r, unknown, err
+		}
+	}
+}
+
+// watchFrozen starts the watch of a send of an acquire of name, under
+// ctx; nil (which stop accepts) where the Client does not watch: TiDB and
+// Vitess (one-row forms), MySQL 5.7, and before the first use has found
+// the server.
+func (s *Server) watchFrozen(ctx context.Context, name string) *frozenWatch {
+	if f := s.Forms(); !f.Chosen || !f.EndsFrozen() {
+		return nil
+	}
+	w := &frozenWatch{s: s, name: name, parent: ctx}
+	w.wg.Add(1)
+	look := frozenLook
+	if l := time.Duration(s.frozen.look.Load()); l != 0 {
+		look = l
+	}
+	w.timer = time.AfterFunc(look, w.run)
+	return w
+}
+
+// stop ends the watch, waiting for it if it has started, and reports
+// whether the send, if its row stayed locked past its bound, is worth
+// sending again at once: the watch ended the row's blocker, or found the
+// lease over and its row still locked, which the next wait can end.
+func (w *frozenWatch) stop() (resend bool) {
+	if w == nil || w.timer.Stop() {
+		return false
+	}
+	w.mu.Lock()
+	w.stopped = true
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.mu.Unlock()
+	w.wg.Wait()
+	return w.resend
+}
+
+// Ahead is what a caller about to wait on a wake-up channel calls first
+// (wait.Config.Ahead): the table's check, when it comes due within half its
+// period, so that a wake-up within that half finds it fresh, and the
+// acquire follows it at once, not after the check's round trip. A
+// difference found now is the acquire's answer (its statement's guard).
+func (s *Server) Ahead(ctx context.Context) {
+	if !s.recheckQuiet(TableRecheckEvery / 2) {
+		_ = s.TableCheckAhead(ctx, TableRecheckEvery/2)
+	}
 }

@@ -125,6 +125,7 @@ func serverTable(t *testing.T, s testdsn.Server) (*sql.DB, string) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	table := "engine_" + hex.EncodeToString(b[:])
+	testdsn.Vindex(t, db, s, table, "name")
 	if _, err := db.Exec(strings.ReplaceAll(testSchema, "`sqllock`", "`"+table+"`")); err != nil {
 		t.Fatal(err)
 	}

@@ -197,6 +197,14 @@ func (s *Server) tableStillGood(ctx context.Context) error {
 	return s.TableCheckAhead(ctx, 0)
 }
 
+// recheckQuiet reports, without sending anything, that the table's check
+// is not due within ahead and the last one found no difference: then
+// tableStillGood and Ahead have nothing to do.
+func (s *Server) recheckQuiet(ahead time.Duration) bool {
+	r := &s.recheck
+	return time.Now().UnixNano()+int64(ahead) < r.due.Load() && r.bad.Load() == nil
+}
+
 // TableCheckAhead is tableStillGood for a caller about to wait before its
 // statement: it checks already when the check comes due within ahead, so
 // that the statement, sent when the wait ends, finds it fresh instead of

@@ -362,3 +362,30 @@ func Database(t testing.TB, s Server) (dsn string, db *sql.DB) {
 	t.Cleanup(func() { db.Close() }) // before the database is dropped
 	return dsn, db
 }
+
+// Vindex gives table a vindex on column where s is a sharded Vitess
+// keyspace, which refuses a table without one, and drops it when the test
+// ends; elsewhere it does nothing. vtgate refuses a vschema change that
+// raced another test's ("the session's version was stale; please try
+// again"): it is sent again.
+func Vindex(t testing.TB, db *sql.DB, s Server, table, column string) {
+	t.Helper()
+	if !s.Vitess || s.VitessShards < 2 {
+		return
+	}
+	var keyspace string
+	if err := db.QueryRow("SELECT DATABASE()").Scan(&keyspace); err != nil {
+		t.Fatalf("keyspace: %v", err)
+	}
+	for try := 1; ; try++ {
+		_, err := db.Exec("ALTER VSCHEMA ON `" + keyspace + "`.`" + table + "` ADD VINDEX xxhash(" + column + ") USING xxhash")
+		if err == nil {
+			break
+		}
+		if try == 10 || !strings.Contains(err.Error(), "please try again") {
+			t.Fatalf("vindex on %s.%s: %v", keyspace, table, err)
+		}
+		time.Sleep(time.Duration(try) * 50 * time.Millisecond)
+	}
+	t.Cleanup(func() { _, _ = db.Exec("ALTER VSCHEMA DROP TABLE `" + keyspace + "`.`" + table + "`") })
+}

@@ -230,3 +230,24 @@ func (e *Engine) ended(call Call, err error, t *ticket) error {
 	}
 	return e.errorf("%s: %w: %w", call.Op(), e.notAcquired, err)
 }
+
+// enterAttempt waits for one of the Client's maxWaitingAttempts slots for
+// a waiting call's acquire statement; the caller gives it back with
+// exitAttempt. Its error is ctx's, or the Client's closed error.
+func (e *Engine) enterAttempt(ctx context.Context) error {
+	select {
+	case e.attempts <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case e.attempts <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.queues.closing:
+		return e.queues.closed
+	}
+}
+
+func (e *Engine) exitAttempt() { <-e.attempts }

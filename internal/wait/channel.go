@@ -198,62 +198,6 @@ func stamp(m *map[string]time.Time, name string, keep time.Duration) {
 	(*m)[name] = time.Now()
 }
 
-// take returns the channel of name with its sem held, as long as ctx
-// allows; the Client's closed error once Close started.
-func (ws *channelSet) take(ctx context.Context, name string) (*channel, error) {
-	for {
-		ws.mu.Lock()
-		if ws.closed {
-			ws.mu.Unlock()
-			return nil, ws.closedErr
-		}
-		ch := ws.chans[name]
-		if ch == nil {
-			if ws.chans == nil {
-				ws.chans = make(map[string]*channel)
-			}
-			ch = &channel{sem: make(chan struct{}, 1)}
-			ws.chans[name] = ch
-		}
-		ws.mu.Unlock()
-		select {
-		case ch.sem <- struct{}{}: // free: taken even if ctx has ended
-		default:
-			select {
-			case ch.sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-ws.stop.Done():
-				return nil, ws.closedErr
-			}
-		}
-		ws.mu.Lock()
-		current := ws.chans[name] == ch && !ws.closed
-		ws.mu.Unlock()
-		if current {
-			return ch, nil
-		}
-		<-ch.sem // dropped while we waited for it; look again
-	}
-}
-
-// takeAnyway is take for what must be done whatever the caller's context
-// (a hand-over, a let-go): it waits up to wakeReleaseTimeout instead. It
-// returns nil when this Client has no channel of name, or Close has it,
-// which lets go of it.
-func (ws *channelSet) takeAnyway(ctx context.Context, name string) *channel {
-	if !ws.has(name) {
-		return nil
-	}
-	ctx, cancel := anyway(ctx, wakeReleaseTimeout)
-	defer cancel()
-	ch, err := ws.take(ctx, name)
-	if err != nil {
-		return nil
-	}
-	return ch
-}
-
 // put lets go of ch's sem, dropping ch when it holds nothing. After Close
 // started, whatever it holds is let go of at once.
 func (ws *channelSet) put(name string, ch *channel) {

@@ -58,27 +58,6 @@ const (
 	lookTimeout = 5 * time.Second
 )
 
-// enterAttempt waits for one of the Client's maxWaitingAttempts slots for
-// a waiting call's acquire statement; the caller gives it back with
-// exitAttempt. Its error is ctx's, or the Client's closed error.
-func (e *Engine) enterAttempt(ctx context.Context) error {
-	select {
-	case e.attempts <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case e.attempts <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.queues.closing:
-		return e.queues.closed
-	}
-}
-
-func (e *Engine) exitAttempt() { <-e.attempts }
-
 // A looker gathers the names whose heads ask whether they are free, and sends
 // the look statement for them on one goroutine at a time. The zero value is
 // ready to use.

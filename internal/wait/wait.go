@@ -49,17 +49,6 @@ func bounded(ctx context.Context) context.Context {
 	return context.WithValue(ctx, boundKey{}, true)
 }
 
-// anyway returns a context for what must be done whatever ctx's end: ctx's
-// values, ending after d; before, at ctx's deadline, when ctx is Bounded.
-// A let-go cut short by it discards the connection, with which the server
-// named lock dies.
-func anyway(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok && ctx.Value(boundKey{}) != nil && time.Until(dl) < d {
-		return context.WithDeadline(context.WithoutCancel(ctx), dl)
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
-}
-
 // discardConn closes conn's connection instead of giving it back to the
 // pool: the named lock it may hold dies with it.
 func discardConn(conn *sql.Conn) {
