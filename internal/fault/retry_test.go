@@ -2,6 +2,7 @@ package fault
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -115,4 +116,93 @@ func TestBudget_Retry(t *testing.T) {
 			}
 		}
 	})
+}
+
+// rows is a statement's result: n rows affected.
+type rows int64
+
+func (r rows) LastInsertId() (int64, error) { return 0, nil }
+func (r rows) RowsAffected() (int64, error) { return int64(r), nil }
+
+var quick = Budget{Backoff: func(int) time.Duration { return time.Millisecond }}
+
+// Send resends what Retry would, counts each send whose outcome is unknown,
+// tells Retried each failed send that may go again, returns the first
+// success's result, and ends on the row-busy rule and on Closed.
+func TestSend(t *testing.T) {
+	errClosed := errors.New("closed")
+	for _, tc := range []struct {
+		name    string
+		acquire bool
+		closed  bool          // Closed returns errClosed
+		until   time.Duration // Sending.Until from now, when set
+		replies []error       // each send's error; nil sends the result
+		sends   int           // how many sends are made
+		unknown int           // how many of them may have committed
+		retried int           // failed sends told to Retried
+		want    error         // Send's error
+	}{
+		{"at once", false, false, 0, []error{nil}, 1, 0, 0, nil},
+		{"lost, then applied", false, false, 0, []error{mysql.ErrInvalidConn, nil}, 2, 1, 1, nil},
+		{"lost every time", false, false, 0, []error{mysql.ErrInvalidConn, mysql.ErrInvalidConn, mysql.ErrInvalidConn, mysql.ErrInvalidConn, nil}, MaxTransientAttempts, MaxTransientAttempts, MaxTransientAttempts, mysql.ErrInvalidConn},
+		{"rolled back, then applied", false, false, 0, []error{mysqlerr.Deadlock, mysqlerr.Deadlock, nil}, 3, 0, 2, nil},
+		{"rolled back past until", false, false, time.Millisecond, []error{mysqlerr.Deadlock, mysqlerr.Deadlock, nil}, 1, 0, 1, mysqlerr.Deadlock},
+		{"late by the session's clock, then applied", false, false, 0, []error{mysqlerr.GuardClock, nil}, 2, 0, 1, nil},
+		{"final", false, false, 0, []error{mysqlerr.Syntax, nil}, 1, 0, 0, mysqlerr.Syntax},
+		{"refused", false, false, 0, []error{mysqlerr.ReadOnly, nil}, 1, 0, 0, mysqlerr.ReadOnly},
+		// An acquire whose row stayed locked past its bound is not sent
+		// again: it returns the server's 1205.
+		{"acquire's row busy", true, false, 0, []error{mysqlerr.LockWait, nil}, 1, 0, 0, mysqlerr.LockWait},
+		{"another statement's lock wait", false, false, 0, []error{mysqlerr.LockWait, nil}, 2, 0, 1, nil},
+		{"closed", false, true, 0, []error{mysql.ErrInvalidConn, nil}, 1, 1, 1, errClosed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := Sending{Budget: quick, Acquire: tc.acquire, Classify: Classify}
+			if tc.until > 0 {
+				s.Until = time.Now().Add(tc.until)
+			}
+			retried := 0
+			s.Retried = func(error) { retried++ }
+			s.Closed = func() error {
+				if tc.closed {
+					return errClosed
+				}
+				return nil
+			}
+			sends := 0
+			res, unknown, err := Send(context.Background(), s, func() (sql.Result, error) {
+				e := tc.replies[sends]
+				sends++
+				if e != nil {
+					return nil, e
+				}
+				return rows(1), nil
+			})
+			if !errors.Is(err, tc.want) && err != tc.want {
+				t.Fatalf("err: got %v, want %v", err, tc.want)
+			}
+			if sends != tc.sends || unknown != tc.unknown || retried != tc.retried {
+				t.Errorf("sends, unknown, retried: got %d, %d, %d, want %d, %d, %d", sends, unknown, retried, tc.sends, tc.unknown, tc.retried)
+			}
+			if (err == nil) != (res != nil) {
+				t.Errorf("result: got %v with error %v, want a result exactly when there is no error", res, err)
+			}
+		})
+	}
+}
+
+// A context that ends while a statement is on its way makes the driver cut
+// the connection: that send's outcome is unknown, and Send stops.
+func TestSend_contextEnded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := Sending{Budget: quick, Classify: Classify, Retried: func(error) {}, Closed: func() error { return nil }}
+	sends := 0
+	_, unknown, err := Send(ctx, s, func() (sql.Result, error) {
+		sends++
+		cancel()
+		return nil, context.Canceled
+	})
+	if !errors.Is(err, context.Canceled) || sends != 1 || unknown != 1 {
+		t.Errorf("got %v after %d sends, %d unknown; want %v after 1, 1 unknown", err, sends, unknown, context.Canceled)
+	}
 }
