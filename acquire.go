@@ -220,7 +220,7 @@ func (a *acquireCall) send(ctx context.Context) (sql.Result, int, error) {
 	a.pending = newLock(c, a.name, a.token, 0, a.ttl, time.Time{})
 	nameArg, tokenArg := a.pending.keyArgs()
 	us := any(a.ttl.Microseconds())
-	return c.eng.Acquire(ctx, a.name, // internal/engine/frozen.go
+	return c.eng.Acquire(ctx, a.name, // internal/engine/exec.go
 		nameArg, tokenArg, c.holderArg, us, nameArg,
 		tokenArg, c.holderArg, tokenArg, us)
 }

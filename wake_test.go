@@ -851,7 +851,15 @@ func TestWithWakeups_stuckHolderLapses(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		ctx := testCtx(t)
-		stuck := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Second) // never refreshed
+		// The waiter makes its first use first: on a loaded machine that
+		// took longer than the stuck lease, which its first attempt then
+		// found lapsed, without a wait on the channel.
+		r := newEventRecorder()
+		w := e.client(t, e.openDB(t), table, WithObserver(r.observer()))
+		if err := mustAcquire(t, w, "warm", time.Minute).Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stuck := mustAcquire(t, e.client(t, e.openDB(t), table), "n", 2*time.Second) // never refreshed
 		channel, err := e.db.Conn(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -872,8 +880,6 @@ func TestWithWakeups_stuckHolderLapses(t *testing.T) {
 		if holder == 0 {
 			t.Fatal("the stuck holder: got no channel, want it held")
 		}
-		r := newEventRecorder()
-		w := e.client(t, e.openDB(t), table, WithObserver(r.observer()))
 		l, err := w.Acquire(ctx, "n", time.Second)
 		if err != nil {
 			t.Fatalf("Acquire behind a stuck holder: %v", err)
