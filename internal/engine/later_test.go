@@ -61,12 +61,8 @@ func TestServer_cleanupContext(t *testing.T) {
 // use, once, and leave no row behind.
 func TestServer_laterProofs(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
-		db, table := serverTable(t, s)
-		srv := newTestServer(t, db, table)
+		db, table, srv := usedServer(t, s)
 		ctx := testCtx(t)
-		if err := srv.FirstUse(ctx); err != nil {
-			t.Fatal(err)
-		}
 		if f := srv.Forms(); f.Later != [NumLater]bool{} {
 			t.Fatalf("after the first use: later proofs %v, want none made", f.Later)
 		}

@@ -132,3 +132,15 @@ func serverTable(t *testing.T, s testdsn.Server) (*sql.DB, string) {
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS `" + table + "`") })
 	return db, table
 }
+
+// usedServer returns a pool on s, a table of the test's own there, and a
+// Server on it that has made its first use.
+func usedServer(t *testing.T, s testdsn.Server) (*sql.DB, string, *Server) {
+	t.Helper()
+	db, table := serverTable(t, s)
+	srv := newTestServer(t, db, table)
+	if err := srv.FirstUse(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	return db, table, srv
+}
