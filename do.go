@@ -67,7 +67,7 @@ func (l *Lock) Do(ctx context.Context, fn func(ctx context.Context, l *Lock) err
 	cfg, err := newDoConfig(l.ttl, fn, opts)
 	if err != nil {
 		// Do owns l from its call: bad input leaves no lease behind.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.releaseTimeout)
 		defer cancel()
 		return joinErrors(err, l.Release(rctx))
 	}
@@ -99,7 +99,7 @@ func (l *Lock) finish(ctx, kctx context.Context, minHold time.Duration) error {
 	if !ended {
 		cause = nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.releaseTimeout)
 	defer cancel()
 	err := l.release(rctx, minHold, nil)
 	switch {

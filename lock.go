@@ -246,7 +246,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
 		parent = context.WithoutCancel(ctx) // else ctx never ends: one allocation less
 	}
-	rctx, cancel := context.WithTimeout(parent, ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(parent, l.c.releaseTimeout)
 	defer cancel()
 	err := l.release(rctx, 0, nil)
 	if cerr := ctx.Err(); err != nil && cerr != nil && !errors.Is(err, cerr) {

@@ -825,6 +825,7 @@ func TestLock_Release_retries(t *testing.T) {
 	})
 	t.Run("cancelled in flight, then a second Release finds 0 rows", func(t *testing.T) {
 		e := newMockEnv(t)
+		e.c.releaseTimeout = time.Second // the first Release waits it out
 		l, tok := e.acquired("job")
 		e.expectExec("release", releaseArgs("job", tok), reply{rows: 1, delay: time.Minute})
 		e.expectExec("release", releaseArgs("job", tok), okReply(0, 0))

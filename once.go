@@ -125,7 +125,7 @@ func (c *Client) onceDoneRetrying(ctx context.Context, name string) (bool, error
 // still ours. It uses a context of its own: fn succeeded, and a caller's
 // context that ended just after must not make it run again.
 func (l *Lock) recordOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReleaseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.c.releaseTimeout)
 	defer cancel()
 	op := fmt.Sprintf("once %q: record completion", l.name)
 	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qOnceRecord, Args: []any{l.name, l.token}})

@@ -40,6 +40,9 @@ type Client struct {
 	retry     RetryStrategy
 	budget    fault.Budget  // the resends' (internal/engine/exec.go); set by tests only (options.go)
 	lockDelay time.Duration // WithLockDelay; negative: the default (admin.go)
+	// releaseTimeout bounds a release's own context: ReleaseTimeout, but
+	// for tests that only wait on it.
+	releaseTimeout time.Duration
 
 	reporter // its logger, Observer and warnings; observe.go
 
@@ -78,15 +81,16 @@ func New(db *sql.DB, opts ...Option) (*Client, error) {
 		return nil, errorf("nil *sql.DB")
 	}
 	c := &Client{
-		db:        db,
-		table:     "`" + DefaultTable + "`",
-		holder:    defaultHolder(),
-		retry:     ExponentialBackoff(defaultRetryMin, defaultRetryMax),
-		closing:   make(chan struct{}),
-		closeDone: make(chan struct{}),
-		reporter:  reporter{log: discardLogger},
-		wakeups:   defaultWakeups,
-		lockDelay: -1,
+		db:             db,
+		table:          "`" + DefaultTable + "`",
+		holder:         defaultHolder(),
+		retry:          ExponentialBackoff(defaultRetryMin, defaultRetryMax),
+		closing:        make(chan struct{}),
+		closeDone:      make(chan struct{}),
+		reporter:       reporter{log: discardLogger},
+		wakeups:        defaultWakeups,
+		lockDelay:      -1,
+		releaseTimeout: ReleaseTimeout,
 	}
 	for _, opt := range opts {
 		if err := opt(c); err != nil {
