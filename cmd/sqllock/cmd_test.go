@@ -253,7 +253,10 @@ func TestRun_wait(t *testing.T) {
 				t.Errorf("%s with the name free: got %d, %q, want 0 and the acquire, without a wait", strings.Join(args, " "), r.status, r.stderr)
 			}
 		}
-		_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 3; echo a >> "+e.path("order"))
+		// The hold outlasts the short run and the waiting run's start and
+		// first use: under CI's load 3 s ended before its first attempt,
+		// which then did not wait.
+		_, waitA := e.start("run", "job", "--", "sh", "-c", "sleep 10; echo a >> "+e.path("order"))
 		waitFor(t, 10*time.Second, "the first run to hold the name", func() bool { return e.inspect("job").Held })
 
 		short := e.run("run", "--wait", "200ms", "job", "--", "sh", "-c", "echo short >> "+e.path("order"))
