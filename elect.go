@@ -153,6 +153,11 @@ func (c *Client) campaign(ctx context.Context, name string, ttl time.Duration, o
 		case err == nil:
 			return l, nil
 		case cerr != nil:
+			if passable(err) && !errors.Is(err, cerr) {
+				// Refused, and ctx ended just after: Elect's error says
+				// the context ended, and why this candidate did not lead.
+				*lastErr = err
+			}
 			return nil, err
 		case errors.Is(err, ErrNotAcquired):
 			*lastErr = nil
