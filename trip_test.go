@@ -96,6 +96,14 @@ func wantTrip(t *testing.T, what string, ctx tripCtx, most int) {
 // 2 or 3).
 func TestTrip_contextFiles(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		if e.server.Fake {
+			// Beside the whole package under -race, this test on the
+			// MariaDB fake left other tests counting two waiters on the
+			// fake's channels for a minute (the fake is the process's, and
+			// they count its waiters, not their table's); the files are
+			// the library's, which the real servers show.
+			t.Skip("the fakes: see the comment")
+		}
 		table := e.newTable(t)
 		ctx := testCtx(t)
 		for _, wakeups := range []int{defaultWakeups, 0} {
