@@ -36,7 +36,7 @@ func newTripCtx(parent context.Context) tripCtx {
 // root package or internal/, not the fake server (sqllocktest) or a test.
 func libraryFrame(fn, file string) bool {
 	const mod = "github.com/sqllock/sqllock"
-	return (strings.HasPrefix(fn, mod+".") || strings.HasPrefix(fn, mod+"/internal/")) && !strings.HasSuffix(file, "_test.go")
+	return (strings.HasPrefix(fn, mod+".") || strings.HasPrefix(fn, mod+"/internal/")) && !strings.HasSuffix(strings.TrimSuffix(file, ".go"), "_test")
 }
 
 func (c tripCtx) note() {
