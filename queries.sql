@@ -555,6 +555,37 @@ SET l.expires_at = GREATEST(l.expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSEC
 WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND IF(l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6), 0, LENGTH(w.name) + 18446744073709551615) = 0;
 
+-- name: renew_many
+-- Holes: ttl µs; the names of the lease rows; then each lease's owner and
+-- name, concatenated (owner first: a token is 32 bytes, so a pair reads one
+-- way only). The Client's shared renewal (renewal.go): the leases its
+-- keep-alives hold for one ttl, each extended as refresh extends one, in
+-- one statement of up to a few thousand: names, sets and semaphores' slots
+-- alike, as they are all lease rows. A row is extended only while it is
+-- that owner's and live, as in refresh, and the expiry never moves
+-- earlier: so a send that runs late, or again, cannot revive a released or
+-- lapsed lease, extend a lease another owner holds now, or shorten one.
+-- Affected rows: how many were extended; the write also flips the lowest
+-- bit of acquired_at's microseconds (as all_refresh), so that every row
+-- matched changes and counts with and without clientFoundRows. A name
+-- appears once in a statement and a pair matches its one row, so the count
+-- equals the number of pairs only when every lease was extended; when it
+-- is short, the Go side has each lease of the statement renewed on its own
+-- (refresh), which tells which was lost. The IN list on both columns of the
+-- primary key reads each row by its key (range access, record locks only,
+-- in the key's order, as all_acquire and all_check take them); the Go side
+-- keeps a statement to 4,096 names and 1 MiB, within what MySQL's range
+-- optimizer plans by default (range_optimizer_max_mem_size). One form for
+-- every server: it writes no fence, so TiDB's and Vitess's one-row forms
+-- take it as it is (the hint stays on TiDB alone).
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
+WHERE kind = 'L' AND name IN (?)
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
+  AND CONCAT(owner, name) IN (?)
+  AND expires_at > UTC_TIMESTAMP(6);
+
 -- name: all_release
 -- Holes: token, the names. Affected rows: how many of the set's leases were
 -- still ours (a DELETE counts the same with or without clientFoundRows).
