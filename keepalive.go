@@ -283,8 +283,9 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	deadline := l.ValidUntil().Add(-ka.margin)
 	deadT := time.NewTimer(time.Until(deadline))
 	defer deadT.Stop()
-	renewAt := time.Now().Add(interval)
-	renewT := time.NewTimer(interval)
+	first := renewDelay(interval) // at the instants the Client's keep-alives of this ttl share (renewal.go)
+	renewAt := time.Now().Add(first)
+	renewT := time.NewTimer(first)
 	defer renewT.Stop()
 
 	var (
@@ -336,7 +337,8 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			}
 			ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
 			inFlight = cancel
-			go func() { results <- l.Refresh(ctx, l.ttl) }()
+			shared := failures == 0 // a retry goes on its own
+			go func() { results <- l.renewOnce(ctx, shared) }()
 		case err := <-results:
 			inFlight()
 			inFlight = nil
@@ -354,6 +356,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			switch {
 			case err == nil:
 				failures = 0
+				next = renewDelay(interval)
 				l.mu.Lock()
 				ka.lastErr = nil
 				deadline = l.validUntil.Add(-ka.margin)

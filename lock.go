@@ -91,6 +91,9 @@ type lockKind interface {
 	refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error)
 	release(ctx context.Context, l *Lock, minHold time.Duration) (ours, maybeApplied bool, err error)
 	check(ctx context.Context, l *Lock, tx *sql.Tx) error
+	// rows are the names of the lease rows the Lock holds under its
+	// token, which the Client's shared renewal extends (renewal.go).
+	rows(l *Lock) []string
 	// waitKey is the key of the queue and wake-up channel the Lock's
 	// acquire waited in (internal/wait).
 	waitKey(l *Lock) string
@@ -109,6 +112,7 @@ func (nameKind) slot() int                              { return 0 }
 func (nameKind) names(l *Lock) []string                 { return []string{l.name} }
 func (nameKind) fences(l *Lock) []uint64                { return []uint64{l.fence} }
 func (nameKind) label(l *Lock) string                   { return strconv.Quote(l.name) }
+func (nameKind) rows(l *Lock) []string                  { return []string{l.name} }
 func (nameKind) waitKey(l *Lock) string                 { return l.name }
 func (nameKind) kick(l *Lock)                           { l.c.wait.Kick(l.name) }
 func (nameKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, []string{l.name} }
@@ -187,10 +191,19 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	sent := time.Now()
 	until := l.ValidUntil()
 	ok, err := l.sendRefresh(ctx, until, ttl)
+	return l.refreshAnswered(sent, until, ttl, ok, err, 0)
+}
+
+// refreshAnswered takes the answer to a refresh of the lease sent at sent,
+// when it was valid until until, for ttl: ok, it was extended; err, the
+// outcome is unknown. shared is how many leases the statement extended,
+// when it was the Client's shared renewal (renewal.go); 0 for the Lock's
+// own. It returns what Refresh does.
+func (l *Lock) refreshAnswered(sent, until time.Time, ttl time.Duration, ok bool, err error, shared int) error {
 	if err != nil {
 		// The refresh may have been applied, or may yet be: it never moves
 		// the expiry earlier, so ValidUntil stands.
-		l.refreshed(sent, until, ttl, false, err)
+		l.refreshed(sent, until, ttl, false, err, shared)
 		return l.c.serverError("refresh "+l.label(), err)
 	}
 	if !ok {
@@ -198,7 +211,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// this Client.
 		l.kickAll()
 		err := fmt.Errorf("%w: the lease on %s expired or was taken over", ErrNotHeld, l.label())
-		l.refreshed(sent, until, ttl, true, err)
+		l.refreshed(sent, until, ttl, true, err, shared)
 		l.holdEnded(observe.HoldLost, err)
 		return err
 	}
@@ -208,7 +221,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	l.mu.Unlock()
 	l.c.held.readd(l) // after l.mu: the registry's lock comes first
-	l.refreshed(sent, until, ttl, false, nil)
+	l.refreshed(sent, until, ttl, false, nil, shared)
 	return nil
 }
 

@@ -58,6 +58,7 @@ func (setKind) slot() int                                { return 0 }
 func (h setKind) names(*Lock) []string                   { return slices.Clone(h.set.Names) }
 func (h setKind) fences(*Lock) []uint64                  { return slices.Clone(h.set.Fences) }
 func (h setKind) label(*Lock) string                     { return h.set.label }
+func (h setKind) rows(*Lock) []string                    { return h.set.Names }
 func (h setKind) waitKey(*Lock) string                   { return setKey(h.set.Names) }
 func (h setKind) orphans(l *Lock) (orphanList, []string) { return &l.c.orphans, h.set.Names }
 

@@ -98,11 +98,11 @@ func (l *Lock) holdEnded(end observe.HoldEnd, err error) {
 // refreshed reports a refresh of l for ttl sent at sent, when the lease
 // could expire at validUntil, that returned err (lost: it found the lease
 // gone).
-func (l *Lock) refreshed(sent, validUntil time.Time, ttl time.Duration, lost bool, err error) {
+func (l *Lock) refreshed(sent, validUntil time.Time, ttl time.Duration, lost bool, err error, shared int) {
 	if l.c.obs.Refreshed == nil {
 		return
 	}
-	ev := observe.RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), TTL: ttl, Took: time.Since(sent), Err: err}
+	ev := observe.RefreshEvent{Name: l.Name(), Left: validUntil.Sub(sent), TTL: ttl, Took: time.Since(sent), Shared: shared, Err: err}
 	switch {
 	case lost:
 		ev.Outcome = observe.OutcomeHeld

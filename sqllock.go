@@ -65,6 +65,7 @@ type Client struct {
 	closing   chan struct{} // closed when Close starts
 	closeDone chan struct{} // closed when Close has finished
 
+	renewals   renewals    // the keep-alives' shared renewal; renewal.go
 	held       held        // the Locks to release on Close; held.go
 	orphans    nameOrphans // tokens whose leases may be left on the server; held.go
 	semOrphans semOrphans  // the same for semaphores' slots

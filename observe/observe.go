@@ -156,9 +156,13 @@ type RefreshEvent struct {
 	Left time.Duration
 	// TTL is the lease length the refresh asked for: the ttl a keep-alive
 	// renews for, so that Left/TTL near 2/3 is on time and near 0 is late.
-	TTL     time.Duration
-	Took    time.Duration // from the send to the answer
-	Outcome Outcome       // OutcomeAcquired: renewed; OutcomeHeld: the lease was lost
+	TTL  time.Duration
+	Took time.Duration // from the send to the answer
+	// Shared is how many leases the statement renewed, when it was the
+	// Client's shared renewal, which renews the leases its keep-alives
+	// hold for one ttl together; 0 when the lease was refreshed on its own.
+	Shared  int
+	Outcome Outcome // OutcomeAcquired: renewed; OutcomeHeld: the lease was lost
 	Err     error
 }
 

@@ -208,7 +208,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		acquire, guarded = true, true
 	default:
 		acquire = strings.HasPrefix(label, "all_acquire")
-		guarded = acquire || label == "all_refresh"
+		guarded = acquire || label == "all_refresh" || label == "renew_many"
 	}
 	if guarded && !s.recheckQuiet(0) {
 		if err := s.tableStillGood(ctx); err != nil {

@@ -51,6 +51,22 @@ func (s *Server) SetRefresh(set *Set, ttl time.Duration) string {
 	return s.Text().RefreshAll(set.union, set.In, set.TokenLit, us(ttl))
 }
 
+// RenewMany returns the shared renewal for ttl of the lease rows named
+// rows, the row rows[i] held by the owner token owners[i] (queries.sql,
+// renew_many).
+func (s *Server) RenewMany(ttl time.Duration, rows, owners []string) string {
+	var names, pairs strings.Builder
+	for i, n := range rows {
+		if i > 0 {
+			names.WriteString(", ")
+			pairs.WriteString(", ")
+		}
+		names.WriteString(sqltext.Hex(n))
+		pairs.WriteString(sqltext.Hex(owners[i] + n))
+	}
+	return s.Text().Set("renew_many", us(ttl), names.String(), pairs.String())
+}
+
 // SetRelease returns the statement that deletes the leases of set, or with
 // minHold > 0 keeps them until acquired_at + minHold; and its name in
 // queries.sql.

@@ -1,0 +1,404 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock/observe"
+)
+
+// sharedCount counts, from the Observer, each lease's renewals by the
+// shared renewal and the statements they took.
+type sharedCount struct {
+	mu         sync.Mutex
+	shared     map[string]int // by the lease's Name
+	statements float64        // each renewal counts 1/Shared of its statement
+	alone      int            // renewals of a lease on its own
+}
+
+func (s *sharedCount) observer() observe.Observer {
+	s.shared = map[string]int{}
+	return observe.Observer{Refreshed: func(ev observe.RefreshEvent) {
+		if ev.Err != nil || ev.Outcome == observe.OutcomeHeld {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ev.Shared == 0 {
+			s.alone++
+			return
+		}
+		s.shared[ev.Name]++
+		s.statements += 1 / float64(ev.Shared)
+	}}
+}
+
+// each reports whether every one of names was renewed by the shared
+// renewal at least n times.
+func (s *sharedCount) each(names []string, n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range names {
+		if s.shared[name] < n {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sharedCount) of(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shared[name]
+}
+
+// leaseInfo is what w's Inspect says of l's lease: of its first name, or of
+// its semaphore's slot.
+func leaseInfo(t *testing.T, w *Client, l *Lock) Info {
+	t.Helper()
+	if l.Slot() == 0 {
+		return inspect(t, w, l.Names()[0])
+	}
+	infos, err := w.Semaphore(l.Name(), 1).Inspect(testCtx(t))
+	if err != nil {
+		t.Fatalf("Semaphore(%q).Inspect: %v", l.Name(), err)
+	}
+	for _, in := range infos {
+		if in.Slot == l.Slot() {
+			return in
+		}
+	}
+	return Info{Name: l.Name(), Slot: l.Slot()}
+}
+
+// keptAlive acquires n names prefix-00.. for ttl and starts their
+// keep-alives.
+func keptAlive(t *testing.T, c *Client, prefix string, n int, ttl time.Duration) ([]*Lock, []context.Context, []string) {
+	t.Helper()
+	var (
+		locks []*Lock
+		ctxs  []context.Context
+		names []string
+	)
+	for i := range n {
+		l := mustAcquire(t, c, fmt.Sprintf("%s-%02d", prefix, i), ttl)
+		locks = append(locks, l)
+		ctxs = append(ctxs, l.KeepAlive(testCtx(t)))
+		names = append(names, l.Name())
+	}
+	return locks, ctxs, names
+}
+
+// A Client's keep-alives of one ttl renew together: names, a set and a
+// semaphore's slot, each renewed by statements that carry many leases,
+// and none lost.
+func TestKeepAlive_sharedRenewal(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var count sharedCount
+		table := e.newTable(t)
+		c := e.client(t, e.openDB(t), table, WithObserver(count.observer()))
+		w := e.client(t, e.openDB(t), table)
+		warm(t, c)
+		ctx := testCtx(t)
+		// Renewals every 500 ms; the keep-alive gives up 1.35 s after its
+		// last success, which a loaded machine keeps.
+		const ttl = 1500 * time.Millisecond
+		start := time.Now()
+		locks, ctxs, names := keptAlive(t, c, "many", 30, ttl)
+		if !e.server.Vitess {
+			set := mustAcquireSet(t, c, ttl, "many-set-a", "many-set-b")
+			locks, ctxs, names = append(locks, set), append(ctxs, set.KeepAlive(ctx)), append(names, set.Name())
+		}
+		switch slot, err := c.Semaphore("many-sem", 2).TryAcquire(ctx, ttl); {
+		case errors.Is(err, ErrUnsupportedServer):
+		case err != nil:
+			t.Fatalf("Semaphore.TryAcquire: %v", err)
+		default:
+			locks, ctxs, names = append(locks, slot), append(ctxs, slot.KeepAlive(ctx)), append(names, slot.Name())
+		}
+		waitFor(t, 30*time.Second, "every lease renewed three times by the shared renewal", func() bool { return count.each(names, 3) })
+		for i, lctx := range ctxs {
+			if err := context.Cause(lctx); err != nil && !lostForNoRenewal(err) {
+				t.Fatalf("%s: keep-alive ended: %v", names[i], err)
+			}
+		}
+		count.mu.Lock()
+		renewals := 0
+		for _, n := range count.shared {
+			renewals += n
+		}
+		statements, alone := count.statements, count.alone
+		count.mu.Unlock()
+		// 32 leases due at once go in one statement, or a few when the
+		// machine is slow to wake the keep-alives.
+		if statements > float64(renewals)/4 {
+			t.Errorf("%d shared renewals took %.1f statements, want at most a quarter (%d on their own)", renewals, statements, alone)
+		}
+		// The server has the leases: a witness finds each one held by c
+		// past its first ttl.
+		time.Sleep(time.Until(start.Add(ttl + 200*time.Millisecond)))
+		for _, l := range locks {
+			if got := leaseInfo(t, w, l); !got.Held {
+				t.Errorf("%s: not held on the server after its renewals: %+v", l.Name(), got)
+			}
+		}
+	})
+}
+
+// A forced release of one lease among many kept alive by the shared
+// renewal ends that lease's keep-alive alone; the others go on being
+// renewed together.
+func TestKeepAlive_sharedRenewal_forcedReleaseEndsThatLeaseAlone(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var count sharedCount
+		table := e.newTable(t)
+		a := e.client(t, e.openDB(t), table, WithObserver(count.observer()))
+		b := e.client(t, e.openDB(t), table, WithLockDelay(0))
+		warm(t, a, b)
+		ctx := testCtx(t)
+		const ttl = 1500 * time.Millisecond
+		_, ctxs, names := keptAlive(t, a, "forced", 10, ttl)
+		waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
+		if _, err := b.ForceRelease(ctx, names[3]); err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+		select {
+		case <-ctxs[3].Done():
+			if cause := context.Cause(ctxs[3]); !errors.Is(cause, ErrLockLost) {
+				t.Fatalf("the forced lease's keep-alive ended with %v, want ErrLockLost", cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the forced lease's keep-alive did not end")
+		}
+		before := make([]int, len(names))
+		for i, n := range names {
+			before[i] = count.of(n)
+		}
+		waitFor(t, 30*time.Second, "the other leases renewed twice more by the shared renewal", func() bool {
+			for i, n := range names {
+				if i != 3 && count.of(n) < before[i]+2 {
+					return false
+				}
+			}
+			return true
+		})
+		for i, lctx := range ctxs {
+			if err := context.Cause(lctx); i != 3 && err != nil && !lostForNoRenewal(err) {
+				t.Fatalf("%s: keep-alive ended beside the forced one: %v", names[i], err)
+			}
+		}
+		mustAcquire(t, b, names[3], time.Minute) // the forced name is free
+	})
+}
+
+// The shared renewal's statement, sent late (after the lease was
+// released, lapsed, taken over or released with a minimum hold) extends
+// nothing, and never shortens a lease: for a name's lease, a set's and a
+// semaphore slot's.
+func TestLate_sharedRenewalRunsLate(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		c, b := e.twoClients(t)
+		warm(t, c, b)
+		ctx := testCtx(t)
+		renew := func(ttl time.Duration, l *Lock) int64 {
+			t.Helper()
+			var owners []string
+			for range l.kind.rows(l) {
+				owners = append(owners, l.Token())
+			}
+			res, err := c.db.ExecContext(ctx, c.eng.RenewMany(ttl, l.kind.rows(l), owners))
+			if err != nil {
+				t.Fatalf("renew_many: %v", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		kinds := map[string]func(name string, ttl time.Duration) *Lock{
+			"name": func(name string, ttl time.Duration) *Lock { return mustAcquire(t, c, name, ttl) },
+		}
+		if !e.server.Vitess {
+			kinds["set"] = func(name string, ttl time.Duration) *Lock { return mustAcquireSet(t, c, ttl, name+"-a", name+"-b") }
+		}
+		if _, err := c.Semaphore("late-probe", 1).TryAcquire(ctx, time.Second); !errors.Is(err, ErrUnsupportedServer) {
+			kinds["slot"] = func(name string, ttl time.Duration) *Lock {
+				l, err := c.Semaphore(name, 1).TryAcquire(ctx, ttl)
+				if err != nil {
+					t.Fatalf("Semaphore(%q).TryAcquire: %v", name, err)
+				}
+				return l
+			}
+		}
+		for kind, take := range kinds {
+			t.Run(kind, func(t *testing.T) {
+				// Live and ours: extended, every row counted.
+				l := take("late-live-"+kind, time.Minute)
+				if n := renew(time.Minute, l); n != int64(len(l.kind.rows(l))) {
+					t.Fatalf("renew_many of a live lease: %d rows, want %d", n, len(l.kind.rows(l)))
+				}
+				// Never shortened: a second's renewal leaves a minute.
+				if n := renew(time.Second, l); n != int64(len(l.kind.rows(l))) {
+					t.Fatalf("renew_many for a shorter ttl: %d rows, want %d (matched, unchanged expiry)", n, len(l.kind.rows(l)))
+				}
+				if got := leaseInfo(t, b, l); !got.Held || got.TTL < 30*time.Second {
+					t.Fatalf("after a shorter renewal: %+v, want about a minute left", got)
+				}
+				// Released: nothing revived; the name is free.
+				if err := l.Release(ctx); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				if n := renew(time.Minute, l); n != 0 {
+					t.Fatalf("renew_many after Release: %d rows, want 0", n)
+				}
+				if got := leaseInfo(t, b, l); got.Held {
+					t.Fatalf("after a late renewal of a released lease: %+v, want free", got)
+				}
+				// Lapsed: not revived.
+				l = take("late-lapsed-"+kind, 200*time.Millisecond)
+				time.Sleep(400 * time.Millisecond)
+				if n := renew(time.Minute, l); n != 0 {
+					t.Fatalf("renew_many after the lease lapsed: %d rows, want 0", n)
+				}
+				if got := leaseInfo(t, b, l); got.Held {
+					t.Fatalf("after a late renewal of a lapsed lease: %+v, want free", got)
+				}
+				// Taken over: the new owner's lease is untouched.
+				var other *Lock
+				if kind == "slot" {
+					var err error
+					if other, err = b.Semaphore(l.Name(), 1).TryAcquire(ctx, 5*time.Second); err != nil {
+						t.Fatalf("taking the lapsed slot over: %v", err)
+					}
+				} else {
+					var err error
+					if other, err = b.TryAcquireSet(ctx, l.Names(), 5*time.Second); err != nil {
+						t.Fatalf("taking the lapsed lease over: %v", err)
+					}
+				}
+				if n := renew(time.Minute, l); n != 0 {
+					t.Fatalf("renew_many after a takeover: %d rows, want 0", n)
+				}
+				if got := leaseInfo(t, b, other); !got.Held || got.TTL > 6*time.Second {
+					t.Fatalf("the new owner's lease after a late renewal of the old: %+v, want its 5 s", got)
+				}
+				// Released with a minimum hold: the kept lease is not
+				// extended past it.
+				l = take("late-minhold-"+kind, time.Minute)
+				if err := l.release(ctx, 2*time.Second, nil); err != nil {
+					t.Fatalf("release with a minimum hold: %v", err)
+				}
+				if n := renew(time.Minute, l); n != 0 {
+					t.Fatalf("renew_many after a release with a minimum hold: %d rows, want 0", n)
+				}
+				if got := leaseInfo(t, b, l); got.TTL > 3*time.Second {
+					t.Fatalf("the minimum hold after a late renewal: %+v, want at most its 2 s", got)
+				}
+			})
+		}
+	})
+}
+
+func TestRenewStatements(t *testing.T) {
+	req := func(rows ...string) *renewReq {
+		return &renewReq{rows: rows, answer: make(chan renewAnswer, 1)}
+	}
+	var due []*renewReq
+	for i := range maxRenewRows + 10 {
+		due = append(due, req(fmt.Sprintf("n%05d", i)))
+	}
+	dup := req("n00001")
+	due = append(due, dup, req("s1", "s2"))
+	got := renewStatements(due)
+	if len(got) != 2 || len(got[0]) != maxRenewRows || len(got[1]) != 11 {
+		t.Fatalf("got statements of %v leases, want %d and 11", lens(got), maxRenewRows)
+	}
+	select {
+	case a := <-dup.answer:
+		if a.all || a.err != nil {
+			t.Fatalf("a name twice: answered %+v, want not all, so that it refreshes on its own", a)
+		}
+	default:
+		t.Fatal("a renewal whose name another carries was not answered")
+	}
+	// Long names: the bytes bound splits first.
+	due = nil
+	for i := range 2000 {
+		due = append(due, req(fmt.Sprintf("%03d%s", i, strings.Repeat("x", 250))))
+	}
+	for _, s := range renewStatements(due) {
+		if len(s) > maxRenewBytes/(4*253+74) {
+			t.Fatalf("a statement of %d names of 253 bytes, over %d bytes", len(s), maxRenewBytes)
+		}
+	}
+}
+
+func lens(ss [][]*renewReq) []int {
+	var out []int
+	for _, s := range ss {
+		out = append(out, len(s))
+	}
+	return out
+}
+
+func TestRenewDelay(t *testing.T) {
+	for _, interval := range []time.Duration{time.Millisecond, 100 * time.Millisecond, time.Second, time.Hour} {
+		d := renewDelay(interval)
+		if d < interval/2 || d >= interval*3/2 {
+			t.Errorf("renewDelay(%v) = %v, want in [%v, %v)", interval, d, interval/2, interval*3/2)
+		}
+		if at := time.Since(monoBase) + d; at%interval > interval/100 && interval >= 100*time.Millisecond {
+			t.Errorf("renewDelay(%v) = %v: lands %v past a whole interval, want on one", interval, d, at%interval)
+		}
+	}
+}
+
+// A Client whose shared renewal cannot reach the server loses each lease
+// by that lease's own ValidUntil, and tells each holder.
+func TestKeepAlive_sharedRenewal_cutOffLosesEachByItsValidUntil(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var count sharedCount
+		c, p := e.proxiedClient(t, e.newTable(t), WithObserver(count.observer()))
+		warm(t, c)
+		const ttl = 3 * time.Second
+		locks, ctxs, names := keptAlive(t, c, "cut", 10, ttl)
+		waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
+		p.Stall(true)
+		t.Cleanup(func() { p.Stall(false) })
+		var (
+			mu    sync.Mutex
+			ended = make([]time.Time, len(ctxs))
+		)
+		for i, lctx := range ctxs {
+			context.AfterFunc(lctx, func() {
+				mu.Lock()
+				ended[i] = time.Now()
+				mu.Unlock()
+			})
+		}
+		for i, lctx := range ctxs {
+			select {
+			case <-lctx.Done():
+			case <-time.After(2 * ttl):
+				t.Fatalf("%s: the keep-alive did not end with the server cut off", names[i])
+			}
+			if cause := context.Cause(lctx); !lostForNoRenewal(cause) {
+				t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		for i, l := range locks {
+			if vu := l.ValidUntil(); ended[i].After(vu) {
+				t.Errorf("%s: told of the loss %v after its ValidUntil", names[i], ended[i].Sub(vu))
+			}
+		}
+	})
+}
