@@ -23,9 +23,10 @@ import (
 // every answer (insert id, affected rows, rows, error number) against the
 // server's: the library's tests read only the answers they decide by, and
 // this reads them all; the set statements, sent as text, are compared
-// too (setScript), and the semaphore statements (semaphoreScript). Fences and times differ between two clocks, so a
-// fence is compared by which one it is (the first seen, the second), and a
-// time left by its sign. A MariaDB server is compared with the fake made
+// too (setScript), the semaphore statements (semaphoreScript), and the
+// shared renewal's (renewScript). Fences and times differ between two
+// clocks, so a fence is compared by which one it is (the first seen, the
+// second), and a time left by its sign. A MariaDB server is compared with the fake made
 // WithMariaDB, a MySQL server with the fake as it is by default: each
 // Client takes its server's forms, and the scripts send them.
 func TestFake_answersAsTheServer(t *testing.T) {
@@ -64,6 +65,11 @@ func TestFake_answersAsTheServer(t *testing.T) {
 		}
 		real = append(real, semaphoreScript(t, e.db, e.newTable(t))...)
 		fake = append(fake, semaphoreScript(t, fakeDB, "t_slots")...)
+		if err := srv.CreateTable("t_renew"); err != nil {
+			t.Fatal(err)
+		}
+		real = append(real, renewScript(t, e.db, e.newTable(t))...)
+		fake = append(fake, renewScript(t, fakeDB, "t_renew")...)
 		// The table as information_schema shows it: MySQL's column types
 		// read differently from MariaDB's.
 		real = append(real, tableRows(t, e.db, strings.Trim(e.newTable(t), "`"))...)

@@ -27,8 +27,8 @@ var schemaSQL string
 
 // notImplemented are the sections of queries.sql that the fake does not
 // run, and why; every other statement of the file has a handler in handlers.go
-// (a set's in sets.go, a semaphore's in semaphores.go), or is a row of
-// all_acquire (setRows).
+// (a set's in sets.go, a semaphore's in semaphores.go, renew_many's in
+// renew.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
@@ -72,13 +72,15 @@ const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 var textStatements = map[string]bool{
 	"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true,
 	"all_acquire": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
-	"all_fences": true,
+	"all_fences": true, "renew_many": true,
 }
 
 // listStatements take a list of literals, separated by commas, in place of
-// their last placeholder (a set's names, in IN (?)).
-var listStatements = map[string]bool{
-	"look": true, "all_release": true, "all_release_at_least": true, "all_check": true, "all_fences": true,
+// each of their last placeholders, as many as the value says (a set's
+// names, in IN (?); renew_many's names, then its owner-and-name pairs).
+var listStatements = map[string]int{
+	"look": 1, "all_release": 1, "all_release_at_least": 1, "all_check": 1, "all_fences": 1,
+	"renew_many": 2,
 }
 
 // unionStatements take a list of literals, separated by " UNION ALL
@@ -128,9 +130,12 @@ type template struct {
 
 // A parsed statement is a template matched against a statement's text.
 type parsed struct {
-	t      *template
-	table  string      // the table's name, without quotes; "" if none
-	lits   []string    // the literals' values, decoded
+	t     *template
+	table string   // the table's name, without quotes; "" if none
+	lits  []string // the literals' values, decoded
+	// lists is how many literals each holeLiteralList or holeLiteralUnion
+	// took, in order: they are in lits with the others.
+	lists  []int
 	rows   []parsedRow // the rows of a holeRows, in order
 	params int         // bound placeholders, each slot row's included
 	// slotRows is how many times a holeSlotRows' row is written.
@@ -191,13 +196,15 @@ func mustTemplates() []*template {
 		// all_acquire carries the guard in its rows (all_acquire_lease).
 		t.guarded = strings.Contains(normalize(text), normalize(inTransactionGuard)) ||
 			rowsStatements[name] && strings.Contains(normalize(qs["all_acquire_lease"]), normalize(inTransactionGuard))
-		if listStatements[name] {
-			for i := len(t.segments) - 1; i >= 0; i-- {
-				if t.segments[i].hole == holeLiteral {
-					t.segments[i].hole = holeLiteralList
-					break
-				}
+		lists := listStatements[name]
+		for i := len(t.segments) - 1; i >= 0 && lists > 0; i-- {
+			if t.segments[i].hole == holeLiteral {
+				t.segments[i].hole = holeLiteralList
+				lists--
 			}
+		}
+		if lists > 0 {
+			panic(fmt.Sprintf("sqllocktest: queries.sql's statement %q has fewer placeholders than its lists (listStatements)", name))
 		}
 		if unionStatements[name] {
 			for i := range t.segments {
@@ -494,12 +501,14 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 			if s.hole == holeLiteralUnion {
 				sep = " UNION ALL SELECT "
 			}
+			count := 0
 			for {
 				v, n, ok := readLiteral(q)
 				if !ok {
 					return "", false
 				}
 				p.lits = append(p.lits, v)
+				count++
 				q = q[n:]
 				rest, more := strings.CutPrefix(q, sep)
 				if !more {
@@ -507,6 +516,7 @@ func (t *template) matchPrefix(q string, p *parsed) (string, bool) {
 				}
 				q = rest
 			}
+			p.lists = append(p.lists, count)
 		}
 	}
 	return q, true
