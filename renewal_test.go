@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sqllock/sqllock/observe"
+	"github.com/sqllock/sqllock/sqllocktest"
 )
 
 // sharedCount counts, from the Observer, each lease's renewals by the
@@ -401,4 +403,51 @@ func TestKeepAlive_sharedRenewal_cutOffLosesEachByItsValidUntil(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A server that refuses the shared renewal's statement (the fake, told to)
+// turns it off for the Client: said once in the log, and each lease renews
+// on its own from then on, none lost.
+func TestKeepAlive_sharedRenewal_refusedFallsBackToEachOnItsOwn(t *testing.T) {
+	srv, err := sqllocktest.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.CreateTable("t_refused"); err != nil {
+		t.Fatal(err)
+	}
+	db := srv.DB()
+	defer db.Close()
+	var count sharedCount
+	rec, logOpt := newRecorder()
+	c, err := New(db, WithTable("t_refused"), WithObserver(count.observer()), logOpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	refused := sqllocktest.ServerError{Number: 1235, SQLState: "42000", Message: "This version of MySQL doesn't yet support 'this statement'"}
+	if err := srv.Inject(sqllocktest.Fault{Statement: "renew_many", Err: refused}); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 900 * time.Millisecond
+	_, ctxs, names := keptAlive(t, c, "refused", 5, ttl)
+	waitFor(t, 30*time.Second, "each lease renewed three times on its own", func() bool {
+		count.mu.Lock()
+		defer count.mu.Unlock()
+		return count.alone >= 3*len(names)
+	})
+	for i, lctx := range ctxs {
+		if err := context.Cause(lctx); err != nil {
+			t.Fatalf("%s: keep-alive ended: %v", names[i], err)
+		}
+	}
+	if got := len(rec.find(slog.LevelWarn, "refused the shared renewal", "")); got != 1 {
+		t.Fatalf("%d log lines say the shared renewal was refused, want 1", got)
+	}
+	count.mu.Lock()
+	defer count.mu.Unlock()
+	if len(count.shared) != 0 || srv.Pending() != 0 {
+		t.Fatalf("after the refusal: %d leases renewed shared, %d faults pending; want none", len(count.shared), srv.Pending())
+	}
 }
