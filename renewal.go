@@ -68,14 +68,15 @@ type renewAnswer struct {
 }
 
 // renewDelay is how long until a keep-alive that renews every interval
-// renews next: at the first instant after at least interval/2 that is a
-// whole number of intervals after monoBase, the same for every keep-alive
-// of that interval, so that their renewals share statements. A lease
-// acquired just before such an instant is renewed at the next.
+// renews next: at the first instant from now on that is a whole number of
+// intervals after monoBase, the same for every keep-alive of that
+// interval, so that their renewals share statements. It is never more than
+// interval, so renewals stay at most ttl/3 apart, as the lock-delay's
+// bound counts on (admin.go); a lease acquired just before such an instant
+// is renewed at once.
 func renewDelay(interval time.Duration) time.Duration {
 	now := time.Since(monoBase)
-	at := (now + interval/2 + interval - 1) / interval * interval
-	return at - now
+	return (now/interval+1)*interval - now
 }
 
 // renewOnce is one renewal of the keep-alive: through the shared renewal
