@@ -229,6 +229,19 @@ func TestCluster_slots_neverMoreThanN(t *testing.T) {
 	})
 }
 
+// The shared renewal across nodes: a Client on the first node keeps ten
+// leases alive together; one forced free from the second node ends that
+// lease's keep-alive alone, and the second node finds the others held.
+func TestCluster_sharedRenewal_forcedReleaseEndsThatLeaseAlone(t *testing.T) {
+	clusterWriters(t, func(t *testing.T, c *testCluster) {
+		table := c.newTable(t, c.dbs[0])
+		var count sharedCount
+		a := (&testEnv{}).client(t, c.dbs[0], table, WithHolder("node1"), WithObserver(count.observer()))
+		b := (&testEnv{}).client(t, c.dbs[1], table, WithHolder("node2"), WithLockDelay(0))
+		forcedEndsThatLeaseAlone(t, a, b, &count)
+	})
+}
+
 // A holder on one node checks its lease in a transaction; the lease expires
 // and a client on another node takes the name over and commits; the
 // holder's commit, sent at once, must then fail. A Check that only read the

@@ -161,41 +161,54 @@ func TestKeepAlive_sharedRenewal_forcedReleaseEndsThatLeaseAlone(t *testing.T) {
 		table := e.newTable(t)
 		a := e.client(t, e.openDB(t), table, WithObserver(count.observer()))
 		b := e.client(t, e.openDB(t), table, WithLockDelay(0))
-		warm(t, a, b)
-		ctx := testCtx(t)
-		const ttl = 1500 * time.Millisecond
-		_, ctxs, names := keptAlive(t, a, "forced", 10, ttl)
-		waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
-		if _, err := b.ForceRelease(ctx, names[3]); err != nil {
-			t.Fatalf("ForceRelease: %v", err)
-		}
-		select {
-		case <-ctxs[3].Done():
-			if cause := context.Cause(ctxs[3]); !errors.Is(cause, ErrLockLost) {
-				t.Fatalf("the forced lease's keep-alive ended with %v, want ErrLockLost", cause)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the forced lease's keep-alive did not end")
-		}
-		before := make([]int, len(names))
-		for i, n := range names {
-			before[i] = count.of(n)
-		}
-		waitFor(t, 30*time.Second, "the other leases renewed twice more by the shared renewal", func() bool {
-			for i, n := range names {
-				if i != 3 && count.of(n) < before[i]+2 {
-					return false
-				}
-			}
-			return true
-		})
-		for i, lctx := range ctxs {
-			if err := context.Cause(lctx); i != 3 && err != nil && !lostForNoRenewal(err) {
-				t.Fatalf("%s: keep-alive ended beside the forced one: %v", names[i], err)
-			}
-		}
-		mustAcquire(t, b, names[3], time.Minute) // the forced name is free
+		forcedEndsThatLeaseAlone(t, a, b, &count)
 	})
+}
+
+// forcedEndsThatLeaseAlone holds 10 names in a, kept alive, which a's
+// Observer counts, forces one free through b and checks that its
+// keep-alive alone ends, and that b finds the others held.
+func forcedEndsThatLeaseAlone(t *testing.T, a, b *Client, count *sharedCount) {
+	t.Helper()
+	warm(t, a, b)
+	ctx := testCtx(t)
+	const ttl = 1500 * time.Millisecond
+	_, ctxs, names := keptAlive(t, a, "forced", 10, ttl)
+	waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
+	if _, err := b.ForceRelease(ctx, names[3]); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	select {
+	case <-ctxs[3].Done():
+		if cause := context.Cause(ctxs[3]); !errors.Is(cause, ErrLockLost) {
+			t.Fatalf("the forced lease's keep-alive ended with %v, want ErrLockLost", cause)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the forced lease's keep-alive did not end")
+	}
+	before := make([]int, len(names))
+	for i, n := range names {
+		before[i] = count.of(n)
+	}
+	waitFor(t, 30*time.Second, "the other leases renewed twice more by the shared renewal", func() bool {
+		for i, n := range names {
+			if i != 3 && count.of(n) < before[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, lctx := range ctxs {
+		if err := context.Cause(lctx); i != 3 && err != nil && !lostForNoRenewal(err) {
+			t.Fatalf("%s: keep-alive ended beside the forced one: %v", names[i], err)
+		}
+		if i != 3 {
+			if _, err := b.TryAcquire(ctx, names[i], time.Minute); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire(%s) beside a's keep-alive: %v, want ErrNotAcquired", names[i], err)
+			}
+		}
+	}
+	mustAcquire(t, b, names[3], time.Minute) // the forced name is free
 }
 
 // The shared renewal's statement, sent late (after the lease was
@@ -280,7 +293,12 @@ func TestLate_sharedRenewalRunsLate(t *testing.T) {
 					}
 				} else {
 					var err error
-					if other, err = b.TryAcquireSet(ctx, l.Names(), 5*time.Second); err != nil {
+					if kind == "name" {
+						other, err = b.TryAcquire(ctx, l.Name(), 5*time.Second)
+					} else {
+						other, err = b.TryAcquireSet(ctx, l.Names(), 5*time.Second)
+					}
+					if err != nil {
 						t.Fatalf("taking the lapsed lease over: %v", err)
 					}
 				}
