@@ -72,31 +72,69 @@ func connectionID(ctx context.Context, c driver.Conn) (int64, error) {
 	return 0, fmt.Errorf("CONNECTION_ID() is %T", v[0])
 }
 
-// serverThreads returns the server's threads (their OS ids) serving the
-// connections cc opened: MariaDB lists them in information_schema's
-// PROCESSLIST, MySQL in performance_schema.threads.
-func serverThreads(ctx context.Context, db *sql.DB, cc *countingConnector) ([]int, error) {
-	cc.mu.Lock()
-	ids := make([]string, len(cc.ids))
-	for i, id := range cc.ids {
+// A threadSampler adds up the CPU time of the server's threads serving the
+// Client's connections: each sample finds them (MariaDB lists them in
+// information_schema's PROCESSLIST, MySQL in performance_schema.threads)
+// over a connection of its own, which is not counted, and adds what each
+// thread found in the sample before used since. A connection opened
+// between two samples loses its first interval; one the server cached a
+// thread for does not bring that thread's past.
+type threadSampler struct {
+	mon     *sql.DB
+	cc      *countingConnector
+	pid     int
+	last    map[int]int64 // thread id: ticks at the last sample
+	ticks   int64
+	threads map[int]bool // every thread seen
+	err     error        // the first sample's failure, if any
+}
+
+func (ts *threadSampler) sample(ctx context.Context) {
+	if ts.err != nil {
+		return
+	}
+	tids, err := ts.serverThreads(ctx)
+	if err != nil {
+		ts.err = err
+		return
+	}
+	now := map[int]int64{}
+	for _, tid := range tids {
+		t, err := statCPU(fmt.Sprintf("/proc/%d/task/%d/stat", ts.pid, tid))
+		if err != nil {
+			continue // the thread ended since the query
+		}
+		now[tid] = t
+		if prev, ok := ts.last[tid]; ok && t >= prev {
+			ts.ticks += t - prev
+		}
+		ts.threads[tid] = true
+	}
+	ts.last = now
+}
+
+func (ts *threadSampler) serverThreads(ctx context.Context) ([]int, error) {
+	ts.cc.mu.Lock()
+	ids := make([]string, len(ts.cc.ids))
+	for i, id := range ts.cc.ids {
 		ids[i] = strconv.FormatInt(id, 10)
 	}
-	cc.mu.Unlock()
+	ts.cc.mu.Unlock()
 	if len(ids) == 0 {
 		return nil, errors.New("no connection's id known")
 	}
 	in := strings.Join(ids, ",")
-	var tids []int
 	var errs []error
 	for _, q := range []string{
 		"SELECT TID FROM information_schema.PROCESSLIST WHERE ID IN (" + in + ")",
 		"SELECT THREAD_OS_ID FROM performance_schema.threads WHERE PROCESSLIST_ID IN (" + in + ")",
 	} {
-		rows, err := db.QueryContext(ctx, q)
+		rows, err := ts.mon.QueryContext(ctx, q)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		var tids []int
 		for rows.Next() {
 			var tid sql.NullInt64
 			if err := rows.Scan(&tid); err == nil && tid.Valid {
@@ -109,19 +147,6 @@ func serverThreads(ctx context.Context, db *sql.DB, cc *countingConnector) ([]in
 		}
 	}
 	return nil, fmt.Errorf("the server's threads not found: %w", errors.Join(errs...))
-}
-
-// threadsCPU sums the CPU time of the server's threads, in clock ticks.
-func threadsCPU(pid int, tids []int) (int64, error) {
-	var sum int64
-	for _, tid := range tids {
-		t, err := statCPU(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
-		if err != nil {
-			return 0, err
-		}
-		sum += t
-	}
-	return sum, nil
 }
 
 // count counts a statement the driver sent: one it skipped

@@ -33,6 +33,8 @@ type leasesConfig struct {
 	pool      int // the *sql.DB's open and idle connections
 	workers   int // goroutines acquiring and releasing
 	serverPID int // the server's pid when its pid file cannot be read here
+
+	acquireLimit time.Duration // acquiring stops after it; 0: none
 }
 
 // parseCounts reads "100,1000,10000".
@@ -77,6 +79,11 @@ func runLeases(cfg leasesConfig) error {
 	defer db.Close()
 	db.SetMaxOpenConns(cfg.pool)
 	db.SetMaxIdleConns(cfg.pool)
+	// mon finds the server's threads serving db's connections; what it
+	// sends is not counted.
+	mon := sql.OpenDB(cc.Connector)
+	defer mon.Close()
+	mon.SetMaxOpenConns(1)
 
 	var version, pidFile string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION(), @@pid_file").Scan(&version, &pidFile); err != nil {
@@ -95,7 +102,7 @@ func runLeases(cfg leasesConfig) error {
 	fmt.Fprintf(w, "# machine: %d CPUs, %s, %s\n", runtime.NumCPU(), cpuModel(), runtime.Version())
 	fmt.Fprintf(w, "# server: %s (pid %d), code at %s\n", version, pid, gitHead())
 	fmt.Fprintf(w, "# ttl %v, hold %v, pool of %d connections, %d goroutines acquiring and releasing\n\n", cfg.ttl, cfg.hold, cfg.pool, cfg.workers)
-	fmt.Fprintln(w, "| leases | acquire all (s) | statements/s holding (min–max in a second) | statements per lease per ttl | server CPU s/min, all | server CPU s/min, the Client's connections | client CPU s/min | lost | Go heap (MiB) |")
+	fmt.Fprintln(w, "| leases | acquire all (s) | statements/s holding (min–max in a second) | statements per lease held per ttl | server CPU s/min, all | server CPU s/min, the Client's connections | client CPU s/min | lost | Go heap (MiB) |")
 	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var notes []string
 	for _, n := range cfg.counts {
@@ -103,7 +110,7 @@ func runLeases(cfg leasesConfig) error {
 			break
 		}
 		log.Printf("%d leases: acquiring", n)
-		r, err := leasesRun(ctx, db, cc, cfg, n, pid, tick)
+		r, err := leasesRun(ctx, db, mon, cc, cfg, n, pid, tick)
 		if err != nil {
 			return err
 		}
@@ -121,7 +128,7 @@ func runLeases(cfg leasesConfig) error {
 
 // leasesRun acquires n leases on a table of their own, keeps them alive
 // for the hold, and releases them.
-func leasesRun(ctx context.Context, db *sql.DB, cc *countingConnector, cfg leasesConfig, n, pid int, tick float64) (r leasesRow, err error) {
+func leasesRun(ctx context.Context, db, mon *sql.DB, cc *countingConnector, cfg leasesConfig, n, pid int, tick float64) (r leasesRow, err error) {
 	r.n = n
 	table := fmt.Sprintf("sqllock_bench_leases_%d_%d", os.Getpid(), n)
 	c, err := sqllock.New(db, sqllock.WithTable(table))
@@ -147,21 +154,34 @@ func leasesRun(ctx context.Context, db *sql.DB, cc *countingConnector, cfg lease
 	var errOnce sync.Once
 	// Each keep-alive starts as soon as its lease is taken: leases taken
 	// early would otherwise expire while the last ones are acquired.
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.acquireLimit > 0 {
+		actx, cancel = context.WithTimeout(ctx, cfg.acquireLimit)
+	}
+	defer cancel()
+	var acquired atomic.Int64
+	var progress *time.Timer
+	progress = time.AfterFunc(10*time.Second, func() {
+		log.Printf("%d leases: %d acquired", n, acquired.Load())
+		progress.Reset(10 * time.Second)
+	})
 	start := time.Now()
 	parallel(n, cfg.workers, func(i int) {
-		if ctx.Err() != nil {
+		if actx.Err() != nil {
 			failed.Add(1)
 			return
 		}
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("lease-%07d", i), cfg.ttl)
+		l, err := c.TryAcquire(actx, fmt.Sprintf("lease-%07d", i), cfg.ttl)
 		if err != nil {
 			failed.Add(1)
 			errOnce.Do(func() { firstErr = err })
 			return
 		}
+		acquired.Add(1)
 		locks[i] = l
 		kctxs[i] = l.KeepAlive(bg)
 	})
+	progress.Stop()
 	r.acquire = time.Since(start)
 	r.failed = int(failed.Load())
 	if firstErr != nil {
@@ -174,8 +194,11 @@ func leasesRun(ctx context.Context, db *sql.DB, cc *countingConnector, cfg lease
 	// The server's CPU is its own and that of the threads serving the
 	// Client's connections: other clients of a shared server add to the
 	// first, and the second leaves out the server's background work.
-	tids, thrErr := serverThreads(ctx, db, cc)
-	thr0, thrErr0 := threadsCPU(pid, tids)
+	ts := &threadSampler{mon: mon, cc: cc, pid: pid, threads: map[int]bool{}}
+	if pid == 0 {
+		ts.err = errors.New("no pid")
+	}
+	ts.sample(ctx)
 	cpu0, cpuErr := procCPU(pid)
 	self0, _ := procCPU(os.Getpid())
 	stmts0, prep0, dials0 := cc.stmts.Load(), cc.prepares.Load(), cc.dials.Load()
@@ -196,6 +219,9 @@ func leasesRun(ctx context.Context, db *sql.DB, cc *countingConnector, cfg lease
 				r.minSec = d
 			}
 			done = time.Since(holdStart) >= cfg.hold
+			if !done {
+				ts.sample(ctx)
+			}
 		}
 	}
 	sec.Stop()
@@ -203,19 +229,19 @@ func leasesRun(ctx context.Context, db *sql.DB, cc *countingConnector, cfg lease
 	r.stmts = cc.stmts.Load() - stmts0
 	r.prepares, r.dials = cc.prepares.Load()-prep0, cc.dials.Load()-dials0
 	cpu1, cpuErr1 := procCPU(pid)
-	thr1, thrErr1 := threadsCPU(pid, tids)
+	ts.sample(bg)
 	self1, _ := procCPU(os.Getpid())
-	r.serverCPU, r.threadsCPU = float64(cpu1-cpu0)/tick, float64(thr1-thr0)/tick
+	r.serverCPU, r.threadsCPU = float64(cpu1-cpu0)/tick, float64(ts.ticks)/tick
 	if pid == 0 || cpuErr != nil || cpuErr1 != nil {
 		r.serverCPU = -1
 	}
-	if err := errors.Join(thrErr, thrErr0, thrErr1); pid == 0 || err != nil {
+	if ts.err != nil {
 		r.threadsCPU = -1
 		if pid != 0 {
-			log.Printf("%d leases: the CPU of the server's threads for the Client not measured: %v", n, err)
+			log.Printf("%d leases: the CPU of the server's threads for the Client not measured: %v", n, ts.err)
 		}
 	}
-	r.threads = len(tids)
+	r.threads = len(ts.threads)
 	r.clientCPU = float64(self1-self0) / tick
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -276,15 +302,20 @@ func countEnded(kctxs []context.Context) (lost, taken, other int) {
 func (r *leasesRow) print(w io.Writer, ttl time.Duration) {
 	secs := r.held.Seconds()
 	perSec := float64(r.stmts) / secs
+	alive := r.n - r.failed - r.lostBefore
+	lost := strconv.Itoa(r.lostLate + r.lostTaken)
+	if r.lostBefore > 0 {
+		lost += fmt.Sprintf(" (+%d while acquiring)", r.lostBefore)
+	}
 	perMin := func(cpu float64) string {
 		if cpu < 0 {
 			return "–"
 		}
 		return fmt.Sprintf("%.2f", cpu/secs*60)
 	}
-	fmt.Fprintf(w, "| %d | %.2f | %.0f (%d–%d) | %.2f | %s | %s | %.2f | %d | %.0f |\n",
-		r.n, r.acquire.Seconds(), perSec, r.minSec, r.maxSec, perSec*ttl.Seconds()/float64(r.n),
-		perMin(r.serverCPU), perMin(r.threadsCPU), r.clientCPU/secs*60, r.lostLate+r.lostTaken, float64(r.heap)/(1<<20))
+	fmt.Fprintf(w, "| %d | %.2f | %.0f (%d–%d) | %.2f | %s | %s | %.2f | %s | %.0f |\n",
+		r.n, r.acquire.Seconds(), perSec, r.minSec, r.maxSec, perSec*ttl.Seconds()/float64(max(alive, 1)),
+		perMin(r.serverCPU), perMin(r.threadsCPU), r.clientCPU/secs*60, lost, float64(r.heap)/(1<<20))
 }
 
 // notes says what the row's columns leave out, when there is something.
@@ -294,10 +325,10 @@ func (r *leasesRow) notes() []string {
 		out = append(out, fmt.Sprintf("- %d leases: ", r.n)+fmt.Sprintf(format, args...))
 	}
 	if r.failed > 0 {
-		say("%d acquires failed", r.failed)
+		say("%d acquires failed or were not tried (see -acquire-limit)", r.failed)
 	}
 	if r.lostBefore > 0 {
-		say("%d leases lost before the hold began, while the others were acquired (not in lost)", r.lostBefore)
+		say("%d leases lost while the others were acquired, before the hold began: %d held when it began", r.lostBefore, r.n-r.failed-r.lostBefore)
 	}
 	if r.lostLate+r.lostTaken > 0 {
 		say("of the %d lost, %d found not held by a renewal, %d not renewed in time", r.lostLate+r.lostTaken, r.lostTaken, r.lostLate)
@@ -308,7 +339,7 @@ func (r *leasesRow) notes() []string {
 	if r.prepares > 0 || r.dials > 0 {
 		say("while holding, %d statements prepared and %d connections opened (not in statements/s)", r.prepares, r.dials)
 	}
-	say("release all: %.1f s; held %.1f s; the server's CPU measured on the threads of %d connections", r.release.Seconds(), r.held.Seconds(), r.threads)
+	say("release all: %.1f s; held %.1f s; the server's CPU for the Client measured on %d of its threads", r.release.Seconds(), r.held.Seconds(), r.threads)
 	return out
 }
 

@@ -53,6 +53,7 @@ func main() {
 	flag.StringVar(&lc.dsn, "dsn", "", "with -leases: go-sql-driver/mysql `DSN` of the server (a table of its own is created and dropped)")
 	flag.IntVar(&lc.pool, "pool", 32, "with -leases: the *sql.DB's open (and idle) connections")
 	flag.IntVar(&lc.workers, "workers", 32, "with -leases: goroutines acquiring and releasing")
+	flag.DurationVar(&lc.acquireLimit, "acquire-limit", 0, "with -leases: stop acquiring after this long and hold what was acquired (0: no limit)")
 	flag.IntVar(&lc.serverPID, "server-pid", 0, "with -leases: the server's `pid`, for its CPU time, when its @@pid_file cannot be read here")
 	flag.Parse()
 
