@@ -5,6 +5,11 @@
 //	SQLLOCK_TEST_DSN='root@tcp(127.0.0.1:3306)/test' go run ./cmd/sqllock-bench
 //	go run ./cmd/sqllock-bench -chart-only   # tables and chart from bench/results.txt
 //
+// With -leases it measures instead one Client holding many leases with
+// Lock.KeepAlive (leases.go), and prints one row per count of leases:
+//
+//	go run ./cmd/sqllock-bench -leases 100,1000,10000 -hold 60s -ttl 3s -dsn 'root@tcp(127.0.0.1:3306)/test'
+//
 // It runs go test on the package at the module root and keeps its output
 // as it is, so bench/results.txt also reads with benchstat. The uncontended
 // pair runs -count times, one round of every variant after another, so that
@@ -29,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // serverLine is how the test binary names the server it runs on
@@ -40,7 +46,30 @@ func main() {
 	log.SetPrefix("sqllock-bench: ")
 	count := flag.Int("count", 5, "rounds of the uncontended pair benchmark")
 	chartOnly := flag.Bool("chart-only", false, "print the tables and redraw the chart from the results file; run nothing")
+	leases := flag.String("leases", "", "measure one Client keeping this many leases alive, each `N` of a comma-separated list, instead of the benchmarks")
+	var lc leasesConfig
+	flag.DurationVar(&lc.hold, "hold", time.Minute, "with -leases: how long to hold them")
+	flag.DurationVar(&lc.ttl, "ttl", 3*time.Second, "with -leases: the leases' ttl")
+	flag.StringVar(&lc.dsn, "dsn", "", "with -leases: go-sql-driver/mysql `DSN` of the server (a table of its own is created and dropped)")
+	flag.IntVar(&lc.pool, "pool", 32, "with -leases: the *sql.DB's open (and idle) connections")
+	flag.IntVar(&lc.workers, "workers", 32, "with -leases: goroutines acquiring and releasing")
+	flag.DurationVar(&lc.acquireLimit, "acquire-limit", 0, "with -leases: stop acquiring after this long and hold what was acquired (0: no limit)")
+	flag.IntVar(&lc.serverPID, "server-pid", 0, "with -leases: the server's `pid`, for its CPU time, when its @@pid_file cannot be read here")
 	flag.Parse()
+
+	if *leases != "" {
+		var err error
+		if lc.counts, err = parseCounts(*leases); err != nil {
+			log.Fatal(err)
+		}
+		if lc.dsn == "" {
+			log.Fatal("-leases needs -dsn, e.g. -dsn 'root@tcp(127.0.0.1:3306)/test'")
+		}
+		if err := runLeases(lc); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	root, err := moduleRoot()
 	if err != nil {
