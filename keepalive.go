@@ -335,9 +335,17 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.lose(ka, nil)
 				return
 			}
-			ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
+			// A retry goes on its own. A shared renewal waits for its turn
+			// among the Client's (a round of many thousand leases takes
+			// longer than one statement) until the deadline; its statement
+			// has its own timeout (renewal.go).
+			shared := failures == 0
+			end := minTime(deadline, time.Now().Add(attemptTimeout))
+			if shared {
+				end = deadline
+			}
+			ctx, cancel := context.WithDeadline(base, end)
 			inFlight = cancel
-			shared := failures == 0 // a retry goes on its own
 			go func() { results <- l.renewOnce(ctx, shared) }()
 		case err := <-results:
 			inFlight()

@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,7 +56,18 @@ func main() {
 	flag.IntVar(&lc.workers, "workers", 32, "with -leases: goroutines acquiring and releasing")
 	flag.DurationVar(&lc.acquireLimit, "acquire-limit", 0, "with -leases: stop acquiring after this long and hold what was acquired (0: no limit)")
 	flag.IntVar(&lc.serverPID, "server-pid", 0, "with -leases: the server's `pid`, for its CPU time, when its @@pid_file cannot be read here")
+	cpuProfile := flag.String("cpuprofile", "", "with -leases: write this process's CPU profile to `file`")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	if *leases != "" {
 		var err error
@@ -66,6 +78,7 @@ func main() {
 			log.Fatal("-leases needs -dsn, e.g. -dsn 'root@tcp(127.0.0.1:3306)/test'")
 		}
 		if err := runLeases(lc); err != nil {
+			pprof.StopCPUProfile()
 			log.Fatal(err)
 		}
 		return
