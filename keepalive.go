@@ -273,9 +273,11 @@ func (l *Lock) keepAliveEnded(ka *keepAlive) bool {
 	return ka.cause != nil
 }
 
-// renew is the keep-alive goroutine. Renewals run in a goroutine of their
-// own, which renew waits for, so that the deadline fires on time even while
-// a renewal hangs on a dead connection.
+// renew is the keep-alive goroutine. A renewal goes through the Client's
+// shared renewal (renewal.go), whose answer renew waits for beside its
+// timers; a retry, and a renewal the shared statement did not extend, run
+// in a goroutine of their own, which renew waits for. So the deadline fires
+// on time even while a renewal hangs on a dead connection.
 func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	defer close(ka.done)
 	interval := l.ttl / 3
@@ -283,14 +285,16 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	deadline := l.ValidUntil().Add(-ka.margin)
 	deadT := time.NewTimer(time.Until(deadline))
 	defer deadT.Stop()
-	first := renewDelay(interval) // at the instants the Client's keep-alives of this ttl share (renewal.go)
+	first := renewDelay(interval) // at the instants the Client's keep-alives of this ttl share
 	renewAt := time.Now().Add(first)
 	renewT := time.NewTimer(first)
 	defer renewT.Stop()
 
 	var (
 		results  = make(chan error, 1)
-		inFlight context.CancelFunc // non-nil while a renewal runs
+		inFlight context.CancelFunc // non-nil while a renewal of its own runs
+		answer   <-chan renewAnswer // non-nil while a shared renewal runs
+		asked    time.Time          // ValidUntil when the shared renewal was asked for
 		failures int
 	)
 	defer func() {
@@ -299,6 +303,54 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			<-results
 		}
 	}()
+	alone := func() {
+		ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
+		inFlight = cancel
+		go func() { results <- l.Refresh(ctx, l.ttl) }()
+	}
+	// answered takes a renewal's result; it reports whether the
+	// keep-alive has ended.
+	answered := func(err error) bool {
+		if l.keepAliveEnded(ka) {
+			// A Refresh that left too little lease, or a context that
+			// found the deadline passed, ended the contexts while this
+			// renewal was on its way. Its success must not start the
+			// renewals again: every context has been told the lease is
+			// lost, and a lease renewed for nobody would block the name
+			// until Release.
+			l.lose(ka, nil)
+			return true
+		}
+		next := interval
+		switch {
+		case err == nil:
+			failures = 0
+			next = renewDelay(interval)
+			l.mu.Lock()
+			ka.lastErr = nil
+			deadline = l.validUntil.Add(-ka.margin)
+			l.mu.Unlock()
+			deadT.Reset(time.Until(deadline))
+		case errors.Is(err, ErrNotHeld):
+			l.lose(ka, errorf("%w: %w", ErrLockLost, err))
+			return true
+		case renewalCannotPass(err):
+			// No renewal can succeed before the deadline: say so now.
+			l.lose(ka, errorf("%w: the lease on %s cannot be renewed: %w", ErrLockLost, l.label(), err))
+			return true
+		default:
+			// Not proof of loss: try again soon, until the deadline.
+			failures++
+			l.mu.Lock()
+			ka.lastErr = err
+			l.mu.Unlock()
+			l.logRenewFailed(failures, err)
+			next = renewBackoff(l.ttl, failures)
+		}
+		renewAt = time.Now().Add(next)
+		renewT.Reset(next)
+		return false
+	}
 	for {
 		select {
 		case <-ka.stop:
@@ -323,7 +375,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			deadT.Reset(time.Until(deadline))
 			// A short lease is renewed sooner: halfway to the new
 			// deadline, if that comes before the renewal planned.
-			if soon := time.Now().Add(time.Until(deadline) / 2); inFlight == nil && soon.Before(renewAt) {
+			if soon := time.Now().Add(time.Until(deadline) / 2); inFlight == nil && answer == nil && soon.Before(renewAt) {
 				renewAt = soon
 				renewT.Reset(time.Until(renewAt))
 			}
@@ -336,58 +388,44 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				return
 			}
 			// A retry goes on its own. A shared renewal waits for its turn
-			// among the Client's (a round of many thousand leases takes
-			// longer than one statement) until the deadline; its statement
-			// has its own timeout (renewal.go).
-			shared := failures == 0
-			end := minTime(deadline, time.Now().Add(attemptTimeout))
-			if shared {
-				end = deadline
+			// among the Client's (a round of many thousand leases outlasts
+			// one statement) until the deadline; each statement has its own
+			// timeout (renewal.go).
+			if failures > 0 || l.c.renewals.isOff() {
+				alone()
+				continue
 			}
-			ctx, cancel := context.WithDeadline(base, end)
-			inFlight = cancel
-			go func() { results <- l.renewOnce(ctx, shared) }()
+			asked = l.ValidUntil()
+			answer = l.c.renewals.join(l.c, l, asked)
+		case a := <-answer:
+			answer = nil
+			switch {
+			case a.err == nil && !a.all, a.err != nil && l.c.renewals.isOff():
+				// The statement extended fewer leases than it carried, or
+				// the server refused it: this one refreshes on its own,
+				// which tells whether it was lost.
+				alone()
+			case a.err != nil:
+				if answered(l.refreshAnswered(a.sent, asked, l.ttl, false, a.err, 0)) {
+					return
+				}
+			default:
+				if answered(l.refreshAnswered(a.sent, asked, l.ttl, true, nil, a.n)) {
+					return
+				}
+				// The signal of the move just taken: the deadline and
+				// the next renewal are set.
+				select {
+				case <-ka.moved:
+				default:
+				}
+			}
 		case err := <-results:
 			inFlight()
 			inFlight = nil
-			if l.keepAliveEnded(ka) {
-				// A Refresh that left too little lease, or a context that
-				// found the deadline passed, ended the contexts while this
-				// renewal was on its way. Its success must not start the
-				// renewals again: every context has been told the lease is
-				// lost, and a lease renewed for nobody would block the name
-				// until Release.
-				l.lose(ka, nil)
+			if answered(err) {
 				return
 			}
-			next := interval
-			switch {
-			case err == nil:
-				failures = 0
-				next = renewDelay(interval)
-				l.mu.Lock()
-				ka.lastErr = nil
-				deadline = l.validUntil.Add(-ka.margin)
-				l.mu.Unlock()
-				deadT.Reset(time.Until(deadline))
-			case errors.Is(err, ErrNotHeld):
-				l.lose(ka, errorf("%w: %w", ErrLockLost, err))
-				return
-			case renewalCannotPass(err):
-				// No renewal can succeed before the deadline: say so now.
-				l.lose(ka, errorf("%w: the lease on %s cannot be renewed: %w", ErrLockLost, l.label(), err))
-				return
-			default:
-				// Not proof of loss: try again soon, until the deadline.
-				failures++
-				l.mu.Lock()
-				ka.lastErr = err
-				l.mu.Unlock()
-				l.logRenewFailed(failures, err)
-				next = renewBackoff(l.ttl, failures)
-			}
-			renewAt = time.Now().Add(next)
-			renewT.Reset(next)
 		}
 	}
 }

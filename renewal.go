@@ -2,7 +2,6 @@ package sqllock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -77,55 +76,6 @@ type renewAnswer struct {
 func renewDelay(interval time.Duration) time.Duration {
 	now := time.Since(monoBase)
 	return (now/interval+1)*interval - now
-}
-
-// renewOnce is one renewal of the keep-alive: through the shared renewal
-// when shared, else the Lock's own refresh.
-func (l *Lock) renewOnce(ctx context.Context, shared bool) error {
-	if shared {
-		return l.renewShared(ctx)
-	}
-	return l.Refresh(ctx, l.ttl)
-}
-
-// renewShared renews the lease through the Client's shared renewal and
-// returns what Refresh would. It refreshes on its own when the shared
-// renewal is off, when a Refresh of the Lock is under way (it waits for
-// that one, as Refresh does), and when the statement did not extend every
-// lease it carried.
-func (l *Lock) renewShared(ctx context.Context) error {
-	r := &l.c.renewals
-	l.mu.Lock()
-	released := l.released
-	if l.refreshing == nil {
-		l.refreshing = make(chan struct{}, 1)
-	}
-	refreshing := l.refreshing
-	until := l.validUntil
-	l.mu.Unlock()
-	if released {
-		return l.releasedErr()
-	}
-	if r.isOff() {
-		return l.Refresh(ctx, l.ttl)
-	}
-	select {
-	case refreshing <- struct{}{}:
-	default:
-		return l.Refresh(ctx, l.ttl)
-	}
-	var a renewAnswer
-	select {
-	case a = <-r.join(l.c, l, until):
-	case <-ctx.Done():
-		<-refreshing
-		return fmt.Errorf("sqllock: refresh %q: %w", l.name, ctx.Err())
-	}
-	<-refreshing
-	if a.err == nil && !a.all || a.err != nil && r.isOff() {
-		return l.Refresh(ctx, l.ttl)
-	}
-	return l.refreshAnswered(a.sent, until, l.ttl, a.err == nil, a.err, a.n)
 }
 
 func (r *renewals) isOff() bool {
