@@ -273,11 +273,14 @@ func (l *Lock) keepAliveEnded(ka *keepAlive) bool {
 	return ka.cause != nil
 }
 
-// renew is the keep-alive goroutine. A renewal goes through the Client's
-// shared renewal (renewal.go), whose answer renew waits for beside its
-// timers; a retry, and a renewal the shared statement did not extend, run
-// in a goroutine of their own, which renew waits for. So the deadline fires
-// on time even while a renewal hangs on a dead connection.
+// renew is the keep-alive goroutine. While its renewals go well, the
+// Client's shared renewal renews the lease (renewal.go), and the goroutine
+// only waits: for its deadline, which the rounds move without waking it,
+// for Release, and for word that the shared renewal did not extend it. It
+// then renews on its own until a renewal succeeds, and joins again. Its
+// own renewals run in a goroutine of their own, which renew waits for, so
+// that the deadline fires on time even while a renewal hangs on a dead
+// connection.
 func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	defer close(ka.done)
 	interval := l.ttl / 3
@@ -285,72 +288,49 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	deadline := l.ValidUntil().Add(-ka.margin)
 	deadT := time.NewTimer(time.Until(deadline))
 	defer deadT.Stop()
-	first := renewDelay(interval) // at the instants the Client's keep-alives of this ttl share
-	renewAt := time.Now().Add(first)
-	renewT := time.NewTimer(first)
+	renewAt := time.Now().Add(interval)
+	renewT := time.NewTimer(interval)
+	renewT.Stop()
 	defer renewT.Stop()
 
 	var (
 		results  = make(chan error, 1)
 		inFlight context.CancelFunc // non-nil while a renewal of its own runs
-		answer   <-chan renewAnswer // non-nil while a shared renewal runs
-		asked    time.Time          // ValidUntil when the shared renewal was asked for
+		alone    <-chan error       // non-nil while in the shared renewal
 		failures int
 	)
+	shared := func() {
+		if l.c.renewals.isOff() {
+			renewAt = time.Now().Add(interval)
+			renewT.Reset(interval)
+			return
+		}
+		alone = l.c.renewals.join(l.c, l)
+	}
+	// own starts a renewal on its own; it reports false when the lease was
+	// lost instead. After a pause the renewal's timer and the deadline's
+	// are both overdue, and either may come first: a lease past its
+	// deadline is not renewed for work that has been told it is lost.
+	own := func() bool {
+		if l.expire(ka) {
+			l.lose(ka, nil)
+			return false
+		}
+		ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
+		inFlight = cancel
+		go func() { results <- l.Refresh(ctx, l.ttl) }()
+		return true
+	}
 	defer func() {
+		if alone != nil {
+			l.c.renewals.leave(l)
+		}
 		if inFlight != nil {
 			inFlight()
 			<-results
 		}
 	}()
-	alone := func() {
-		ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
-		inFlight = cancel
-		go func() { results <- l.Refresh(ctx, l.ttl) }()
-	}
-	// answered takes a renewal's result; it reports whether the
-	// keep-alive has ended.
-	answered := func(err error) bool {
-		if l.keepAliveEnded(ka) {
-			// A Refresh that left too little lease, or a context that
-			// found the deadline passed, ended the contexts while this
-			// renewal was on its way. Its success must not start the
-			// renewals again: every context has been told the lease is
-			// lost, and a lease renewed for nobody would block the name
-			// until Release.
-			l.lose(ka, nil)
-			return true
-		}
-		next := interval
-		switch {
-		case err == nil:
-			failures = 0
-			next = renewDelay(interval)
-			l.mu.Lock()
-			ka.lastErr = nil
-			deadline = l.validUntil.Add(-ka.margin)
-			l.mu.Unlock()
-			deadT.Reset(time.Until(deadline))
-		case errors.Is(err, ErrNotHeld):
-			l.lose(ka, errorf("%w: %w", ErrLockLost, err))
-			return true
-		case renewalCannotPass(err):
-			// No renewal can succeed before the deadline: say so now.
-			l.lose(ka, errorf("%w: the lease on %s cannot be renewed: %w", ErrLockLost, l.label(), err))
-			return true
-		default:
-			// Not proof of loss: try again soon, until the deadline.
-			failures++
-			l.mu.Lock()
-			ka.lastErr = err
-			l.mu.Unlock()
-			l.logRenewFailed(failures, err)
-			next = renewBackoff(l.ttl, failures)
-		}
-		renewAt = time.Now().Add(next)
-		renewT.Reset(next)
-		return false
-	}
+	shared()
 	for {
 		select {
 		case <-ka.stop:
@@ -361,7 +341,8 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.lose(ka, nil)
 				return
 			}
-			// A Refresh moved the deadline out; its signal is on its way.
+			// A round of the shared renewal or a Refresh moved the
+			// deadline out.
 			deadline = l.ValidUntil().Add(-ka.margin)
 			deadT.Reset(time.Until(deadline))
 		case <-ka.moved:
@@ -375,57 +356,76 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			deadT.Reset(time.Until(deadline))
 			// A short lease is renewed sooner: halfway to the new
 			// deadline, if that comes before the renewal planned.
-			if soon := time.Now().Add(time.Until(deadline) / 2); inFlight == nil && answer == nil && soon.Before(renewAt) {
+			if soon := time.Now().Add(time.Until(deadline) / 2); alone == nil && inFlight == nil && soon.Before(renewAt) {
 				renewAt = soon
 				renewT.Reset(time.Until(renewAt))
 			}
-		case <-renewT.C:
-			// After a pause this timer and the deadline's are both overdue,
-			// and either may come first: a lease past its deadline is not
-			// renewed for work that has been told it is lost.
-			if l.expire(ka) {
-				l.lose(ka, nil)
-				return
-			}
-			// A retry goes on its own. A shared renewal waits for its turn
-			// among the Client's (a round of many thousand leases outlasts
-			// one statement) until the deadline; each statement has its own
-			// timeout (renewal.go).
-			if failures > 0 || l.c.renewals.isOff() {
-				alone()
+		case err := <-alone:
+			l.c.renewals.leave(l)
+			alone = nil
+			if err != nil && !l.c.renewals.isOff() {
+				// The statement failed: a failed renewal, retried on its
+				// own after a pause.
+				failures++
+				l.mu.Lock()
+				ka.lastErr = err
+				l.mu.Unlock()
+				l.logRenewFailed(failures, err)
+				next := renewBackoff(l.ttl, failures)
+				renewAt = time.Now().Add(next)
+				renewT.Reset(next)
 				continue
 			}
-			asked = l.ValidUntil()
-			answer = l.c.renewals.join(l.c, l, asked)
-		case a := <-answer:
-			answer = nil
-			switch {
-			case a.err == nil && !a.all, a.err != nil && l.c.renewals.isOff():
-				// The statement extended fewer leases than it carried, or
-				// the server refused it: this one refreshes on its own,
-				// which tells whether it was lost.
-				alone()
-			case a.err != nil:
-				if answered(l.refreshAnswered(a.sent, asked, l.ttl, false, a.err, 0)) {
-					return
-				}
-			default:
-				if answered(l.refreshAnswered(a.sent, asked, l.ttl, true, nil, a.n)) {
-					return
-				}
-				// The signal of the move just taken: the deadline and
-				// the next renewal are set.
-				select {
-				case <-ka.moved:
-				default:
-				}
+			// The statement extended fewer leases than it carried (or the
+			// server refused it): this one refreshes on its own now, which
+			// tells whether it was lost.
+			if !own() {
+				return
+			}
+		case <-renewT.C:
+			if !own() {
+				return
 			}
 		case err := <-results:
 			inFlight()
 			inFlight = nil
-			if answered(err) {
+			if l.keepAliveEnded(ka) {
+				// A Refresh that left too little lease, or a context that
+				// found the deadline passed, ended the contexts while this
+				// renewal was on its way. Its success must not start the
+				// renewals again: every context has been told the lease is
+				// lost, and a lease renewed for nobody would block the name
+				// until Release.
+				l.lose(ka, nil)
 				return
 			}
+			switch {
+			case err == nil:
+				failures = 0
+				l.mu.Lock()
+				ka.lastErr = nil
+				deadline = l.validUntil.Add(-ka.margin)
+				l.mu.Unlock()
+				deadT.Reset(time.Until(deadline))
+				shared()
+				continue
+			case errors.Is(err, ErrNotHeld):
+				l.lose(ka, errorf("%w: %w", ErrLockLost, err))
+				return
+			case renewalCannotPass(err):
+				// No renewal can succeed before the deadline: say so now.
+				l.lose(ka, errorf("%w: the lease on %s cannot be renewed: %w", ErrLockLost, l.label(), err))
+				return
+			}
+			// Not proof of loss: try again soon, until the deadline.
+			failures++
+			l.mu.Lock()
+			ka.lastErr = err
+			l.mu.Unlock()
+			l.logRenewFailed(failures, err)
+			next := renewBackoff(l.ttl, failures)
+			renewAt = time.Now().Add(next)
+			renewT.Reset(next)
 		}
 	}
 }

@@ -10,18 +10,20 @@ import (
 )
 
 // The Client's shared renewal. The leases its keep-alives hold for one ttl
-// are renewed together: each keep-alive renews at instants shared by all
-// of that ttl (renewDelay), and the renewals due at once go to the server
-// as a few statements of up to maxRenewRows leases each (queries.sql,
-// renew_many), not one statement a lease. Each lease is still extended
-// only while it is its owner's and live, so every rule of a Lock's own
-// refresh holds. The statement counts the leases it extended: when it
-// extended all, each keep-alive takes its answer as a refresh's; when
-// fewer, each of its leases is refreshed on its own, which tells which was
-// lost, and tells its holder alone. Retries after a failed renewal go on
-// their own too, as before. A Lock's deadline does not depend on the
-// shared renewal: a keep-alive whose renewals do not come back ends its
-// contexts a safety margin before its own ValidUntil.
+// are renewed together, in rounds every ttl/3 at instants counted from the
+// process's start (renewDelay), each round a few statements of up to
+// maxRenewRows leases (queries.sql, renew_many), not one statement a
+// lease. Each lease is still extended only while it is its owner's and
+// live, so every rule of a Lock's own refresh holds. A round takes each
+// success as a Refresh's, without waking the keep-alive's goroutine: its
+// deadline timer, when it fires, finds the deadline moved and waits again
+// (keepalive.go). The statement counts the leases it extended; when it
+// extended fewer than it carried, or failed, each of its keep-alives is
+// told, leaves the shared renewal and refreshes on its own, which tells
+// which lease was lost, and tells its holder alone; after a success on
+// its own it joins again. A Lock's deadline does not depend on the shared
+// renewal: a keep-alive whose renewals do not come back ends its contexts
+// a safety margin before its own ValidUntil.
 
 const (
 	// maxRenewRows and maxRenewBytes bound one shared renewal: MySQL
@@ -30,9 +32,6 @@ const (
 	// 1 MiB stays within every server's default max_allowed_packet.
 	maxRenewRows  = 4096
 	maxRenewBytes = 1 << 20
-	// renewGather is how long the first keep-alive due waits for the
-	// others due at the same instant before the statement is sent.
-	renewGather = 2 * time.Millisecond
 	// renewParallel is how many statements of one round run at once.
 	renewParallel = 4
 )
@@ -44,26 +43,19 @@ type renewals struct {
 	classes map[time.Duration]*renewClass
 }
 
-// A renewClass is the renewals due of the keep-alives of one ttl.
+// A renewClass is the keep-alives of one ttl that renew together.
 type renewClass struct {
-	pending  []*renewReq
-	flushing bool // a goroutine sends pending, and whatever joins it
+	ttl     time.Duration
+	members map[*Lock]chan error
+	ticking bool // a goroutine runs its rounds
 }
 
-// A renewReq is one keep-alive's renewal, waiting for its statement.
+// A renewReq is one lease in a round.
 type renewReq struct {
-	l      *Lock
-	rows   []string
-	until  time.Time // the Lock's ValidUntil when it joined
-	answer chan renewAnswer
-}
-
-// A renewAnswer is what the statement that carried a renewal answered.
-type renewAnswer struct {
-	sent time.Time
-	n    int  // leases the statement extended
-	all  bool // it extended every lease it carried
-	err  error
+	l     *Lock
+	rows  []string
+	asked time.Time // the Lock's ValidUntil when the round began
+	alone chan error
 }
 
 // renewDelay is how long until a keep-alive that renews every interval
@@ -84,64 +76,110 @@ func (r *renewals) isOff() bool {
 	return r.off
 }
 
-// join adds l's renewal to those due for its ttl and returns the channel
-// its answer comes on.
-func (r *renewals) join(c *Client, l *Lock, until time.Time) <-chan renewAnswer {
-	q := &renewReq{l: l, rows: l.kind.rows(l), until: until, answer: make(chan renewAnswer, 1)}
+// join adds l's keep-alive to the shared renewal of its ttl and returns
+// the channel on which it is told to renew on its own (nil: the
+// statement extended fewer leases than it carried; else its error).
+func (r *renewals) join(c *Client, l *Lock) <-chan error {
+	alone := make(chan error, 1)
 	r.mu.Lock()
 	if r.classes == nil {
 		r.classes = map[time.Duration]*renewClass{}
 	}
 	cl := r.classes[l.ttl]
 	if cl == nil {
-		cl = &renewClass{}
+		cl = &renewClass{ttl: l.ttl, members: map[*Lock]chan error{}}
 		r.classes[l.ttl] = cl
 	}
-	cl.pending = append(cl.pending, q)
-	start := !cl.flushing
-	cl.flushing = true
+	cl.members[l] = alone
+	start := !cl.ticking
+	cl.ticking = true
 	r.mu.Unlock()
 	if start {
-		go c.flushRenewals(l.ttl, cl)
+		go c.renewRounds(cl)
 	}
-	return q.answer
+	return alone
 }
 
-// flushRenewals sends the renewals due for ttl, and those that join while
-// it sends, until none is left.
-func (c *Client) flushRenewals(ttl time.Duration, cl *renewClass) {
+// leave takes l's keep-alive out of the shared renewal.
+func (r *renewals) leave(l *Lock) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cl := r.classes[l.ttl]; cl != nil {
+		delete(cl.members, l)
+	}
+}
+
+// renewRounds runs the rounds of cl until it has no member, or the
+// Client closes.
+func (c *Client) renewRounds(cl *renewClass) {
 	r := &c.renewals
-	time.Sleep(renewGather)
+	interval := cl.ttl / 3
+	t := time.NewTimer(renewDelay(interval))
+	defer t.Stop()
 	for {
+		select {
+		case <-t.C:
+		case <-c.closing:
+			r.mu.Lock()
+			cl.ticking = false
+			r.mu.Unlock()
+			return
+		}
 		r.mu.Lock()
-		due := cl.pending
-		cl.pending = nil
+		due := make([]*renewReq, 0, len(cl.members))
+		for l, alone := range cl.members {
+			due = append(due, &renewReq{l: l, alone: alone})
+		}
 		if len(due) == 0 {
-			cl.flushing = false
+			cl.ticking = false
 			r.mu.Unlock()
 			return
 		}
 		r.mu.Unlock()
-		var wg sync.WaitGroup
-		running := make(chan struct{}, renewParallel)
-		for _, s := range renewStatements(due) {
-			running <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c.sendRenewal(ttl, s)
-				<-running
-			}()
-		}
-		wg.Wait()
+		c.renewRound(cl.ttl, due)
+		t.Reset(renewDelay(interval))
 	}
+}
+
+// renewRound renews the leases due, renewParallel statements at a time.
+func (c *Client) renewRound(ttl time.Duration, due []*renewReq) {
+	live := due[:0]
+	for _, q := range due {
+		if q.asked, q.rows = q.l.sharedDue(); q.rows != nil {
+			live = append(live, q)
+		}
+	}
+	var wg sync.WaitGroup
+	running := make(chan struct{}, renewParallel)
+	for _, s := range renewStatements(live) {
+		running <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.sendRenewal(ttl, s)
+			<-running
+		}()
+	}
+	wg.Wait()
+}
+
+// sharedDue returns l's ValidUntil and its lease rows, for a round; no
+// rows once its keep-alive has ended or a release has started, so that a
+// round racing a Release does not carry the row it deletes.
+func (l *Lock) sharedDue() (time.Time, []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released || l.endCause != nil || l.ka == nil || l.ka.cause != nil {
+		return time.Time{}, nil
+	}
+	return l.validUntil, l.kind.rows(l)
 }
 
 // renewStatements splits the renewals due into statements within
 // maxRenewRows and maxRenewBytes, each name once in a statement. A
 // renewal that shares a name with one before it (a Lock that lost the
-// name, not yet told, and another that took it) is answered at once as
-// not extended, so that it refreshes on its own.
+// name, not yet told, and another that took it) is told at once to renew
+// on its own.
 func renewStatements(due []*renewReq) [][]*renewReq {
 	var (
 		out   [][]*renewReq
@@ -158,7 +196,7 @@ func renewStatements(due []*renewReq) [][]*renewReq {
 			dup = dup || seen[n]
 		}
 		if dup {
-			q.answer <- renewAnswer{sent: time.Now()}
+			tell(q.alone, nil)
 			continue
 		}
 		if len(cur) > 0 && (rows+len(q.rows) > maxRenewRows || bytes+size > maxRenewBytes) {
@@ -178,17 +216,27 @@ func renewStatements(due []*renewReq) [][]*renewReq {
 	return out
 }
 
-// sendRenewal sends one shared renewal for ttl of the renewals due, qs,
-// and answers each of them.
+// tell sends err to a keep-alive told to renew on its own, unless it has
+// been told already.
+func tell(alone chan error, err error) {
+	select {
+	case alone <- err:
+	default:
+	}
+}
+
+// sendRenewal sends one shared renewal for ttl of the leases qs. When it
+// extended every one, each takes it as a Refresh's success; else each is
+// told to renew on its own.
 func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
 	var rows, owners []string
-	until := qs[0].until
+	until := qs[0].asked
 	for _, q := range qs {
 		for _, n := range q.rows {
 			rows = append(rows, n)
 			owners = append(owners, q.l.token)
 		}
-		until = minTime(until, q.until)
+		until = minTime(until, q.asked)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
 	defer cancel()
@@ -211,10 +259,35 @@ func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
 	if err != nil && renewalCannotPass(err) {
 		c.renewals.turnOff(c, err)
 	}
-	a := renewAnswer{sent: sent, n: n, all: err == nil && n == len(rows), err: err}
 	for _, q := range qs {
-		q.answer <- a
+		if err == nil && n == len(rows) {
+			q.l.sharedRenewed(sent, q.asked, n)
+		} else {
+			tell(q.alone, err)
+		}
 	}
+}
+
+// sharedRenewed takes a shared renewal sent at sent, when l was valid
+// until asked, that extended l's lease among n: as Refresh takes its
+// success, but without waking the keep-alive's goroutine, whose deadline
+// timer, when it fires, finds the deadline moved and waits again. Nothing
+// changes once the keep-alive has ended or a release has started.
+func (l *Lock) sharedRenewed(sent, asked time.Time, n int) {
+	l.mu.Lock()
+	ka := l.ka
+	if l.released || l.endCause != nil || ka == nil || ka.cause != nil {
+		l.mu.Unlock()
+		return
+	}
+	if t := sent.Add(l.ttl); t.After(l.validUntil) {
+		l.validUntil = t
+		ka.setDeadline(t)
+	}
+	ka.lastErr = nil
+	l.mu.Unlock()
+	l.c.held.readd(l) // after l.mu: the registry's lock comes first
+	l.refreshed(sent, asked, l.ttl, false, nil, n)
 }
 
 // turnOff ends the shared renewal for the Client's life, after the server

@@ -327,7 +327,7 @@ func TestLate_sharedRenewalRunsLate(t *testing.T) {
 
 func TestRenewStatements(t *testing.T) {
 	req := func(rows ...string) *renewReq {
-		return &renewReq{rows: rows, answer: make(chan renewAnswer, 1)}
+		return &renewReq{rows: rows, alone: make(chan error, 1)}
 	}
 	var due []*renewReq
 	for i := range maxRenewRows + 10 {
@@ -340,12 +340,12 @@ func TestRenewStatements(t *testing.T) {
 		t.Fatalf("got statements of %v leases, want %d and 11", lens(got), maxRenewRows)
 	}
 	select {
-	case a := <-dup.answer:
-		if a.all || a.err != nil {
-			t.Fatalf("a name twice: answered %+v, want not all, so that it refreshes on its own", a)
+	case err := <-dup.alone:
+		if err != nil {
+			t.Fatalf("a name twice: told %v, want nil: renew on its own", err)
 		}
 	default:
-		t.Fatal("a renewal whose name another carries was not answered")
+		t.Fatal("a renewal whose name another carries was not told to renew on its own")
 	}
 	// Long names: the bytes bound splits first.
 	due = nil
