@@ -586,6 +586,21 @@ WHERE kind = 'L' AND name IN (?)
   AND CONCAT(owner, name) IN (?)
   AND expires_at > UTC_TIMESTAMP(6);
 
+-- name: renew_found
+-- Holes: the names; then the owner-and-name pairs, as renew_many's. Which
+-- of the pairs are their owner's and live now, each as its owner and name
+-- concatenated: sent after a renew_many that extended fewer leases than
+-- it carried, to tell which it extended (renewal.go). A plain SELECT in
+-- autocommit, a consistent read: it takes no lock and waits for none. A
+-- pair found was extended by that renew_many, sent before it: it was its
+-- owner's and live when that statement ran, as a lease that lapsed, was
+-- released or was taken over never comes back but by its own owner's
+-- acquire, which sets an expiry at least as late.
+SELECT CONCAT(owner, name)
+FROM `sqllock`
+WHERE kind = 'L' AND name IN (?) AND CONCAT(owner, name) IN (?)
+  AND expires_at > UTC_TIMESTAMP(6);
+
 -- name: all_release
 -- Holes: token, the names. Affected rows: how many of the set's leases were
 -- still ours (a DELETE counts the same with or without clientFoundRows).

@@ -87,7 +87,7 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "frozen_blocker_mariadb", "frozen_blocker_mysql", "frozen_kill", "frozen_lease", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least", "renew_many",
+	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "frozen_blocker_mariadb", "frozen_blocker_mysql", "frozen_kill", "frozen_lease", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least", "renew_found", "renew_many",
 		"server_mariadb", "server_mysql", "server_mysql_plain", "slot_acquire", "slot_list", "slot_release",
 		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_lock_delay", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
@@ -118,7 +118,7 @@ func TestSplitQueries_statements(t *testing.T) {
 		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1,
 		// Sets: literal holes, which the Go side fills (acquire_set.go).
 		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,
-		"all_acquire_fence_write": 1, "all_refresh": 3, "renew_many": 3, "all_release": 2, "all_release_at_least": 3,
+		"all_acquire_fence_write": 1, "all_refresh": 3, "renew_many": 3, "renew_found": 2, "all_release": 2, "all_release_at_least": 3,
 		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
