@@ -18,10 +18,11 @@ import (
 // success as a Refresh's, without waking the keep-alive's goroutine: its
 // deadline timer, when it fires, finds the deadline moved and waits again
 // (keepalive.go). The statement counts the leases it extended; when it
-// extended fewer than it carried, or failed, each of its keep-alives is
-// told, leaves the shared renewal and refreshes on its own, which tells
-// which lease was lost, and tells its holder alone; after a success on
-// its own it joins again. A Lock's deadline does not depend on the shared
+// extended fewer than it carried, a query of the leases it carried tells
+// which (renew_found); each keep-alive whose lease it did not extend, and
+// every one when it failed, is told, leaves the shared renewal and
+// refreshes on its own, which tells whether the lease was lost, and tells
+// its holder alone; after a success on its own it joins again. A Lock's deadline does not depend on the shared
 // renewal: a keep-alive whose renewals do not come back ends its contexts
 // a safety margin before its own ValidUntil.
 
@@ -225,9 +226,10 @@ func tell(alone chan error, err error) {
 	}
 }
 
-// sendRenewal sends one shared renewal for ttl of the leases qs. When it
-// extended every one, each takes it as a Refresh's success; else each is
-// told to renew on its own.
+// sendRenewal sends one shared renewal for ttl of the leases qs. Each
+// lease it extended takes it as a Refresh's success: all of them when it
+// extended as many as it carried, else those renew_found finds. Each of
+// the others, and all when it failed, is told to renew on its own.
 func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
 	var rows, owners []string
 	until := qs[0].asked
@@ -259,13 +261,37 @@ func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
 	if err != nil && renewalCannotPass(err) {
 		c.renewals.turnOff(c, err)
 	}
-	for _, q := range qs {
-		if err == nil && n == len(rows) {
-			q.l.sharedRenewed(sent, q.asked, n)
-		} else {
-			tell(q.alone, err)
+	var found map[string]bool // nil: every lease was extended
+	if err == nil && n < len(rows) {
+		// Some lease was not: which, the leases the statement carried
+		// that are their owner's and live now tell (renew_found). If the
+		// query fails, each renews on its own.
+		if found, err = c.eng.RenewFound(ctx, rows, owners); err != nil {
+			err = nil
+			found = map[string]bool{}
 		}
 	}
+	for _, q := range qs {
+		switch {
+		case err != nil:
+			tell(q.alone, err)
+		case found == nil || q.allFound(found):
+			q.l.sharedRenewed(sent, q.asked, n)
+		default:
+			tell(q.alone, nil)
+		}
+	}
+}
+
+// allFound reports whether every lease row of q is in found (renew_found's
+// answer).
+func (q *renewReq) allFound(found map[string]bool) bool {
+	for _, n := range q.rows {
+		if !found[q.l.token+n] {
+			return false
+		}
+	}
+	return true
 }
 
 // sharedRenewed takes a shared renewal sent at sent, when l was valid
