@@ -436,11 +436,11 @@ func minTime(a, b time.Time) time.Time {
 // commit before tx does, so writes made in tx after a successful Check are
 // fenced by the lease. It returns an error wrapping [ErrNotHeld] when the
 // lease is not ours or has expired; tx stays the caller's. Keep tx short: the
-// Lock's renewals and other acquires of the name wait for it (see
-// docs/usage.md#fencing-writes-in-the-same-database-lockcheck), and once the
-// lease has been over for 500 ms an acquire of the name may end tx, idle, by
-// KILL of its connection, rolling its writes back (docs/guarantees.md, a
-// holder frozen inside Lock.Check).
+// renewals of the Client's leases (one statement for thousands) and acquires
+// of the name wait for it (docs/usage.md#fencing-writes-in-the-same-database-lockcheck),
+// and once the lease has been over for 500 ms an acquire of the name may end
+// tx, idle, by KILL of its connection, rolling its writes back (a holder
+// frozen inside Lock.Check: docs/guarantees.md).
 func (l *Lock) Check(ctx context.Context, tx *sql.Tx) error {
 	l.mu.Lock()
 	released := l.released
