@@ -1,6 +1,7 @@
 package sqllock
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strconv"
@@ -12,12 +13,17 @@ import (
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
-// renewScript runs renew_many (queries.sql) on db's table as text, bound
-// as the shared renewal binds it, on leases the script's acquires took
-// under tokens of its own, and returns the answers for
-// TestFake_answersAsTheServer: affected rows or error numbers, and each
-// lease's state read back, its time left in whole steps (two servers'
-// clocks differ by less).
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// renewScript runs renew_many and renew_found (queries.sql) on db's table
+// as text, bound as the shared renewal binds them, on leases the script's
+// acquires took under tokens of its own, and returns the answers for
+// TestFake_answersAsTheServer: affected rows or error numbers, the pairs
+// found, and each lease's state read back, its time left in whole steps
+// (two servers' clocks differ by less).
 func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
 	ctx := testCtx(t)
@@ -38,14 +44,19 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 		us := d.Microseconds()
 		exec(text[qAcquire], name, token, "h", us, name, token, "h", token, us)
 	}
-	// renew is renew_many for d, the names and, for each, its owner.
-	renew := func(d time.Duration, names, owners []string) string {
+	// lists are the names and, for each, its owner and name concatenated.
+	lists := func(names, owners []string) (string, string) {
 		var in, pairs []string
 		for i, n := range names {
 			in = append(in, sqltext.Hex(n))
 			pairs = append(pairs, sqltext.Hex(owners[i]+n))
 		}
-		return c.eng.Text().Set("renew_many", strconv.FormatInt(d.Microseconds(), 10), strings.Join(in, ", "), strings.Join(pairs, ", "))
+		return strings.Join(in, ", "), strings.Join(pairs, ", ")
+	}
+	// renew is renew_many for d, the names and, for each, its owner.
+	renew := func(d time.Duration, names, owners []string) string {
+		in, pairs := lists(names, owners)
+		return c.eng.Text().Set("renew_many", strconv.FormatInt(d.Microseconds(), 10), in, pairs)
 	}
 	// by renews the names, each under token.
 	by := func(token string, names ...string) string {
@@ -56,6 +67,50 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 		return renew(ttl, names, owners)
 	}
 	inTx := func(q string) { inOwnTx(t, db, func(tx *sql.Tx) { answer(tx.ExecContext(ctx, q)) }) }
+	a, b := strings.Repeat("0a", 16), strings.Repeat("0b", 16) // tokens: 32 characters
+	// foundOn runs renew_found on the names, each with its owner, within
+	// five seconds (it waits for no lock), and answers its column and
+	// rows, each as its owner's letter and its name.
+	foundOn := func(on querier, names, owners []string) {
+		in, pairs := lists(names, owners)
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		rows, err := on.QueryContext(qctx, c.eng.Text().Set("renew_found", in, pairs))
+		if err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		defer rows.Close()
+		cols, _ := rows.Columns()
+		var cells []string
+		for rows.Next() {
+			var v string
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case strings.HasPrefix(v, a):
+				v = "a " + v[len(a):]
+			case strings.HasPrefix(v, b):
+				v = "b " + v[len(b):]
+			}
+			cells = append(cells, v)
+		}
+		if err := rows.Err(); err != nil {
+			out = append(out, errText(err))
+			return
+		}
+		out = append(out, fmt.Sprintf("%q found %q", cols, cells))
+	}
+	found := func(names, owners []string) { foundOn(db, names, owners) }
+	// foundBy is renew_found of the names, each under token.
+	foundBy := func(token string, names ...string) {
+		owners := make([]string, len(names))
+		for i := range owners {
+			owners[i] = token
+		}
+		found(names, owners)
+	}
 	inspect := func(names ...string) {
 		var cells []string
 		for _, n := range names {
@@ -87,7 +142,6 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 		out = append(out, fmt.Sprint(cells))
 	}
 
-	a, b := strings.Repeat("0a", 16), strings.Repeat("0b", 16) // tokens: 32 characters
 	all := []string{"ours", "other", "expired", "released", "held", "long", "missing"}
 	acquire("ours", a, ttl)
 	acquire("other", b, ttl)
@@ -99,11 +153,21 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	acquire("long", a, 10*ttl)
 	time.Sleep(time.Millisecond)
 	inspect(all...)
+	// renew_found: only a pair whose lease is its owner's and live.
+	for _, n := range all {
+		foundBy(a, n) // ours and long
+	}
+	foundBy(b, "other")                                         // b's
+	found([]string{"other", "other"}, []string{a, b})           // a name listed twice: once
+	found([]string{"ours", "other"}, []string{b, a})            // each the other's: none
+	found([]string{"ours"}, []string{strings.ToUpper(a)})       // bytes, not letters: none
+	found([]string{"ours", "long", "other"}, []string{a, a, b}) // several
 	for _, n := range all {
 		exec(by(a, n)) // ours and long; long's expiry stays
 	}
 	inspect(all...)
 	exec(by(a, all...))                                              // only the matched rows count
+	foundBy(a, all...)                                               // what that renew_many extended
 	exec(renew(2*ttl, []string{"other", "other"}, []string{a, b}))   // a name listed twice: matched once
 	exec(renew(2*ttl, []string{"long", "ours"}, []string{b, a}))     // pairs in another order
 	exec(renew(2*ttl, []string{"ours", "other"}, []string{b, a}))    // each the other's: none
@@ -114,6 +178,16 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	inTx(by(a, "expired"))         // expired; MariaDB: the guard
 	inTx(by(a, "missing", "ours")) // MariaDB: the guard
 	inspect(all...)                // nothing changed
+	// Beside a Check's transaction that then deleted the lease, uncommitted:
+	// renew_found waits for none and reads the committed row; in that
+	// transaction, its own write.
+	inOwnTx(t, db, func(tx *sql.Tx) {
+		answer(tx.ExecContext(ctx, text[qCheck], "ours", a))
+		answer(tx.ExecContext(ctx, text[qRelease], "ours", a))
+		foundBy(a, "ours")
+		foundOn(tx, []string{"ours"}, []string{a})
+	})
+	foundBy(a, "ours") // rolled back
 	return out
 }
 

@@ -36,6 +36,7 @@ var handlers = map[string]*handler{
 	"all_release_at_least":   {needsTable: true, writes: true, locks: setRefs(2), run: allReleaseAtLeast},
 	"all_check":              {needsTable: true, writes: true, locks: setRefs(1), run: allCheck},
 	"renew_many":             {needsTable: true, writes: true, locks: renewManyRefs, run: renewMany},                       // renew.go
+	"renew_found":            {needsTable: true, run: renewFound},                                                          // renew.go
 	"slot_acquire":           {needsTable: true, writes: true, guardFirst: true, locks: slotAcquireRefs, run: slotAcquire}, // semaphores.go
 	"slot_release":           {needsTable: true, writes: true, locks: slotReleaseRefs, run: slotRelease},
 	"slot_list":              {needsTable: true, run: slotList},

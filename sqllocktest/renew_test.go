@@ -52,15 +52,58 @@ func (e *renewEnv) acquire(name, token string, ttl time.Duration) {
 	e.exec(e.q["acquire"], name, token, "h", us, name, token, "h", token, us)
 }
 
+// lists are renew_many's and renew_found's two lists: the names, and for
+// each its owner in owners and the name, concatenated.
+func lists(names, owners []string) (in, pairs string) {
+	var ns, ps []string
+	for i, n := range names {
+		ns = append(ns, sqltext.Hex(n))
+		ps = append(ps, sqltext.Hex(owners[i]+n))
+	}
+	return strings.Join(ns, ", "), strings.Join(ps, ", ")
+}
+
 // renew is renew_many's text for ttl, the names and, for each, its owner
 // in owners.
 func (e *renewEnv) renew(ttl time.Duration, names, owners []string) string {
-	var in, pairs []string
-	for i, n := range names {
-		in = append(in, sqltext.Hex(n))
-		pairs = append(pairs, sqltext.Hex(owners[i]+n))
+	in, pairs := lists(names, owners)
+	return e.text("renew_many", strconv.FormatInt(ttl.Microseconds(), 10), in, pairs)
+}
+
+// found runs renew_found on the names, each with its owner in owners, and
+// returns the rows, each its owner and name concatenated.
+func (e *renewEnv) found(on interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, names, owners []string) ([]string, error) {
+	in, pairs := lists(names, owners)
+	rows, err := on.QueryContext(e.ctx, e.text("renew_found", in, pairs))
+	if err != nil {
+		return nil, err
 	}
-	return e.text("renew_many", strconv.FormatInt(ttl.Microseconds(), 10), strings.Join(in, ", "), strings.Join(pairs, ", "))
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v []byte
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, string(v))
+	}
+	return out, rows.Err()
+}
+
+// foundBy is renew_found on the names, each under token.
+func (e *renewEnv) foundBy(token string, names ...string) []string {
+	e.t.Helper()
+	owners := make([]string, len(names))
+	for i := range owners {
+		owners[i] = token
+	}
+	got, err := e.found(e.db, names, owners)
+	if err != nil {
+		e.t.Fatalf("renew_found of %q: %v", names, err)
+	}
+	return got
 }
 
 // renewed runs the renewal of the names, each under token, and returns
@@ -97,15 +140,13 @@ var (
 	tokenB = strings.Repeat("0b", 16)
 )
 
-// renew_many extends each listed lease only while it is its owner's (the
-// pair's token) and live: never another owner's, an expired one, a
-// released one (its row deleted, or its owner the token's released form
-// after a minimum hold), and never to an earlier expiry. The affected
-// rows count the leases extended, a name listed twice at most once.
-func TestServer_renewMany(t *testing.T) {
+// renewLeases returns a fake on a frozen clock with leases of ttl: ours,
+// expired, released (its row deleted), held (released with a minimum hold
+// of ttl: live, its owner A's released form) and long (10 ttl) under
+// tokenA, other under tokenB.
+func renewLeases(t *testing.T, ttl time.Duration) (*sqllocktest.Server, *renewEnv) {
 	srv := sqllocktest.New(t, sqllocktest.WithFrozenClock(time.Time{}))
 	e := newRenewEnv(t, srv)
-	const ttl = time.Minute
 	for _, n := range []string{"ours", "expired", "released", "held"} {
 		e.acquire(n, tokenA, ttl)
 	}
@@ -116,6 +157,17 @@ func TestServer_renewMany(t *testing.T) {
 	}
 	e.exec(e.q["release"], "released", tokenA)
 	e.exec(e.q["release_at_least"], ttl.Microseconds(), "held", tokenA)
+	return srv, e
+}
+
+// renew_many extends each listed lease only while it is its owner's (the
+// pair's token) and live: never another owner's, an expired one, a
+// released one (its row deleted, or its owner the token's released form
+// after a minimum hold), and never to an earlier expiry. The affected
+// rows count the leases extended, a name listed twice at most once.
+func TestServer_renewMany(t *testing.T) {
+	const ttl = time.Minute
+	srv, e := renewLeases(t, ttl)
 	if err := srv.Advance(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -227,5 +279,94 @@ func TestServer_renewManyLocksAndGuard(t *testing.T) {
 			t.Errorf("renew_many of %q in a transaction on MariaDB: got %v, want the guard's 1690: %v", c.names, err, c.guard)
 		}
 		tx.Rollback()
+	}
+}
+
+// renew_found finds a pair only while its lease is that owner's and live:
+// never another owner's, an expired one, a released one (its row deleted,
+// or its owner the token's released form after a minimum hold). A name
+// listed twice is found at most once; the rows come in name order. What a
+// renew_many extended is what it finds.
+func TestServer_renewFound(t *testing.T) {
+	const ttl = time.Minute
+	srv, e := renewLeases(t, ttl)
+
+	all := []string{"ours", "other", "expired", "released", "held", "long", "missing"}
+	for _, c := range []struct {
+		names, owners []string
+		want          []string
+	}{
+		{[]string{"ours"}, []string{tokenA}, []string{tokenA + "ours"}},
+		{[]string{"other"}, []string{tokenA}, nil},
+		{[]string{"other"}, []string{tokenB}, []string{tokenB + "other"}},
+		{[]string{"expired"}, []string{tokenA}, nil},
+		{[]string{"released"}, []string{tokenA}, nil},
+		{[]string{"held"}, []string{tokenA}, nil},
+		{[]string{"missing"}, []string{tokenA}, nil},
+		{[]string{"ours"}, []string{strings.ToUpper(tokenA)}, nil}, // bytes, not letters
+		{[]string{"ours", "other"}, []string{tokenB, tokenA}, nil}, // each the other's
+		{[]string{"other", "other"}, []string{tokenA, tokenB}, []string{tokenB + "other"}},
+		{[]string{"ours", "ours"}, []string{tokenA, tokenA}, []string{tokenA + "ours"}},
+		{[]string{"ours", "long", "other"}, []string{tokenA, tokenA, tokenB}, []string{tokenA + "long", tokenB + "other", tokenA + "ours"}},
+	} {
+		got, err := e.found(e.db, c.names, c.owners)
+		if err != nil || strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("renew_found of %q: got %q, %v, want %q", c.names, got, err, c.want)
+		}
+	}
+
+	// After a renew_many of every name under A: it finds what that extended.
+	if err := srv.Advance(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.renewed(e.db, ttl, tokenA, all...)
+	if err != nil || n != 2 {
+		t.Fatalf("renew_many of every name under A: got %d rows, %v, want 2", n, err)
+	}
+	if got := e.foundBy(tokenA, all...); strings.Join(got, " ") != tokenA+"long "+tokenA+"ours" {
+		t.Errorf("renew_found after renew_many: got %q, want long and ours", got)
+	}
+	// other, not extended, lapses; ours lives on.
+	if err := srv.Advance(40 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.foundBy(tokenB, "other"); len(got) != 0 {
+		t.Errorf("renew_found of other, lapsed: got %q, want none", got)
+	}
+	if got := e.foundBy(tokenA, "ours"); len(got) != 1 {
+		t.Errorf("renew_found of ours, extended: got %q, want it", got)
+	}
+}
+
+// renew_found is a consistent read: it waits for no transaction, reads a
+// row another transaction wrote as last committed and its own
+// transaction's writes as written, and is no statement MariaDB's session
+// guard fails inside a transaction.
+func TestServer_renewFoundReadsCommitted(t *testing.T) {
+	for _, opts := range [][]sqllocktest.Option{nil, {sqllocktest.WithMariaDB()}} {
+		srv := sqllocktest.New(t, append(opts, sqllocktest.WithLockWaitTimeout(50*time.Millisecond))...)
+		e := newRenewEnv(t, srv)
+		e.acquire("ours", tokenA, time.Minute)
+		tx, err := e.db.BeginTx(e.ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{e.q["check"], e.q["release"]} {
+			if _, err := tx.ExecContext(e.ctx, q, "ours", tokenA); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := e.foundBy(tokenA, "ours"); len(got) != 1 {
+			t.Errorf("renew_found beside a transaction that deleted the lease: got %q, want the committed row", got)
+		}
+		if got, err := e.found(tx, []string{"ours"}, []string{tokenA}); err != nil || len(got) != 0 {
+			t.Errorf("renew_found in the transaction that deleted the lease: got %q, %v, want none", got, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.foundBy(tokenA, "ours"); len(got) != 0 {
+			t.Errorf("renew_found after the delete committed: got %q, want none", got)
+		}
 	}
 }

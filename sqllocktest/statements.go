@@ -27,8 +27,8 @@ var schemaSQL string
 
 // notImplemented are the sections of queries.sql that the fake does not
 // run, and why; every other statement of the file has a handler in handlers.go
-// (a set's in sets.go, a semaphore's in semaphores.go, renew_many's in
-// renew.go), or is a row of all_acquire (setRows).
+// (a set's in sets.go, a semaphore's in semaphores.go, renew_many's and
+// renew_found's in renew.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
 	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
@@ -72,15 +72,16 @@ const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 var textStatements = map[string]bool{
 	"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true,
 	"all_acquire": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
-	"all_fences": true, "renew_many": true,
+	"all_fences": true, "renew_many": true, "renew_found": true,
 }
 
 // listStatements take a list of literals, separated by commas, in place of
 // each of their last placeholders, as many as the value says (a set's
-// names, in IN (?); renew_many's names, then its owner-and-name pairs).
+// names, in IN (?); renew_many's and renew_found's names, then their
+// owner-and-name pairs).
 var listStatements = map[string]int{
 	"look": 1, "all_release": 1, "all_release_at_least": 1, "all_check": 1, "all_fences": 1,
-	"renew_many": 2,
+	"renew_many": 2, "renew_found": 2,
 }
 
 // unionStatements take a list of literals, separated by " UNION ALL
