@@ -321,6 +321,18 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 		go func() { results <- l.Refresh(ctx, l.ttl) }()
 		return true
 	}
+	// failed takes a renewal that failed with err, which is no proof of
+	// loss: the next is tried on its own, after a pause.
+	failed := func(err error) {
+		failures++
+		l.mu.Lock()
+		ka.lastErr = err
+		l.mu.Unlock()
+		l.logRenewFailed(failures, err)
+		next := renewBackoff(l.ttl, failures)
+		renewAt = time.Now().Add(next)
+		renewT.Reset(next)
+	}
 	defer func() {
 		if alone != nil {
 			l.c.renewals.leave(l)
@@ -366,14 +378,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			if err != nil && !l.c.renewals.isOff() {
 				// The statement failed: a failed renewal, retried on its
 				// own after a pause.
-				failures++
-				l.mu.Lock()
-				ka.lastErr = err
-				l.mu.Unlock()
-				l.logRenewFailed(failures, err)
-				next := renewBackoff(l.ttl, failures)
-				renewAt = time.Now().Add(next)
-				renewT.Reset(next)
+				failed(err)
 				continue
 			}
 			// The statement extended fewer leases than it carried (or the
@@ -418,14 +423,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				return
 			}
 			// Not proof of loss: try again soon, until the deadline.
-			failures++
-			l.mu.Lock()
-			ka.lastErr = err
-			l.mu.Unlock()
-			l.logRenewFailed(failures, err)
-			next := renewBackoff(l.ttl, failures)
-			renewAt = time.Now().Add(next)
-			renewT.Reset(next)
+			failed(err)
 		}
 	}
 }

@@ -166,11 +166,15 @@ func (c *Client) renewRound(ttl time.Duration, due []*renewReq) {
 
 // sharedDue returns l's ValidUntil and its lease rows, for a round; no
 // rows once its keep-alive has ended or a release has started, so that a
-// round racing a Release does not carry the row it deletes.
+// round racing a Release does not carry the row it deletes, nor once its
+// deadline has passed (after a pause, before its goroutine has run): a
+// lease past its deadline is not renewed for work that may have been told
+// it is lost.
 func (l *Lock) sharedDue() (time.Time, []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.released || l.endCause != nil || l.ka == nil || l.ka.cause != nil {
+	if l.released || l.endCause != nil || l.ka == nil || l.ka.cause != nil ||
+		!time.Now().Before(l.validUntil.Add(-l.ka.margin)) {
 		return time.Time{}, nil
 	}
 	return l.validUntil, l.kind.rows(l)
