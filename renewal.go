@@ -47,16 +47,18 @@ type renewals struct {
 // A renewClass is the keep-alives of one ttl that renew together.
 type renewClass struct {
 	ttl     time.Duration
-	members map[*Lock]chan error
+	members map[*Lock]*renewReq
 	ticking bool // a goroutine runs its rounds
 }
 
-// A renewReq is one lease in a round.
+// A renewReq is one keep-alive in the shared renewal, made when it joins
+// and used by every round until it leaves (a round and the next do not
+// overlap).
 type renewReq struct {
 	l     *Lock
-	rows  []string
-	asked time.Time // the Lock's ValidUntil when the round began
-	alone chan error
+	rows  []string   // its lease rows (lockKind.rows)
+	alone chan error // where it is told to renew on its own
+	asked time.Time  // the Lock's ValidUntil when the round began
 }
 
 // renewDelay is how long until a keep-alive that renews every interval
@@ -81,24 +83,24 @@ func (r *renewals) isOff() bool {
 // the channel on which it is told to renew on its own (nil: the
 // statement extended fewer leases than it carried; else its error).
 func (r *renewals) join(c *Client, l *Lock) <-chan error {
-	alone := make(chan error, 1)
+	q := &renewReq{l: l, rows: l.kind.rows(l), alone: make(chan error, 1)}
 	r.mu.Lock()
 	if r.classes == nil {
 		r.classes = map[time.Duration]*renewClass{}
 	}
 	cl := r.classes[l.ttl]
 	if cl == nil {
-		cl = &renewClass{ttl: l.ttl, members: map[*Lock]chan error{}}
+		cl = &renewClass{ttl: l.ttl, members: map[*Lock]*renewReq{}}
 		r.classes[l.ttl] = cl
 	}
-	cl.members[l] = alone
+	cl.members[l] = q
 	start := !cl.ticking
 	cl.ticking = true
 	r.mu.Unlock()
 	if start {
-		go c.renewRounds(cl)
+		go r.rounds(c, cl)
 	}
-	return alone
+	return q.alone
 }
 
 // leave takes l's keep-alive out of the shared renewal.
@@ -110,10 +112,9 @@ func (r *renewals) leave(l *Lock) {
 	}
 }
 
-// renewRounds runs the rounds of cl until it has no member, or the
+// rounds runs the rounds of cl until it has no member, or the
 // Client closes.
-func (c *Client) renewRounds(cl *renewClass) {
-	r := &c.renewals
+func (r *renewals) rounds(c *Client, cl *renewClass) {
 	interval := cl.ttl / 3
 	t := time.NewTimer(renewDelay(interval))
 	defer t.Stop()
@@ -128,8 +129,8 @@ func (c *Client) renewRounds(cl *renewClass) {
 		}
 		r.mu.Lock()
 		due := make([]*renewReq, 0, len(cl.members))
-		for l, alone := range cl.members {
-			due = append(due, &renewReq{l: l, alone: alone})
+		for _, q := range cl.members {
+			due = append(due, q)
 		}
 		if len(due) == 0 {
 			cl.ticking = false
@@ -137,16 +138,17 @@ func (c *Client) renewRounds(cl *renewClass) {
 			return
 		}
 		r.mu.Unlock()
-		c.renewRound(cl.ttl, due)
+		r.round(c, cl.ttl, due)
 		t.Reset(renewDelay(interval))
 	}
 }
 
-// renewRound renews the leases due, renewParallel statements at a time.
-func (c *Client) renewRound(ttl time.Duration, due []*renewReq) {
+// round renews the leases due of c, renewParallel statements at a time.
+func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 	live := due[:0]
 	for _, q := range due {
-		if q.asked, q.rows = q.l.sharedDue(); q.rows != nil {
+		var ok bool
+		if q.asked, ok = q.l.sharedDue(); ok {
 			live = append(live, q)
 		}
 	}
@@ -157,27 +159,27 @@ func (c *Client) renewRound(ttl time.Duration, due []*renewReq) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.sendRenewal(ttl, s)
+			r.send(c, ttl, s)
 			<-running
 		}()
 	}
 	wg.Wait()
 }
 
-// sharedDue returns l's ValidUntil and its lease rows, for a round; no
-// rows once its keep-alive has ended or a release has started, so that a
-// round racing a Release does not carry the row it deletes, nor once its
-// deadline has passed (after a pause, before its goroutine has run): a
-// lease past its deadline is not renewed for work that may have been told
-// it is lost.
-func (l *Lock) sharedDue() (time.Time, []string) {
+// sharedDue returns l's ValidUntil, for a round, and whether the round
+// carries it: not once its keep-alive has ended or a release has started,
+// so that a round racing a Release does not carry the row it deletes, nor
+// once its deadline has passed (after a pause, before its goroutine has
+// run): a lease past its deadline is not renewed for work that may have
+// been told it is lost.
+func (l *Lock) sharedDue() (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released || l.endCause != nil || l.ka == nil || l.ka.cause != nil ||
 		!time.Now().Before(l.validUntil.Add(-l.ka.margin)) {
-		return time.Time{}, nil
+		return time.Time{}, false
 	}
-	return l.validUntil, l.kind.rows(l)
+	return l.validUntil, true
 }
 
 // renewStatements splits the renewals due into statements within
@@ -230,11 +232,11 @@ func tell(alone chan error, err error) {
 	}
 }
 
-// sendRenewal sends one shared renewal for ttl of the leases qs. Each
+// send sends one shared renewal for ttl of the leases qs. Each
 // lease it extended takes it as a Refresh's success: all of them when it
 // extended as many as it carried, else those renew_found finds. Each of
 // the others, and all when it failed, is told to renew on its own.
-func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
+func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 	var rows, owners []string
 	until := qs[0].asked
 	for _, q := range qs {
@@ -263,7 +265,7 @@ func (c *Client) sendRenewal(ttl time.Duration, qs []*renewReq) {
 		n = int(a)
 	}
 	if err != nil && renewalCannotPass(err) {
-		c.renewals.turnOff(c, err)
+		r.turnOff(c, err)
 	}
 	var found map[string]bool // nil: every lease was extended
 	if err == nil && n < len(rows) {
