@@ -2,6 +2,7 @@ package sqllock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -152,6 +153,10 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 			live = append(live, q)
 		}
 	}
+	// The leases that end soonest go first: a round that runs long (many
+	// thousand leases on a busy server) renews last those with the most
+	// time left.
+	slices.SortFunc(live, func(a, b *renewReq) int { return a.asked.Compare(b.asked) })
 	var wg sync.WaitGroup
 	running := make(chan struct{}, renewParallel)
 	for _, s := range renewStatements(live) {
