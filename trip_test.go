@@ -166,10 +166,10 @@ func TestTrip_contextFiles(t *testing.T) {
 			} else {
 				held = mustAcquire(t, e.client(t, e.openDB(t), table), name, time.Minute)
 			}
-			// The table's check, due every second (tablecheck.go), is put
+			// The table's check, due every second (internal/engine/tablecheck.go), is put
 			// off: with it due, and the frozen-holder watch started by a
 			// statement that waited for the row the release was deleting
-			// (frozen.go), a run on a loaded machine counted 7 files.
+			// (internal/engine/frozen.go), a loaded run counted 7 files.
 			noRecheck(c)
 			blocking := newTripCtx(ctx)
 			got := acquireAsync(blocking, c, name)
