@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sqllock/sqllock/internal/sqltext"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -44,20 +42,9 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 		us := d.Microseconds()
 		exec(text[qAcquire], name, token, "h", us, name, token, "h", token, us)
 	}
-	// lists are the names and, for each, its owner and name concatenated.
-	lists := func(names, owners []string) (string, string) {
-		var in, pairs []string
-		for i, n := range names {
-			in = append(in, sqltext.Hex(n))
-			pairs = append(pairs, sqltext.Hex(owners[i]+n))
-		}
-		return strings.Join(in, ", "), strings.Join(pairs, ", ")
-	}
-	// renew is renew_many for d, the names and, for each, its owner.
-	renew := func(d time.Duration, names, owners []string) string {
-		in, pairs := lists(names, owners)
-		return c.eng.Text().Set("renew_many", strconv.FormatInt(d.Microseconds(), 10), in, pairs)
-	}
+	// renew is renew_many for d, the names and, for each, its owner, as
+	// the Client sends it to this server.
+	renew := func(d time.Duration, names, owners []string) string { return c.eng.RenewMany(d, names, owners) }
 	// by renews the names, each under token.
 	by := func(token string, names ...string) string {
 		owners := make([]string, len(names))
@@ -72,10 +59,9 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	// five seconds (it waits for no lock), and answers its column and
 	// rows, each as its owner's letter and its name.
 	foundOn := func(on querier, names, owners []string) {
-		in, pairs := lists(names, owners)
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		rows, err := on.QueryContext(qctx, c.eng.Text().Set("renew_found", in, pairs))
+		rows, err := on.QueryContext(qctx, c.eng.RenewFoundText(names, owners))
 		if err != nil {
 			out = append(out, errText(err))
 			return

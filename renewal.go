@@ -13,8 +13,8 @@ import (
 // The Client's shared renewal. The leases its keep-alives hold for one ttl
 // are renewed together, in rounds every ttl/3 at instants counted from the
 // process's start (renewDelay), each round a few statements of up to
-// maxRenewRows leases (queries.sql, renew_many), not one statement a
-// lease. Each lease is still extended only while it is its owner's and
+// tens of thousands of leases (queries.sql, renew_many; engine.RenewLimits),
+// not one statement a lease. Each lease is still extended only while it is its owner's and
 // live, so every rule of a Lock's own refresh holds. A round takes each
 // success as a Refresh's, without waking the keep-alive's goroutine: its
 // deadline timer, when it fires, finds the deadline moved and waits again
@@ -27,21 +27,19 @@ import (
 // renewal: a keep-alive whose renewals do not come back ends its contexts
 // a safety margin before its own ValidUntil.
 
-const (
-	// maxRenewRows and maxRenewBytes bound one shared renewal: MySQL
-	// plans an IN list of a few thousand keys as reads by key within its
-	// default range_optimizer_max_mem_size (8 MiB), and a statement of
-	// 1 MiB stays within every server's default max_allowed_packet.
-	maxRenewRows  = 4096
-	maxRenewBytes = 1 << 20
-	// renewParallel is how many statements of one round run at once.
-	renewParallel = 4
-)
+// renewParallel is how many statements of one round run at once.
+const renewParallel = 4
 
 // renewals is a Client's shared renewal.
 type renewals struct {
-	mu      sync.Mutex
-	off     bool // the server refused renew_many: each lease renews on its own
+	mu  sync.Mutex
+	off bool // the server refused renew_many: each lease renews on its own
+	// most bounds the leases of a statement below the server's bound
+	// after a statement past the small bounds failed (0: no bound of its
+	// own): halved by each such failure, doubled by a statement that
+	// carried as many in a quarter of its time (send).
+	most    int
+	shrunk  bool // said in the log
 	classes map[time.Duration]*renewClass
 }
 
@@ -157,9 +155,14 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 	// thousand leases on a busy server) renews last those with the most
 	// time left.
 	slices.SortFunc(live, func(a, b *renewReq) int { return a.asked.Compare(b.asked) })
+	r.sendAll(c, ttl, renewStatements(live, r.limits(c)))
+}
+
+// sendAll sends the statements stmts of a round, renewParallel at a time.
+func (r *renewals) sendAll(c *Client, ttl time.Duration, stmts [][]*renewReq) {
 	var wg sync.WaitGroup
 	running := make(chan struct{}, renewParallel)
-	for _, s := range renewStatements(live) {
+	for _, s := range stmts {
 		running <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -170,6 +173,25 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 	}
 	wg.Wait()
 }
+
+// limits returns the bounds of a statement now: the server's
+// (engine.RenewLimits), within r.most.
+func (r *renewals) limits(c *Client) renewLimits {
+	rows, bytes := c.eng.RenewLimits(false)
+	smallRows, smallBytes := c.eng.RenewLimits(true)
+	r.mu.Lock()
+	most := r.most
+	r.mu.Unlock()
+	if most > 0 && most < rows {
+		bytes = max(smallBytes, int(int64(bytes)*int64(most)/int64(rows)))
+		rows = max(smallRows, most)
+	}
+	return renewLimits{rows, bytes}
+}
+
+// renewLimits bound one statement: its lease rows, and their literals'
+// bytes.
+type renewLimits struct{ rows, bytes int }
 
 // sharedDue returns l's ValidUntil, for a round, and whether the round
 // carries it: not once its keep-alive has ended or a release has started,
@@ -187,12 +209,12 @@ func (l *Lock) sharedDue() (time.Time, bool) {
 	return l.validUntil, true
 }
 
-// renewStatements splits the renewals due into statements within
-// maxRenewRows and maxRenewBytes, each name once in a statement. A
+// renewStatements splits the renewals due into statements within max,
+// each name once in a statement. A
 // renewal that shares a name with one before it (a Lock that lost the
 // name, not yet told, and another that took it) is told at once to renew
 // on its own.
-func renewStatements(due []*renewReq) [][]*renewReq {
+func renewStatements(due []*renewReq, max renewLimits) [][]*renewReq {
 	var (
 		out   [][]*renewReq
 		cur   []*renewReq
@@ -204,14 +226,14 @@ func renewStatements(due []*renewReq) [][]*renewReq {
 		size := 0
 		dup := false
 		for _, n := range q.rows {
-			size += 4*len(n) + 74 // the name's literal, and the token's and name's
+			size += engine.RenewBytes(n)
 			dup = dup || seen[n]
 		}
 		if dup {
 			tell(q.alone, nil)
 			continue
 		}
-		if len(cur) > 0 && (rows+len(q.rows) > maxRenewRows || bytes+size > maxRenewBytes) {
+		if len(cur) > 0 && (rows+len(q.rows) > max.rows || bytes+size > max.bytes) {
 			out = append(out, cur)
 			cur, rows, bytes = nil, 0, 0
 		}
@@ -251,7 +273,8 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 		}
 		until = minTime(until, q.asked)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
+	timeout := ttl / 3
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	go func() {
 		select {
@@ -268,6 +291,19 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 		var a int64
 		a, err = res.RowsAffected()
 		n = int(a)
+	}
+	if err == nil && time.Since(sent) < timeout/4 {
+		r.grow(c, len(rows))
+	}
+	if err != nil && overSmall(c, rows) {
+		// A statement past the bounds every server takes failed: too
+		// slow for its time on a busy server, say, or over the server's
+		// max_allowed_packet. Its leases go again now in statements
+		// within those bounds, and later rounds carry half as many.
+		r.shrink(c, len(rows), err)
+		smallRows, smallBytes := c.eng.RenewLimits(true)
+		r.sendAll(c, ttl, renewStatements(qs, renewLimits{smallRows, smallBytes}))
+		return
 	}
 	if err != nil && renewalCannotPass(err) {
 		r.turnOff(c, err)
@@ -337,5 +373,45 @@ func (r *renewals) turnOff(c *Client, err error) {
 	r.mu.Unlock()
 	if !was {
 		c.log.Warn("sqllock: the server refused the shared renewal of leases; each lease renews on its own from now on", "err", err)
+	}
+}
+
+// overSmall reports whether the lease rows rows are past the bounds of a
+// statement every server takes.
+func overSmall(c *Client, rows []string) bool {
+	maxRows, maxBytes := c.eng.RenewLimits(true)
+	if len(rows) > maxRows {
+		return true
+	}
+	bytes := 0
+	for _, n := range rows {
+		bytes += engine.RenewBytes(n)
+	}
+	return bytes > maxBytes
+}
+
+// shrink halves the leases a statement carries, after a statement of n
+// leases past the small bounds failed with err. Said once, in the log.
+func (r *renewals) shrink(c *Client, n int, err error) {
+	r.mu.Lock()
+	r.most = n / 2
+	was := r.shrunk
+	r.shrunk = true
+	r.mu.Unlock()
+	if !was {
+		c.log.Warn("sqllock: a shared renewal of many leases failed; they went again in smaller statements, and later rounds carry at most half as many until statements run quickly", "leases", n, "err", err)
+	}
+}
+
+// grow doubles the leases a statement carries, after a statement of n
+// leases, more than half that bound, ran in a quarter of its time.
+func (r *renewals) grow(c *Client, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.most > 0 && 2*n > r.most {
+		r.most *= 2
+		if rows, _ := c.eng.RenewLimits(false); r.most >= rows {
+			r.most = 0
+		}
 	}
 }

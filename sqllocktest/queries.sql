@@ -573,18 +573,31 @@ WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND
 -- is short, the Go side has each lease of the statement renewed on its own
 -- (refresh), which tells which was lost. The IN list on both columns of the
 -- primary key reads each row by its key (range access, record locks only,
--- in the key's order, as all_acquire and all_check take them); the Go side
--- keeps a statement to 4,096 names and 1 MiB, within what MySQL's range
--- optimizer plans by default (range_optimizer_max_mem_size). One form for
--- every server: it writes no fence, so TiDB's and Vitess's one-row forms
--- take it as it is (the hint stays on TiDB alone).
-UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ `sqllock`
+-- in the key's order, as all_acquire and all_check take them), never the
+-- whole table, which under REPEATABLE READ would lock every row: FORCE
+-- INDEX keeps the optimizer from a scan it costs lower when the list is a
+-- good part of the table; and past what the range optimizer plans by
+-- default (MySQL: range_optimizer_max_mem_size, about 15,000 names;
+-- MariaDB: optimizer_max_sel_arg_weight, 16,000), MySQL 8.0 and later take
+-- the second hint and MariaDB 10.5.9 and later the prefix
+-- renew_many_mariadb, each for this statement alone. The Go side keeps a
+-- statement to 34,000 names and 8 MiB on those, and to 4,096 names and
+-- 1 MiB elsewhere (engine.RenewLimits). One form for every server: it
+-- writes no fence, so TiDB's and Vitess's one-row forms take it as it is
+-- (each hint stays on its own server alone).
+UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ /*+ SET_VAR(range_optimizer_max_mem_size=0) */ `sqllock` FORCE INDEX (PRIMARY)
 SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE kind = 'L' AND name IN (?)
   AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND CONCAT(owner, name) IN (?)
   AND expires_at > UTC_TIMESTAMP(6);
+
+-- name: renew_many_mariadb
+-- The prefix of renew_many and renew_found on MariaDB 10.5.9 and later: no
+-- bound on the range optimizer's graph for this statement, so that an IN
+-- list of tens of thousands of names is still read by key.
+SET STATEMENT optimizer_max_sel_arg_weight = 0 FOR
 
 -- name: renew_found
 -- Holes: the names; then the owner-and-name pairs, as renew_many's. Which
@@ -595,9 +608,10 @@ WHERE kind = 'L' AND name IN (?)
 -- pair found was extended by that renew_many, sent before it: it was its
 -- owner's and live when that statement ran, as a lease that lapsed, was
 -- released or was taken over never comes back but by its own owner's
--- acquire, which sets an expiry at least as late.
-SELECT CONCAT(owner, name)
-FROM `sqllock`
+-- acquire, which sets an expiry at least as late. It reads the rows by key,
+-- as renew_many does, with the same hint and prefix.
+SELECT /*+ SET_VAR(range_optimizer_max_mem_size=0) */ CONCAT(owner, name)
+FROM `sqllock` FORCE INDEX (PRIMARY)
 WHERE kind = 'L' AND name IN (?) AND CONCAT(owner, name) IN (?)
   AND expires_at > UTC_TIMESTAMP(6);
 

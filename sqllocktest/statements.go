@@ -30,7 +30,8 @@ var schemaSQL string
 // (a set's in sets.go, a semaphore's in semaphores.go, renew_many's and
 // renew_found's in renew.go), or is a row of all_acquire (setRows).
 var notImplemented = map[string]string{
-	"lock_wait_mariadb": "it is only a prefix of the acquire, run as part of it on MariaDB",
+	"lock_wait_mariadb":  "it is only a prefix of the acquire, run as part of it on MariaDB",
+	"renew_many_mariadb": "it is only a prefix of renew_many and renew_found, run as part of them on MariaDB",
 	// all_fences reads back the fences of a set taken with the one-row
 	// form (tidb_all_acquire), whose insert id cannot carry them; the fake
 	// says it is MySQL or MariaDB, so a Client takes the two-row form, whose insert
@@ -66,6 +67,9 @@ const inTransactionGuard = " /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER()
 
 // tidbHint is the hint that only TiDB's statements keep.
 const tidbHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
+
+// rangeHint is the hint that only MySQL's statements keep (renew_many).
+const rangeHint = "/*+ SET_VAR(range_optimizer_max_mem_size=0) */ "
 
 // textStatements are sent as text with literals in place of their
 // placeholders; the rest are prepared and take bound arguments.
@@ -258,11 +262,15 @@ func mustTemplates() []*template {
 		}
 	}
 	// MariaDB's forms: the acquires with the lock wait bound first (a
-	// semaphore's in addSlotAcquire).
+	// semaphore's in addSlotAcquire),
 	prefix := qs["lock_wait_mariadb"] + "\n"
 	add("acquire", prefix+qs["acquire"], true)
 	add("acquire", prefix+strings.Replace(qs["acquire"], inTransactionGuard, "", 1), true)
 	add("all_acquire", prefix+qs["all_acquire"], true)
+	// and the shared renewal's, after their own prefix, without MySQL's hint.
+	for _, name := range []string{"renew_many", "renew_found"} {
+		add(name, qs["renew_many_mariadb"]+"\n"+strings.ReplaceAll(qs[name], rangeHint, ""), true)
+	}
 	mariadbLockWait = lockWaitOf(qs["lock_wait_mariadb"])
 	add("schema", schema["schema"], false)
 	for name, text := range ownStatements {

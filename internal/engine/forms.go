@@ -39,6 +39,11 @@ type Forms struct {
 	// MySQL: MySQL 8.0 or later itself (not TiDB, not through Vitess),
 	// whose lock-wait tables the frozen-holder watch reads (frozen.go).
 	MySQL bool
+	// LargeIn: MySQL 8.0 and later, or MariaDB 10.5.9 and later, which
+	// read an IN list of tens of thousands of names by key when told to
+	// (queries.sql, renew_many): a shared renewal carries more leases
+	// there (RenewLimits).
+	LargeIn bool
 
 	// Checked: the first-use check found the table as it should be
 	// (tablecheck.go). Proven: the proof of the statements passed
@@ -55,7 +60,7 @@ const NumLater = 3
 
 // Text returns what sqltext needs of f.
 func (f *Forms) Text() sqltext.Forms {
-	return sqltext.Forms{Q: f.q, Table: f.Table, Name: f.Name, DB: f.DB, TiDB: f.TiDB, OneRow: f.OneRow, LockWait: f.LockWait}
+	return sqltext.Forms{Q: f.q, Table: f.Table, Name: f.Name, DB: f.DB, TiDB: f.TiDB, OneRow: f.OneRow, LockWait: f.LockWait, MySQL: f.MySQL}
 }
 
 // OneRowStmts are the statements with a one-row form (TiDB's, tidb_… in
@@ -117,10 +122,11 @@ func serverForms(q sqltext.Statements, table, qualified, db, version string, car
 		}
 	case strings.Contains(version, "MariaDB"):
 		f.LockWait = true
+		f.LargeIn = mariaDBAtLeast(version, 10, 5, 9)
 		f.SQL[Acquire] = q["lock_wait_mariadb"] + "\n" + f.SQL[Acquire]
 	case strings.HasPrefix(version, "5."):
 	default:
-		f.MySQL = true
+		f.MySQL, f.LargeIn = true, true
 	}
 	return f
 }

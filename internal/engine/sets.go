@@ -51,56 +51,6 @@ func (s *Server) SetRefresh(set *Set, ttl time.Duration) string {
 	return s.Text().RefreshAll(set.union, set.In, set.TokenLit, us(ttl))
 }
 
-// RenewMany returns the shared renewal for ttl of the lease rows named
-// rows, the row rows[i] held by the owner token owners[i] (queries.sql,
-// renew_many).
-func (s *Server) RenewMany(ttl time.Duration, rows, owners []string) string {
-	names, pairs := renewLists(rows, owners)
-	return s.Text().Set("renew_many", us(ttl), names, pairs)
-}
-
-// RenewFound returns which of the lease rows named rows, the row rows[i]
-// held by owners[i], are their owner's and live now, each as its owner and
-// name concatenated (queries.sql, renew_found); the query is sent again as
-// fault.Transient allows.
-func (s *Server) RenewFound(ctx context.Context, rows, owners []string) (map[string]bool, error) {
-	names, pairs := renewLists(rows, owners)
-	q := s.Text().Set("renew_found", names, pairs)
-	found := map[string]bool{}
-	err := fault.Transient(ctx, func() error {
-		clear(found)
-		rs, err := s.cfg.DB.QueryContext(ctx, q)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			var pair []byte
-			if err := rs.Scan(&pair); err != nil {
-				return err
-			}
-			found[string(pair)] = true
-		}
-		return rs.Err()
-	})
-	return found, err
-}
-
-// renewLists returns the literal lists of renew_many and renew_found: the
-// names, and each owner and name concatenated.
-func renewLists(rows, owners []string) (names, pairs string) {
-	var n, p strings.Builder
-	for i, row := range rows {
-		if i > 0 {
-			n.WriteString(", ")
-			p.WriteString(", ")
-		}
-		n.WriteString(sqltext.Hex(row))
-		p.WriteString(sqltext.Hex(owners[i] + row))
-	}
-	return n.String(), p.String()
-}
-
 // SetRelease returns the statement that deletes the leases of set, or with
 // minHold > 0 keeps them until acquired_at + minHold; and its name in
 // queries.sql.

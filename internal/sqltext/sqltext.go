@@ -106,6 +106,11 @@ const TiDBPrefix = "tidb_"
 // one-row forms take them without it.
 const TiDBHint = "/*+ SET_VAR(tidb_retry_limit=0) */ "
 
+// RangeHint lifts, for one statement, the bound on the memory MySQL's
+// range optimizer plans with (queries.sql, renew_many): it stays on MySQL
+// 8.0 and later alone.
+const RangeHint = "/*+ SET_VAR(range_optimizer_max_mem_size=0) */ "
+
 // Forms is what the text of a Client's statements depends on: its
 // statements, its quoted table, and what the first use found of the
 // server.
@@ -123,6 +128,8 @@ type Forms struct {
 	OneRow bool
 	// LockWait: MariaDB, whose acquires bound their row lock wait.
 	LockWait bool
+	// MySQL: MySQL 8.0 or later itself, whose statements keep RangeHint.
+	MySQL bool
 }
 
 // database is what a statement that reads the connection's database
@@ -160,11 +167,14 @@ func (f Forms) Named(name string) string {
 }
 
 // Set returns set statement name with lits in place of its placeholders,
-// on the table. The TiDB hint stays on TiDB alone.
+// on the table. The TiDB hint stays on TiDB alone, RangeHint on MySQL.
 func (f Forms) Set(name string, lits ...string) string {
 	q := f.Q[name]
 	if !f.TiDB {
 		q = strings.ReplaceAll(q, TiDBHint, "")
+	}
+	if !f.MySQL {
+		q = strings.ReplaceAll(q, RangeHint, "")
 	}
 	return f.Substitute(Bind(q, lits...))
 }

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqllock/sqllock/internal/fault"
+	"github.com/sqllock/sqllock/internal/sqltext"
+)
+
+// The statements of a Client's shared renewal (queries.sql, renew_many and
+// renew_found): many leases, each named by its row and its owner, in one
+// statement sent as text.
+
+// The bounds of one shared renewal. Where the server is told to read an IN
+// list of any length by key (Forms.LargeIn), a statement carries up to
+// largeRenewRows leases, so that a round renews 100,000 in three; elsewhere
+// up to smallRenewRows, within what MySQL 5.7's range optimizer plans by
+// default. Bytes: within the default max_allowed_packet of those servers
+// (MariaDB's 16 MiB, MySQL 8.0's 64 MiB; 5.7's 4 MiB).
+const (
+	largeRenewRows  = 34000
+	largeRenewBytes = 8 << 20
+	smallRenewRows  = 4096
+	smallRenewBytes = 1 << 20
+)
+
+// RenewLimits returns how many lease rows, and how many bytes of their
+// literals, one shared renewal may carry on this server; small asks for the
+// bounds every server takes (after a larger statement failed).
+func (s *Server) RenewLimits(small bool) (rows, bytes int) {
+	if small || !s.Forms().LargeIn {
+		return smallRenewRows, smallRenewBytes
+	}
+	return largeRenewRows, largeRenewBytes
+}
+
+// RenewBytes is how many bytes of renew_many's literals a lease row named
+// name adds: the name's, and its owner's and name's.
+func RenewBytes(name string) int { return 4*len(name) + 74 }
+
+// RenewMany returns the shared renewal for ttl of the lease rows named
+// rows, the row rows[i] held by the owner token owners[i] (queries.sql,
+// renew_many).
+func (s *Server) RenewMany(ttl time.Duration, rows, owners []string) string {
+	names, pairs := renewLists(rows, owners)
+	return s.renewText("renew_many", us(ttl), names, pairs)
+}
+
+// RenewFound returns which of the lease rows named rows, the row rows[i]
+// held by owners[i], are their owner's and live now, each as its owner and
+// name concatenated (queries.sql, renew_found); the query is sent again as
+// fault.Transient allows.
+func (s *Server) RenewFound(ctx context.Context, rows, owners []string) (map[string]bool, error) {
+	q := s.RenewFoundText(rows, owners)
+	found := map[string]bool{}
+	err := fault.Transient(ctx, func() error {
+		clear(found)
+		rs, err := s.cfg.DB.QueryContext(ctx, q)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var pair []byte
+			if err := rs.Scan(&pair); err != nil {
+				return err
+			}
+			found[string(pair)] = true
+		}
+		return rs.Err()
+	})
+	return found, err
+}
+
+// RenewFoundText returns the query RenewFound sends.
+func (s *Server) RenewFoundText(rows, owners []string) string {
+	names, pairs := renewLists(rows, owners)
+	return s.renewText("renew_found", names, pairs)
+}
+
+// renewText returns statement name with lits in place, on MariaDB 10.5.9
+// and later after the prefix that lets it read a long IN list by key.
+func (s *Server) renewText(name string, lits ...string) string {
+	f := s.Forms()
+	q := f.Text().Set(name, lits...)
+	if f.LargeIn && f.LockWait {
+		q = f.q["renew_many_mariadb"] + "\n" + q
+	}
+	return q
+}
+
+// renewLists returns the literal lists of renew_many and renew_found: the
+// names, and each owner and name concatenated.
+func renewLists(rows, owners []string) (names, pairs string) {
+	var n, p strings.Builder
+	for i, row := range rows {
+		if i > 0 {
+			n.WriteString(", ")
+			p.WriteString(", ")
+		}
+		n.WriteString(sqltext.Hex(row))
+		p.WriteString(sqltext.Hex(owners[i] + row))
+	}
+	return n.String(), p.String()
+}
+
+// mariaDBAtLeast reports whether version, as MariaDB's VERSION() answers
+// ("10.11.9-MariaDB-log"), is major.minor.patch or later.
+func mariaDBAtLeast(version string, want ...int) bool {
+	v, _, _ := strings.Cut(strings.TrimPrefix(version, "5.5.5-"), "-")
+	parts := strings.Split(v, ".")
+	for i, w := range want {
+		if i >= len(parts) {
+			return false
+		}
+		n, err := strconv.Atoi(parts[i])
+		if err != nil {
+			return false
+		}
+		if n != w {
+			return n > w
+		}
+	}
+	return true
+}
