@@ -34,10 +34,10 @@ const renewParallel = 4
 type renewals struct {
 	mu  sync.Mutex
 	off bool // the server refused renew_many: each lease renews on its own
-	// most bounds the leases of a statement below the server's bound
-	// after a statement past the small bounds failed (0: no bound of its
-	// own): halved by each such failure, doubled by a statement that
-	// carried as many in a quarter of its time (send).
+	// most is how many leases a statement carries now, within the
+	// server's bound (engine.RenewLimits): from the bound every server
+	// takes (0), as many as a statement answers in a quarter of its time, at most
+	// doubling a round (fit); halved when such a statement failed.
 	most    int
 	shrunk  bool // said in the log
 	classes map[time.Duration]*renewClass
@@ -137,13 +137,28 @@ func (r *renewals) rounds(c *Client, cl *renewClass) {
 			return
 		}
 		r.mu.Unlock()
+		began := time.Now()
 		r.round(c, cl.ttl, due)
-		t.Reset(renewDelay(interval))
+		next := renewDelay(interval)
+		if time.Since(began) >= interval {
+			// The round ran past the next instant (many leases on a busy
+			// machine): the next goes at once, not an instant later.
+			next = 0
+		}
+		t.Reset(next)
 	}
 }
 
 // round renews the leases due of c, renewParallel statements at a time.
 func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
+	if r.isOff() {
+		// The server refused the statement: every keep-alive still in
+		// the shared renewal renews on its own from now on.
+		for _, q := range due {
+			tell(q.alone, nil)
+		}
+		return
+	}
 	live := due[:0]
 	for _, q := range due {
 		var ok bool
@@ -155,36 +170,50 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 	// thousand leases on a busy server) renews last those with the most
 	// time left.
 	slices.SortFunc(live, func(a, b *renewReq) int { return a.asked.Compare(b.asked) })
-	r.sendAll(c, ttl, renewStatements(live, r.limits(c)))
+	r.fit(c, ttl, r.sendAll(c, ttl, renewStatements(live, r.limits(c))))
 }
 
-// sendAll sends the statements stmts of a round, renewParallel at a time.
-func (r *renewals) sendAll(c *Client, ttl time.Duration, stmts [][]*renewReq) {
+// sendAll sends the statements stmts of a round, renewParallel at a time,
+// and returns their answers.
+func (r *renewals) sendAll(c *Client, ttl time.Duration, stmts [][]*renewReq) []renewAnswer {
 	var wg sync.WaitGroup
 	running := make(chan struct{}, renewParallel)
-	for _, s := range stmts {
+	answers := make([]renewAnswer, len(stmts))
+	for i, s := range stmts {
 		running <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.send(c, ttl, s)
+			answers[i] = r.send(c, ttl, s)
 			<-running
 		}()
 	}
 	wg.Wait()
+	return answers
 }
 
-// limits returns the bounds of a statement now: the server's
-// (engine.RenewLimits), within r.most.
+// A renewAnswer is how many lease rows a statement carried and how long
+// its answer took; 0 when it failed.
+type renewAnswer struct {
+	rows int
+	took time.Duration
+}
+
+// renewTimeout is how long a shared renewal of leases of ttl may take, as
+// a Lock's own renewal (keepalive.go).
+func renewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
+
+// limits returns the bounds of a statement now: r.most leases, within
+// the server's bounds (engine.RenewLimits), and their share of its bytes.
 func (r *renewals) limits(c *Client) renewLimits {
 	rows, bytes := c.eng.RenewLimits(false)
 	smallRows, smallBytes := c.eng.RenewLimits(true)
 	r.mu.Lock()
-	most := r.most
+	most := max(r.most, smallRows)
 	r.mu.Unlock()
-	if most > 0 && most < rows {
+	if most < rows {
 		bytes = max(smallBytes, int(int64(bytes)*int64(most)/int64(rows)))
-		rows = max(smallRows, most)
+		rows = most
 	}
 	return renewLimits{rows, bytes}
 }
@@ -263,7 +292,7 @@ func tell(alone chan error, err error) {
 // lease it extended takes it as a Refresh's success: all of them when it
 // extended as many as it carried, else those renew_found finds. Each of
 // the others, and all when it failed, is told to renew on its own.
-func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
+func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) renewAnswer {
 	var rows, owners []string
 	until := qs[0].asked
 	for _, q := range qs {
@@ -273,8 +302,7 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 		}
 		until = minTime(until, q.asked)
 	}
-	timeout := ttl / 3
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout(ttl))
 	defer cancel()
 	go func() {
 		select {
@@ -292,18 +320,19 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 		a, err = res.RowsAffected()
 		n = int(a)
 	}
-	if err == nil && time.Since(sent) < timeout/4 {
-		r.grow(c, len(rows))
+	var answer renewAnswer
+	if err == nil {
+		answer = renewAnswer{len(rows), time.Since(sent)}
 	}
 	if err != nil && overSmall(c, rows) {
 		// A statement past the bounds every server takes failed: too
 		// slow for its time on a busy server, say, or over the server's
 		// max_allowed_packet. Its leases go again now in statements
-		// within those bounds, and later rounds carry half as many.
+		// within those bounds, and later ones carry half as many.
 		r.shrink(c, len(rows), err)
 		smallRows, smallBytes := c.eng.RenewLimits(true)
 		r.sendAll(c, ttl, renewStatements(qs, renewLimits{smallRows, smallBytes}))
-		return
+		return renewAnswer{}
 	}
 	if err != nil && renewalCannotPass(err) {
 		r.turnOff(c, err)
@@ -328,6 +357,7 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) {
 			tell(q.alone, nil)
 		}
 	}
+	return answer
 }
 
 // allFound reports whether every lease row of q is in found (renew_found's
@@ -399,19 +429,46 @@ func (r *renewals) shrink(c *Client, n int, err error) {
 	r.shrunk = true
 	r.mu.Unlock()
 	if !was {
-		c.log.Warn("sqllock: a shared renewal of many leases failed; they went again in smaller statements, and later rounds carry at most half as many until statements run quickly", "leases", n, "err", err)
+		c.log.Warn("sqllock: a shared renewal of many leases failed; they went again in smaller statements, and later ones carry half as many", "leases", n, "err", err)
 	}
 }
 
-// grow doubles the leases a statement carries, after a statement of n
-// leases, more than half that bound, ran in a quarter of its time.
-func (r *renewals) grow(c *Client, n int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.most > 0 && 2*n > r.most {
-		r.most *= 2
-		if rows, _ := c.eng.RenewLimits(false); r.most >= rows {
-			r.most = 0
+// fit sizes later statements after a round whose statements answered
+// answers (fitRows, from the slowest), unless one of them failed.
+func (r *renewals) fit(c *Client, ttl time.Duration, answers []renewAnswer) {
+	var slowest renewAnswer
+	for _, a := range answers {
+		if a.rows == 0 {
+			return
+		}
+		if a.took > slowest.took {
+			slowest = a
 		}
 	}
+	if slowest.rows == 0 {
+		return
+	}
+	maxRows, _ := c.eng.RenewLimits(false)
+	smallRows, _ := c.eng.RenewLimits(true)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.most = fitRows(r.most, slowest.rows, slowest.took, renewTimeout(ttl), smallRows, maxRows)
+}
+
+// fitRows returns how many leases later statements carry, cur now (0: as
+// few as small), after a statement of n answered in d of its timeout: as
+// many as would answer in a quarter of it, at most twice cur, within small
+// and most. A statement of less than half cur tells nothing (the fixed
+// cost of a statement weighs more in a small one). So a Client starts
+// with statements of the bound every server takes, and doubles them each
+// round while the server answers quickly, up to the server's bound; on a
+// server made slow (by many acquires, say) they shrink before one runs out
+// of time, with room for the server's answers to vary fourfold.
+func fitRows(cur, n int, d, timeout time.Duration, small, most int) int {
+	cur = max(cur, small)
+	if 2*n <= cur {
+		return cur
+	}
+	fits := int(int64(n) * int64(timeout/4) / int64(max(d, time.Millisecond)))
+	return max(small, min(fits, 2*cur, most))
 }

@@ -397,6 +397,27 @@ func lens(ss [][]*renewReq) []int {
 	return out
 }
 
+func TestFitRows(t *testing.T) {
+	const timeout = time.Second // a quarter: 250ms
+	for _, c := range []struct {
+		cur, n int
+		d      time.Duration
+		want   int
+	}{
+		{0, 4096, 50 * time.Millisecond, 8192},        // quick: doubles from the small bound
+		{8192, 8192, 100 * time.Millisecond, 16384},   // quick: doubles
+		{32768, 32768, 100 * time.Millisecond, 34000}, // within the server's bound
+		{16384, 16384, 500 * time.Millisecond, 8192},  // slow: what answers in a quarter
+		{8192, 8192, 2 * time.Second, 4096},           // slower still: never below the small bound
+		{16384, 8000, 10 * time.Millisecond, 16384},   // a small statement tells nothing
+		{8192, 8192, 0, 16384},                        // an answer in no time
+	} {
+		if got := fitRows(c.cur, c.n, c.d, timeout, 4096, 34000); got != c.want {
+			t.Errorf("fitRows(%d, %d, %v): %d, want %d", c.cur, c.n, c.d, got, c.want)
+		}
+	}
+}
+
 func TestRenewDelay(t *testing.T) {
 	for _, interval := range []time.Duration{time.Millisecond, 100 * time.Millisecond, time.Second, time.Hour} {
 		d := renewDelay(interval)
@@ -457,8 +478,11 @@ func TestKeepAlive_sharedRenewal_cutOffLosesEachByItsValidUntil(t *testing.T) {
 // turns it off for the Client: said once in the log, and each lease renews
 // on its own from then on, none lost.
 func TestKeepAlive_sharedRenewal_refusedFallsBackToEachOnItsOwn(t *testing.T) {
+	srv, c, count, rec := renewalFake(t, "t_refused")
 	refused := sqllocktest.ServerError{Number: 1235, SQLState: "42000", Message: "This version of MySQL doesn't yet support 'this statement'"}
-	srv, c, count, rec := renewalFaulted(t, "t_refused", refused)
+	if err := srv.Inject(sqllocktest.Fault{Statement: "renew_many", Err: refused}); err != nil {
+		t.Fatal(err)
+	}
 	const ttl = 900 * time.Millisecond
 	_, ctxs, names := keptAlive(t, c, "refused", 5, ttl)
 	waitFor(t, 30*time.Second, "each lease renewed three times on its own", func() bool {
@@ -481,14 +505,16 @@ func TestKeepAlive_sharedRenewal_refusedFallsBackToEachOnItsOwn(t *testing.T) {
 	}
 }
 
-// A round of 33,000 leases goes in one statement where the server reads a
-// long IN list by key when told (MySQL 8.0 and later, MariaDB 10.5.9 and
-// later: engine.RenewLimits), and that statement reads no row but its own:
-// a transaction that holds another lease's row (a Check) holds none of it
-// up, as it would hold up a statement that read the whole table under
-// REPEATABLE READ. Each server's optimizer costs a scan lower than 33,000
-// reads by key in a table of 33,000 rows, and plans no range for so many
-// names without the hint or the prefix (queries.sql, renew_many).
+// Where the server reads a long IN list by key when told (MySQL 8.0 and
+// later, MariaDB 10.5.9 and later: engine.RenewLimits), renew_many of
+// 33,280 leases reads no row but its own: a transaction that holds another
+// lease's row (a Check) holds none of it up, as it would hold up a
+// statement that read the whole table under REPEATABLE READ. Each
+// server's optimizer costs a scan lower than 33,000 reads by key in a
+// table of 33,000 rows, and plans no range for so many names without the
+// hint or the prefix (queries.sql, renew_many). The Client's keep-alives
+// meanwhile renew in statements past the 4,096 leases every server takes,
+// none on its own.
 func TestKeepAlive_sharedRenewal_manyLeasesOneStatement(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		var count sharedCount
@@ -508,9 +534,6 @@ func TestKeepAlive_sharedRenewal_manyLeasesOneStatement(t *testing.T) {
 		}
 		ctx := testCtx(t)
 		outside := mustAcquire(t, w, "big-outside", time.Minute)
-		// A statement of 33,280 leases has ttl/3 to answer, which three
-		// servers at once under the race detector on two cores keep.
-		const ttl = 9 * time.Second
 		// Of MaxNames: 33,280 lease rows, past the 32,000 that MariaDB's
 		// optimizer_max_sel_arg_weight lets a range have by default. The
 		// fake, which has no optimizer, and runs slowly under the race
@@ -519,7 +542,19 @@ func TestKeepAlive_sharedRenewal_manyLeasesOneStatement(t *testing.T) {
 		if e.server.Fake {
 			sets = 100
 		}
-		ctxs, held := keptAliveSets(t, c, "big", sets, ttl, false)
+		// Statements grow while the slowest of a round answers within
+		// ttl/16: 750 ms, which three servers at once under the race
+		// detector on two cores keep for 4,096 leases.
+		const ttl = 12 * time.Second
+		ctxs, _ := keptAliveSets(t, c, "big", sets, ttl, false)
+		var rows, owners []string
+		c.held.mu.Lock()
+		for l := range c.held.locks {
+			for _, n := range l.kind.rows(l) {
+				rows, owners = append(rows, n), append(owners, l.token)
+			}
+		}
+		c.held.mu.Unlock()
 		tx, err := w.db.BeginTx(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -528,15 +563,22 @@ func TestKeepAlive_sharedRenewal_manyLeasesOneStatement(t *testing.T) {
 		if err := outside.Check(ctx, tx); err != nil {
 			t.Fatalf("Check: %v", err)
 		}
-		count.mu.Lock()
-		count.since = true
-		count.mu.Unlock()
-		waitFor(t, 60*time.Second, "each set renewed three times more while the Check's transaction holds another row", func() bool {
+		// Within 20 s: a scan would wait for the Check's row until the
+		// server's lock wait timeout (50 s by default).
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		res, err := c.db.ExecContext(sctx, c.eng.RenewMany(ttl, rows, owners))
+		if err != nil {
+			t.Fatalf("renew_many of %d leases beside the Check: %v", len(rows), err)
+		}
+		if n, _ := res.RowsAffected(); int(n) != sets*MaxNames || len(rows) != sets*MaxNames {
+			t.Fatalf("renew_many extended %d of %d leases, want %d", n, len(rows), sets*MaxNames)
+		}
+		waitFor(t, 60*time.Second, "a shared renewal of more than 4,096 leases beside the Check", func() bool {
 			count.mu.Lock()
 			defer count.mu.Unlock()
-			return count.mostSince == sets*MaxNames
+			return count.most > 4096
 		})
-		waitFor(t, 60*time.Second, "each set renewed three times", func() bool { return count.each(held, 3) })
 		if err := tx.Rollback(); err != nil {
 			t.Fatal(err)
 		}
@@ -559,20 +601,27 @@ func TestKeepAlive_sharedRenewal_manyLeasesOneStatement(t *testing.T) {
 // A statement past the bounds every server takes that fails (over the
 // server's max_allowed_packet, say) sends its leases again at once in
 // statements within them: said once in the log, no lease renewed on its
-// own. Later rounds carry half as many a statement, and twice as many
-// again after statements that ran quickly.
+// own. Later statements carry half as many, and grow again while the
+// server answers quickly.
 func TestKeepAlive_sharedRenewal_largeFailsGoesSmall(t *testing.T) {
-	tooLarge := sqllocktest.ServerError{Number: 1153, SQLState: "08S01", Message: "Got a packet bigger than 'max_allowed_packet' bytes"}
-	srv, c, count, rec := renewalFaulted(t, "t_small", tooLarge)
+	srv, c, count, rec := renewalFake(t, "t_small")
 	warm(t, c)
-	if rows, _ := c.eng.RenewLimits(false); rows <= 6000 {
-		t.Fatalf("the fake (MySQL 8.4) allows statements of %d leases, want more than 6,000", rows)
+	if rows, _ := c.eng.RenewLimits(false); rows <= 6016 {
+		t.Fatalf("the fake (MySQL 8.4) allows statements of %d leases, want more than 6,016", rows)
 	}
-	// The keep-alives start once all 94 sets are acquired, which
-	// takes a while under the race detector on a busy machine.
-	const ttl = 4500 * time.Millisecond
-	ctxs, held := keptAliveSets(t, c, "small", 94, ttl, true) // 6,016 lease rows
-	waitFor(t, 30*time.Second, "every set renewed three times", func() bool { return count.each(held, 3) })
+	// As a Client whose statements have grown (fitRows): the first round
+	// sends all 94 sets in one statement, which fails.
+	c.renewals.mu.Lock()
+	c.renewals.most = 8192
+	c.renewals.mu.Unlock()
+	tooLarge := sqllocktest.ServerError{Number: 1153, SQLState: "08S01", Message: "Got a packet bigger than 'max_allowed_packet' bytes"}
+	if err := srv.Inject(sqllocktest.Fault{Statement: "renew_many", Err: tooLarge}); err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 6 * time.Second
+	const all = 94 * MaxNames // 6,016 lease rows
+	ctxs, held := keptAliveSets(t, c, "small", 94, ttl, true)
+	waitFor(t, 30*time.Second, "every set renewed once", func() bool { return count.each(held, 1) })
 	for i, lctx := range ctxs {
 		if err := context.Cause(lctx); err != nil {
 			t.Fatalf("set %d: keep-alive ended: %v", i, err)
@@ -588,49 +637,46 @@ func TestKeepAlive_sharedRenewal_largeFailsGoesSmall(t *testing.T) {
 	}
 	count.since = true
 	count.mu.Unlock()
-	if alone != 0 || len(first) != 2 || !first[4096] || !first[94*MaxNames-4096] || srv.Pending() != 0 {
-		t.Fatalf("%d renewals on their own, the first round's statements of %v leases, %d faults pending; want 0, 4,096 and 1,920, and 0", alone, first, srv.Pending())
+	if alone != 0 || len(first) != 2 || !first[4096] || !first[all-4096] || srv.Pending() != 0 {
+		t.Fatalf("%d renewals on their own, the first statements of %v leases, %d faults pending; want 0, 4,096 and 1,920, and 0", alone, first, srv.Pending())
 	}
 	waitFor(t, 30*time.Second, "a statement of all 6,016 leases again", func() bool {
 		count.mu.Lock()
 		defer count.mu.Unlock()
-		return count.mostSince == 94*MaxNames
+		return count.mostSince == all
 	})
 }
 
 // keptAliveSets acquires n sets of MaxNames names, prefix-…, for ttl, and
-// starts their keep-alives, each as it is acquired or, together, all once
-// every set is acquired (so that the first round carries them all); it
+// starts their keep-alives: each once it is acquired or, together, all once
+// every set is acquired, so that the first round carries them all. It
 // returns their contexts and names.
 func keptAliveSets(t *testing.T, c *Client, prefix string, n int, ttl time.Duration, together bool) ([]context.Context, []string) {
 	t.Helper()
-	var (
-		locks []*Lock
-		ctxs  []context.Context
-		names []string
-	)
-	for i := range n {
+	locks := make([]*Lock, n)
+	ctxs, names := make([]context.Context, n), make([]string, n)
+	start := func(i int) { ctxs[i], names[i] = locks[i].KeepAlive(testCtx(t)), locks[i].Name() }
+	for i := range locks {
 		set := make([]string, MaxNames)
 		for j := range set {
 			set[j] = fmt.Sprintf("%s-%03d-%02d", prefix, i, j)
 		}
-		l := mustAcquireSet(t, c, ttl, set...)
+		locks[i] = mustAcquireSet(t, c, ttl, set...)
 		if !together {
-			ctxs, names = append(ctxs, l.KeepAlive(testCtx(t))), append(names, l.Name())
+			start(i)
 		}
-		locks = append(locks, l)
 	}
-	for _, l := range locks {
+	for i := range locks {
 		if together {
-			ctxs, names = append(ctxs, l.KeepAlive(testCtx(t))), append(names, l.Name())
+			start(i)
 		}
 	}
 	return ctxs, names
 }
 
-// renewalFaulted returns a fake server whose next renew_many fails with
-// err, and a Client of it on table whose Observer count and log rec see.
-func renewalFaulted(t *testing.T, table string, err error) (*sqllocktest.Server, *Client, *sharedCount, *recorder) {
+// renewalFake returns a fake server, and a Client of it on table whose
+// Observer count and log rec see.
+func renewalFake(t *testing.T, table string) (*sqllocktest.Server, *Client, *sharedCount, *recorder) {
 	t.Helper()
 	srv, e := sqllocktest.NewServer()
 	if e != nil {
@@ -649,8 +695,5 @@ func renewalFaulted(t *testing.T, table string, err error) (*sqllocktest.Server,
 		t.Fatal(e)
 	}
 	t.Cleanup(func() { c.Close() })
-	if e := srv.Inject(sqllocktest.Fault{Statement: "renew_many", Err: err}); e != nil {
-		t.Fatal(e)
-	}
 	return srv, c, count, rec
 }
