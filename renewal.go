@@ -12,18 +12,19 @@ import (
 
 // The Client's shared renewal. The leases its keep-alives hold for one ttl
 // are renewed together, in rounds every ttl/3 at instants counted from the
-// process's start (renewDelay), each round a few statements of up to
-// tens of thousands of leases (queries.sql, renew_many; engine.RenewLimits),
-// not one statement a lease. Each lease is still extended only while it is its owner's and
-// live, so every rule of a Lock's own refresh holds. A round takes each
-// success as a Refresh's, without waking the keep-alive's goroutine: its
-// deadline timer, when it fires, finds the deadline moved and waits again
-// (keepalive.go). The statement counts the leases it extended; when it
-// extended fewer than it carried, a query of the leases it carried tells
-// which (renew_found); each keep-alive whose lease it did not extend, and
-// every one when it failed, is told, leaves the shared renewal and
-// refreshes on its own, which tells whether the lease was lost, and tells
-// its holder alone; after a success on its own it joins again. A Lock's deadline does not depend on the shared
+// process's start (renewDelay), each round a few statements of up to tens
+// of thousands of leases (queries.sql, renew_many; engine.RenewLimits;
+// fitRows), not one statement a lease. Each lease is still extended only
+// while it is its owner's and live, so every rule of a Lock's own refresh
+// holds. A round takes each success as a Refresh's, without waking the
+// keep-alive's goroutine: its deadline timer, when it fires, finds the
+// deadline moved and waits again (keepalive.go). The statement counts the
+// leases it extended; when it extended fewer than it carried, a query of
+// the leases it carried tells which (renew_found); each keep-alive whose
+// lease it did not extend, and every one when it failed, is told, leaves
+// the shared renewal and refreshes on its own, which tells whether the
+// lease was lost, and tells its holder alone; after a success on its own
+// it joins again. A Lock's deadline does not depend on the shared
 // renewal: a keep-alive whose renewals do not come back ends its contexts
 // a safety margin before its own ValidUntil.
 
@@ -36,8 +37,8 @@ type renewals struct {
 	off bool // the server refused renew_many: each lease renews on its own
 	// most is how many leases a statement carries now, within the
 	// server's bound (engine.RenewLimits): from the bound every server
-	// takes (0), as many as a statement answers in a quarter of its time, at most
-	// doubling a round (fit); halved when such a statement failed.
+	// takes (0), as many as a statement answers in a quarter of its time,
+	// at most doubling a round (fit); halved when such a statement failed.
 	most    int
 	shrunk  bool // said in the log
 	classes map[time.Duration]*renewClass
@@ -434,25 +435,26 @@ func (r *renewals) shrink(c *Client, n int, err error) {
 }
 
 // fit sizes later statements after a round whose statements answered
-// answers (fitRows, from the slowest), unless one of them failed.
+// answers (fitRows), from the slowest of those that carried more than half
+// as many leases as a statement may now; nothing changes when one failed.
 func (r *renewals) fit(c *Client, ttl time.Duration, answers []renewAnswer) {
+	maxRows, _ := c.eng.RenewLimits(false)
+	smallRows, _ := c.eng.RenewLimits(true)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := max(r.most, smallRows)
 	var slowest renewAnswer
 	for _, a := range answers {
 		if a.rows == 0 {
 			return
 		}
-		if a.took > slowest.took {
+		if 2*a.rows > cur && a.took > slowest.took {
 			slowest = a
 		}
 	}
-	if slowest.rows == 0 {
-		return
+	if slowest.rows > 0 {
+		r.most = fitRows(r.most, slowest.rows, slowest.took, renewTimeout(ttl), smallRows, maxRows)
 	}
-	maxRows, _ := c.eng.RenewLimits(false)
-	smallRows, _ := c.eng.RenewLimits(true)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.most = fitRows(r.most, slowest.rows, slowest.took, renewTimeout(ttl), smallRows, maxRows)
 }
 
 // fitRows returns how many leases later statements carry, cur now (0: as
