@@ -200,6 +200,12 @@ type renewAnswer struct {
 	took time.Duration
 }
 
+// guardLate is how late in a statement the session guard refuses it
+// (queries.sql: a row that the server reaches more than a second after the
+// statement began fails it with 1690): a statement of many leases must be
+// done within it, whatever its timeout.
+const guardLate = time.Second
+
 // renewTimeout is how long a shared renewal of leases of ttl may take, as
 // a Lock's own renewal (keepalive.go).
 func renewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
@@ -459,8 +465,8 @@ func (r *renewals) fit(c *Client, ttl time.Duration, answers []renewAnswer) {
 
 // fitRows returns how many leases later statements carry, cur now (0: as
 // few as small), after a statement of n answered in d of its timeout: as
-// many as would answer in a quarter of it, at most twice cur, within small
-// and most. A statement of less than half cur tells nothing (the fixed
+// many as would answer in a quarter of it, or of guardLate if that is
+// shorter, at most twice cur, within small and most. A statement of less than half cur tells nothing (the fixed
 // cost of a statement weighs more in a small one). So a Client starts
 // with statements of the bound every server takes, and doubles them each
 // round while the server answers quickly, up to the server's bound; on a
@@ -471,6 +477,6 @@ func fitRows(cur, n int, d, timeout time.Duration, small, most int) int {
 	if 2*n <= cur {
 		return cur
 	}
-	fits := int(int64(n) * int64(timeout/4) / int64(max(d, time.Millisecond)))
+	fits := int(int64(n) * int64(min(timeout, guardLate)/4) / int64(max(d, time.Millisecond)))
 	return max(small, min(fits, 2*cur, most))
 }
