@@ -16,8 +16,9 @@ import (
 
 // The bounds of one shared renewal. Where the server is told to read an IN
 // list of any length by key (Forms.LargeIn), a statement carries up to
-// largeRenewRows leases, so that a round renews 100,000 in three; elsewhere
-// up to smallRenewRows, within what MySQL 5.7's range optimizer plans by
+// largeRenewRows leases (100,000 in three), as many as the Client finds
+// the server answers quickly (the root's fitRows); elsewhere up to
+// smallRenewRows, within what MySQL 5.7's range optimizer plans by
 // default. Bytes: within the default max_allowed_packet of those servers
 // (MariaDB's 16 MiB, MySQL 8.0's 64 MiB; 5.7's 4 MiB).
 const (
