@@ -176,7 +176,7 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 
 // sendAll sends the statements stmts of a round, renewParallel at a time,
 // and returns their answers.
-func (r *renewals) sendAll(c *Client, ttl time.Duration, stmts [][]*renewReq) []renewAnswer {
+func (r *renewals) sendAll(c *Client, ttl time.Duration, stmts []renewStmt) []renewAnswer {
 	var wg sync.WaitGroup
 	running := make(chan struct{}, renewParallel)
 	answers := make([]renewAnswer, len(stmts))
@@ -213,13 +213,12 @@ func renewTimeout(ttl time.Duration) time.Duration { return ttl / 4 }
 // limits returns the bounds of a statement now: r.most leases, within
 // the server's bounds (engine.RenewLimits), and their share of its bytes.
 func (r *renewals) limits(c *Client) renewLimits {
-	rows, bytes := c.eng.RenewLimits(false)
-	smallRows, smallBytes := c.eng.RenewLimits(true)
+	rows, bytes := c.eng.RenewLimits()
 	r.mu.Lock()
-	most := max(r.most, smallRows)
+	most := max(r.most, engine.SmallRenewRows)
 	r.mu.Unlock()
 	if most < rows {
-		bytes = max(smallBytes, int(int64(bytes)*int64(most)/int64(rows)))
+		bytes = max(engine.SmallRenewBytes, int(int64(bytes)*int64(most)/int64(rows)))
 		rows = most
 	}
 	return renewLimits{rows, bytes}
@@ -228,6 +227,20 @@ func (r *renewals) limits(c *Client) renewLimits {
 // renewLimits bound one statement: its lease rows, and their literals'
 // bytes.
 type renewLimits struct{ rows, bytes int }
+
+// smallLimits are the bounds of a statement every server takes.
+var smallLimits = renewLimits{engine.SmallRenewRows, engine.SmallRenewBytes}
+
+// over reports whether a statement of size is past the bounds l.
+func (l renewLimits) over(size renewLimits) bool {
+	return size.rows > l.rows || size.bytes > l.bytes
+}
+
+// A renewStmt is the keep-alives one statement carries, and its size.
+type renewStmt struct {
+	qs   []*renewReq
+	size renewLimits
+}
 
 // sharedDue returns l's ValidUntil, for a round, and whether the round
 // carries it: not once its keep-alive has ended or a release has started,
@@ -250,37 +263,35 @@ func (l *Lock) sharedDue() (time.Time, bool) {
 // renewal that shares a name with one before it (a Lock that lost the
 // name, not yet told, and another that took it) is told at once to renew
 // on its own.
-func renewStatements(due []*renewReq, max renewLimits) [][]*renewReq {
+func renewStatements(due []*renewReq, max renewLimits) []renewStmt {
 	var (
-		out   [][]*renewReq
-		cur   []*renewReq
-		rows  int
-		bytes int
-		seen  = map[string]bool{}
+		out  []renewStmt
+		cur  renewStmt
+		seen = map[string]bool{}
 	)
 	for _, q := range due {
-		size := 0
+		bytes := 0
 		dup := false
 		for _, n := range q.rows {
-			size += engine.RenewBytes(n)
+			bytes += engine.RenewBytes(n)
 			dup = dup || seen[n]
 		}
 		if dup {
 			tell(q.alone, nil)
 			continue
 		}
-		if len(cur) > 0 && (rows+len(q.rows) > max.rows || bytes+size > max.bytes) {
+		next := renewLimits{cur.size.rows + len(q.rows), cur.size.bytes + bytes}
+		if len(cur.qs) > 0 && max.over(next) {
 			out = append(out, cur)
-			cur, rows, bytes = nil, 0, 0
+			cur, next = renewStmt{}, renewLimits{len(q.rows), bytes}
 		}
-		cur = append(cur, q)
-		rows += len(q.rows)
-		bytes += size
+		cur.qs = append(cur.qs, q)
+		cur.size = next
 		for _, n := range q.rows {
 			seen[n] = true
 		}
 	}
-	if len(cur) > 0 {
+	if len(cur.qs) > 0 {
 		out = append(out, cur)
 	}
 	return out
@@ -299,7 +310,8 @@ func tell(alone chan error, err error) {
 // lease it extended takes it as a Refresh's success: all of them when it
 // extended as many as it carried, else those renew_found finds. Each of
 // the others, and all when it failed, is told to renew on its own.
-func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) renewAnswer {
+func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer {
+	qs := st.qs
 	var rows, owners []string
 	until := qs[0].asked
 	for _, q := range qs {
@@ -331,14 +343,13 @@ func (r *renewals) send(c *Client, ttl time.Duration, qs []*renewReq) renewAnswe
 	if err == nil {
 		answer = renewAnswer{len(rows), time.Since(sent)}
 	}
-	if err != nil && overSmall(c, rows) {
+	if err != nil && smallLimits.over(st.size) {
 		// A statement past the bounds every server takes failed: too
 		// slow for its time on a busy server, say, or over the server's
 		// max_allowed_packet. Its leases go again now in statements
 		// within those bounds, and later ones carry half as many.
 		r.shrink(c, len(rows), err)
-		smallRows, smallBytes := c.eng.RenewLimits(true)
-		r.sendAll(c, ttl, renewStatements(qs, renewLimits{smallRows, smallBytes}))
+		r.sendAll(c, ttl, renewStatements(qs, smallLimits))
 		return renewAnswer{}
 	}
 	if err != nil && renewalCannotPass(err) {
@@ -413,20 +424,6 @@ func (r *renewals) turnOff(c *Client, err error) {
 	}
 }
 
-// overSmall reports whether the lease rows rows are past the bounds of a
-// statement every server takes.
-func overSmall(c *Client, rows []string) bool {
-	maxRows, maxBytes := c.eng.RenewLimits(true)
-	if len(rows) > maxRows {
-		return true
-	}
-	bytes := 0
-	for _, n := range rows {
-		bytes += engine.RenewBytes(n)
-	}
-	return bytes > maxBytes
-}
-
 // shrink halves the leases a statement carries, after a statement of n
 // leases past the small bounds failed with err. Said once, in the log.
 func (r *renewals) shrink(c *Client, n int, err error) {
@@ -444,11 +441,10 @@ func (r *renewals) shrink(c *Client, n int, err error) {
 // answers (fitRows), from the slowest of those that carried more than half
 // as many leases as a statement may now; nothing changes when one failed.
 func (r *renewals) fit(c *Client, ttl time.Duration, answers []renewAnswer) {
-	maxRows, _ := c.eng.RenewLimits(false)
-	smallRows, _ := c.eng.RenewLimits(true)
+	maxRows, _ := c.eng.RenewLimits()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	cur := max(r.most, smallRows)
+	cur := max(r.most, engine.SmallRenewRows)
 	var slowest renewAnswer
 	for _, a := range answers {
 		if a.rows == 0 {
@@ -459,7 +455,7 @@ func (r *renewals) fit(c *Client, ttl time.Duration, answers []renewAnswer) {
 		}
 	}
 	if slowest.rows > 0 {
-		r.most = fitRows(r.most, slowest.rows, slowest.took, renewTimeout(ttl), smallRows, maxRows)
+		r.most = fitRows(r.most, slowest.rows, slowest.took, renewTimeout(ttl), engine.SmallRenewRows, maxRows)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/observe"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
@@ -368,8 +369,24 @@ func TestRenewStatements(t *testing.T) {
 	dup := req("n00001")
 	due = append(due, dup, req("s1", "s2"))
 	got := renewStatements(due, max)
-	if len(got) != 2 || len(got[0]) != max.rows || len(got[1]) != 11 {
+	if len(got) != 2 || len(got[0].qs) != max.rows || len(got[1].qs) != 11 {
 		t.Fatalf("got statements of %v leases, want %d and 11", lens(got), max.rows)
+	}
+	// Each statement's size is its rows' and their literals' bytes.
+	for i, st := range got {
+		want := renewLimits{}
+		for _, q := range st.qs {
+			for _, n := range q.rows {
+				want.rows++
+				want.bytes += engine.RenewBytes(n)
+			}
+		}
+		if st.size != want {
+			t.Fatalf("statement %d: size %+v, want %+v", i, st.size, want)
+		}
+	}
+	if got[1].size.rows != 12 {
+		t.Fatalf("the last statement counts %d rows, want 12 (a set of two among them)", got[1].size.rows)
 	}
 	select {
 	case err := <-dup.alone:
@@ -385,16 +402,16 @@ func TestRenewStatements(t *testing.T) {
 		due = append(due, req(fmt.Sprintf("%03d%s", i, strings.Repeat("x", 250))))
 	}
 	for _, s := range renewStatements(due, max) {
-		if len(s) > max.bytes/(4*253+74) {
-			t.Fatalf("a statement of %d names of 253 bytes, over %d bytes", len(s), max.bytes)
+		if len(s.qs) > max.bytes/(4*253+74) || max.over(s.size) {
+			t.Fatalf("a statement of %d names of 253 bytes (%+v), over %d bytes", len(s.qs), s.size, max.bytes)
 		}
 	}
 }
 
-func lens(ss [][]*renewReq) []int {
+func lens(ss []renewStmt) []int {
 	var out []int
 	for _, s := range ss {
-		out = append(out, len(s))
+		out = append(out, len(s.qs))
 	}
 	return out
 }
@@ -525,7 +542,7 @@ func TestRenew_manyLeasesReadByKey(t *testing.T) {
 		c := e.client(t, e.openDB(t), e.newTable(t))
 		warm(t, c)
 		f := c.eng.Forms()
-		rows, _ := c.eng.RenewLimits(false)
+		rows, _ := c.eng.RenewLimits()
 		switch {
 		case !f.LargeIn:
 			// TiDB, Vitess: statements of a few thousand, as every
@@ -611,7 +628,7 @@ func explainType(t *testing.T, db *sql.DB, q, table string) string {
 func TestKeepAlive_sharedRenewal_largeFailsGoesSmall(t *testing.T) {
 	srv, c, count, rec := renewalFake(t, "t_small")
 	warm(t, c)
-	if rows, _ := c.eng.RenewLimits(false); rows <= 6016 {
+	if rows, _ := c.eng.RenewLimits(); rows <= 6016 {
 		t.Fatalf("the fake (MySQL 8.4) allows statements of %d leases, want more than 6,016", rows)
 	}
 	// As a Client whose statements have grown (fitRows): the first round

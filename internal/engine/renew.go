@@ -18,22 +18,22 @@ import (
 // list of any length by key (Forms.LargeIn), a statement carries up to
 // largeRenewRows leases (100,000 in three), as many as the Client finds
 // the server answers quickly (the root's fitRows); elsewhere up to
-// smallRenewRows, within what MySQL 5.7's range optimizer plans by
-// default. Bytes: within the default max_allowed_packet of those servers
-// (MariaDB's 16 MiB, MySQL 8.0's 64 MiB; 5.7's 4 MiB).
+// SmallRenewRows, within what MySQL 5.7's range optimizer plans by
+// default, the bounds every server takes. Bytes: within the default
+// max_allowed_packet of those servers (MariaDB's 16 MiB, MySQL 8.0's
+// 64 MiB; 5.7's 4 MiB).
 const (
 	largeRenewRows  = 34000
 	largeRenewBytes = 8 << 20
-	smallRenewRows  = 4096
-	smallRenewBytes = 1 << 20
+	SmallRenewRows  = 4096
+	SmallRenewBytes = 1 << 20
 )
 
 // RenewLimits returns how many lease rows, and how many bytes of their
-// literals, one shared renewal may carry on this server; small asks for the
-// bounds every server takes (after a larger statement failed).
-func (s *Server) RenewLimits(small bool) (rows, bytes int) {
-	if small || !s.Forms().LargeIn {
-		return smallRenewRows, smallRenewBytes
+// literals, one shared renewal may carry on this server.
+func (s *Server) RenewLimits() (rows, bytes int) {
+	if !s.Forms().LargeIn {
+		return SmallRenewRows, SmallRenewBytes
 	}
 	return largeRenewRows, largeRenewBytes
 }

@@ -69,11 +69,12 @@ func TestServer_renewText(t *testing.T) {
 				t.Errorf("%s: without the name's literal or its owner's and name's:\n%s", tc.version, q)
 			}
 		}
-		if rows, _ := srv.RenewLimits(false); rows != tc.rows {
-			t.Errorf("%s: RenewLimits %d rows, want %d", tc.version, rows, tc.rows)
+		wantBytes := 1 << 20
+		if tc.rows > SmallRenewRows {
+			wantBytes = 8 << 20
 		}
-		if rows, bytes := srv.RenewLimits(true); rows != 4096 || bytes != 1<<20 {
-			t.Errorf("%s: the small bounds %d rows %d bytes, want 4096 and 1 MiB", tc.version, rows, bytes)
+		if rows, bytes := srv.RenewLimits(); rows != tc.rows || bytes != wantBytes {
+			t.Errorf("%s: RenewLimits %d rows %d bytes, want %d and %d", tc.version, rows, bytes, tc.rows, wantBytes)
 		}
 	}
 }
