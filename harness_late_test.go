@@ -35,6 +35,10 @@ type lateConnector struct {
 	mu     sync.Mutex
 	decide func(query string, args []driver.NamedValue) lateAction
 	held   []heldStmt
+	// watch picks the executions counted in running, and the most of them
+	// under way at once in peak.
+	watch         func(query string) bool
+	running, peak int
 }
 
 type heldStmt struct {
@@ -57,6 +61,22 @@ func (lc *lateConnector) setDecide(f func(query string, args []driver.NamedValue
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	lc.decide = f
+}
+
+// setWatch counts, from now on, the executions of the queries watch picks
+// that are under way at once (mostAtOnce).
+func (lc *lateConnector) setWatch(watch func(query string) bool) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.watch, lc.peak = watch, 0
+}
+
+// mostAtOnce returns the most executions setWatch's queries had under way
+// at once.
+func (lc *lateConnector) mostAtOnce() int {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.peak
 }
 
 // runHeld runs the statements held back so far, in order, on db (the server
@@ -134,6 +154,15 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 	act := pass
 	if s.lc.decide != nil {
 		act = s.lc.decide(s.query, args)
+	}
+	if s.lc.watch != nil && s.lc.watch(s.query) {
+		s.lc.running++
+		s.lc.peak = max(s.lc.peak, s.lc.running)
+		defer func() {
+			s.lc.mu.Lock()
+			s.lc.running--
+			s.lc.mu.Unlock()
+		}()
 	}
 	if act == hold {
 		h := heldStmt{query: s.query}

@@ -318,7 +318,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 		}
 		ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
 		inFlight = cancel
-		go func() { results <- l.Refresh(ctx, l.ttl) }()
+		go func() { results <- l.c.renewals.own(ctx, func() error { return l.Refresh(ctx, l.ttl) }) }()
 		return true
 	}
 	// failed takes a renewal that failed with err, which is no proof of

@@ -31,6 +31,12 @@ import (
 // renewParallel is how many statements of one round run at once.
 const renewParallel = 4
 
+// ownParallel bounds a Client's keep-alives' renewals on their own under
+// way at once (own): a failed statement tells its thousands of leases to
+// renew on their own at once, a connection each, unbounded, past the
+// server's max_connections (1040) for every user of it.
+const ownParallel = 16
+
 // renewals is a Client's shared renewal.
 type renewals struct {
 	mu  sync.Mutex
@@ -42,6 +48,26 @@ type renewals struct {
 	most    int
 	shrunk  bool // said in the log
 	classes map[time.Duration]*renewClass
+	owning  chan struct{} // the places of renewals on their own (ownParallel)
+}
+
+// own runs refresh, a keep-alive's renewal on its own, in one of the
+// Client's ownParallel places; if none frees before ctx ends, it fails as
+// a renewal that timed out, tried again after a pause.
+func (r *renewals) own(ctx context.Context, refresh func() error) error {
+	r.mu.Lock()
+	if r.owning == nil {
+		r.owning = make(chan struct{}, ownParallel)
+	}
+	owning := r.owning
+	r.mu.Unlock()
+	select {
+	case owning <- struct{}{}:
+	case <-ctx.Done():
+		return errorf("a renewal on its own found none of the Client's %d places free: %w", ownParallel, ctx.Err())
+	}
+	defer func() { <-owning }()
+	return refresh()
 }
 
 // A renewClass is the keep-alives of one ttl that renew together.

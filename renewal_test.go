@@ -3,6 +3,7 @@ package sqllock
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -618,6 +619,59 @@ func explainType(t *testing.T, db *sql.DB, q, table string) string {
 	}
 	t.Fatalf("EXPLAIN: no row of %s in %v (%v; columns %v)", table, seen, rs.Err(), cols)
 	return ""
+}
+
+// A shared statement that fails tells each of its leases to renew on its
+// own, all at once: they do, at most ownParallel at a time (a connection
+// each), and none is lost. Each round's statement is run and its reply
+// lost, so every round sends them all on their own again.
+func TestKeepAlive_sharedRenewal_failedGoesAloneBounded(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		count := &sharedCount{}
+		le := newLateEnv(t, e, WithObserver(count.observer()))
+		const n = 200
+		const ttl = 6 * time.Second
+		names := make([]string, n)
+		ctxs := make([]context.Context, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("alone-%03d", i)
+			l := mustAcquire(t, le.c, names[i], ttl)
+			ctxs[i] = l.KeepAlive(testCtx(t))
+		}
+		waitFor(t, 30*time.Second, "every lease renewed by a shared statement", func() bool { return count.each(names, 1) })
+		isRenewMany := func(q string) bool {
+			return strings.Contains(q, "UPDATE") && strings.Contains(q, "CONCAT(owner, name) IN (")
+		}
+		le.lc.setWatch(func(q string) bool { return le.is(q, qRefresh) })
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			if isRenewMany(q) {
+				return lose
+			}
+			return pass
+		})
+		waitFor(t, 30*time.Second, "every lease renewed on its own twice", func() bool {
+			count.mu.Lock()
+			defer count.mu.Unlock()
+			for _, name := range names {
+				if count.aloneOf[name] < 2 {
+					return false
+				}
+			}
+			return true
+		})
+		le.lc.setDecide(nil)
+		most := le.lc.mostAtOnce()
+		le.lc.setWatch(nil)
+		for i, lctx := range ctxs {
+			if err := context.Cause(lctx); err != nil {
+				t.Fatalf("%s: keep-alive ended: %v", names[i], err)
+			}
+		}
+		if most > ownParallel || most < 2 {
+			t.Fatalf("%d renewals on their own under way at once, want 2 to %d", most, ownParallel)
+		}
+		t.Logf("at most %d of %d renewals on their own at once", most, n)
+	})
 }
 
 // A statement past the bounds every server takes that fails (over the
