@@ -16,10 +16,11 @@ import (
 
 // A countingConnector counts what a Client sends through the *sql.DB:
 // statements (executions and queries, direct or prepared, and transactions'
-// begin, commit and rollback), prepares, and connections opened.
+// begin, commit and rollback), among them the shared renewal's (renews),
+// prepares, and connections opened.
 type countingConnector struct {
 	driver.Connector
-	stmts, prepares, dials atomic.Int64
+	stmts, renews, prepares, dials atomic.Int64
 
 	mu  sync.Mutex
 	ids []int64 // the server's CONNECTION_ID of each connection opened
@@ -149,12 +150,22 @@ func (ts *threadSampler) serverThreads(ctx context.Context) ([]int, error) {
 	return nil, fmt.Errorf("the server's threads not found: %w", errors.Join(errs...))
 }
 
-// count counts a statement the driver sent: one it skipped
+// count counts a statement the driver sent, query: one it skipped
 // (driver.ErrSkip) database/sql sends again prepared, counted there.
-func (cc *countingConnector) count(err error) {
-	if !errors.Is(err, driver.ErrSkip) {
-		cc.stmts.Add(1)
+func (cc *countingConnector) count(err error, query string) {
+	if errors.Is(err, driver.ErrSkip) {
+		return
 	}
+	cc.stmts.Add(1)
+	if isRenewMany(query) {
+		cc.renews.Add(1)
+	}
+}
+
+// isRenewMany reports whether query is the shared renewal's statement
+// (queries.sql, renew_many), by what no other statement holds.
+func isRenewMany(query string) bool {
+	return strings.Contains(query, "UPDATE") && strings.Contains(query, "CONCAT(owner, name) IN (")
 }
 
 // A countedConn passes everything to the driver's connection, counting.
@@ -169,24 +180,24 @@ func (c *countedConn) PrepareContext(ctx context.Context, query string) (driver.
 		return nil, err
 	}
 	c.cc.prepares.Add(1)
-	return &countedStmt{Stmt: st, cc: c.cc}, nil
+	return &countedStmt{Stmt: st, cc: c.cc, query: query}, nil
 }
 
 func (c *countedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	rows, err := c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
-	c.cc.count(err)
+	c.cc.count(err, query)
 	return rows, err
 }
 
 func (c *countedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	res, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
-	c.cc.count(err)
+	c.cc.count(err, query)
 	return res, err
 }
 
 func (c *countedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-	c.cc.count(err)
+	c.cc.count(err, "")
 	if err != nil {
 		return nil, err
 	}
@@ -205,18 +216,19 @@ func (c *countedConn) CheckNamedValue(nv *driver.NamedValue) error {
 
 type countedStmt struct {
 	driver.Stmt
-	cc *countingConnector
+	cc    *countingConnector
+	query string
 }
 
 func (s *countedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	res, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
-	s.cc.count(err)
+	s.cc.count(err, s.query)
 	return res, err
 }
 
 func (s *countedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	rows, err := s.Stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
-	s.cc.count(err)
+	s.cc.count(err, s.query)
 	return rows, err
 }
 
@@ -227,12 +239,12 @@ type countedTx struct {
 
 func (t *countedTx) Commit() error {
 	err := t.Tx.Commit()
-	t.cc.count(err)
+	t.cc.count(err, "")
 	return err
 }
 
 func (t *countedTx) Rollback() error {
 	err := t.Tx.Rollback()
-	t.cc.count(err)
+	t.cc.count(err, "")
 	return err
 }

@@ -55,6 +55,7 @@ type leasesRow struct {
 	n, failed           int           // leases asked for, acquires that failed
 	acquire, release    time.Duration // for all of them
 	stmts               int64         // statements sent while holding
+	renews              int64         // of them the shared renewal's (renew_many)
 	minSec, maxSec      int64         // fewest and most in one second of it
 	held                time.Duration // how long the hold lasted
 	serverCPU           float64       // server CPU seconds while holding; -1 if unknown
@@ -102,8 +103,8 @@ func runLeases(cfg leasesConfig) error {
 	fmt.Fprintf(w, "# machine: %d CPUs, %s, %s\n", runtime.NumCPU(), cpuModel(), runtime.Version())
 	fmt.Fprintf(w, "# server: %s (pid %d), code at %s\n", version, pid, gitHead())
 	fmt.Fprintf(w, "# ttl %v, hold %v, pool of %d connections, %d goroutines acquiring and releasing\n\n", cfg.ttl, cfg.hold, cfg.pool, cfg.workers)
-	fmt.Fprintln(w, "| leases | acquire all (s) | statements/s holding (min–max in a second) | statements per lease held per ttl | server CPU s/min, all | server CPU s/min, the Client's connections | client CPU s/min | lost | Go heap (MiB) |")
-	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| leases | acquire all (s) | statements/s holding (min–max in a second) | statements per lease held per ttl | shared renewal's statements per ttl/3 | server CPU s/min, all | server CPU s/min, the Client's connections | client CPU s/min | lost | Go heap (MiB) |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var notes []string
 	for _, n := range cfg.counts {
 		if ctx.Err() != nil {
@@ -201,7 +202,7 @@ func leasesRun(ctx context.Context, db, mon *sql.DB, cc *countingConnector, cfg 
 	ts.sample(ctx)
 	cpu0, cpuErr := procCPU(pid)
 	self0, _ := procCPU(os.Getpid())
-	stmts0, prep0, dials0 := cc.stmts.Load(), cc.prepares.Load(), cc.dials.Load()
+	stmts0, renews0, prep0, dials0 := cc.stmts.Load(), cc.renews.Load(), cc.prepares.Load(), cc.dials.Load()
 	holdStart := time.Now()
 	r.minSec = -1
 	last := stmts0
@@ -227,6 +228,7 @@ func leasesRun(ctx context.Context, db, mon *sql.DB, cc *countingConnector, cfg 
 	sec.Stop()
 	r.held = time.Since(holdStart)
 	r.stmts = cc.stmts.Load() - stmts0
+	r.renews = cc.renews.Load() - renews0
 	r.prepares, r.dials = cc.prepares.Load()-prep0, cc.dials.Load()-dials0
 	cpu1, cpuErr1 := procCPU(pid)
 	ts.sample(bg)
@@ -313,8 +315,9 @@ func (r *leasesRow) print(w io.Writer, ttl time.Duration) {
 		}
 		return fmt.Sprintf("%.2f", cpu/secs*60)
 	}
-	fmt.Fprintf(w, "| %d | %.2f | %.0f (%d–%d) | %.2f | %s | %s | %.2f | %s | %.0f |\n",
+	fmt.Fprintf(w, "| %d | %.2f | %.0f (%d–%d) | %.2f | %.1f | %s | %s | %.2f | %s | %.0f |\n",
 		r.n, r.acquire.Seconds(), perSec, r.minSec, r.maxSec, perSec*ttl.Seconds()/float64(max(alive, 1)),
+		float64(r.renews)/secs*(ttl/3).Seconds(),
 		perMin(r.serverCPU), perMin(r.threadsCPU), r.clientCPU/secs*60, lost, float64(r.heap)/(1<<20))
 }
 
