@@ -37,6 +37,11 @@ type keepAlive struct {
 	// the instant the contexts end if no renewal moves it. Written under
 	// mu with validUntil, read without it by a leaseContext's every check.
 	deadline atomic.Int64
+	// deadT is the goroutine's deadline timer while it runs: setDeadline
+	// moves it, so that a round of the shared renewal moves the deadline
+	// without waking the goroutine (one wake-up a lease a ttl, at 100,000
+	// leases a fifth of the Client's CPU).
+	deadT *time.Timer
 
 	stopCause error // why stop was closed; set before closing it
 	cause     error // why the contexts ended; nil while they run
@@ -44,10 +49,27 @@ type keepAlive struct {
 	cancels   []context.CancelCauseFunc
 }
 
-// setDeadline moves ka's deadline to a margin before validUntil. l.mu must
-// be held.
+// setDeadline moves ka's deadline, and the goroutine's timer, to a margin
+// before validUntil. l.mu must be held.
 func (ka *keepAlive) setDeadline(validUntil time.Time) {
-	ka.deadline.Store(int64(validUntil.Add(-ka.margin).Sub(monoBase)))
+	d := validUntil.Add(-ka.margin).Sub(monoBase)
+	ka.deadline.Store(int64(d))
+	if ka.deadT != nil {
+		ka.deadT.Reset(d - time.Since(monoBase))
+	}
+}
+
+// deadlineAt returns ka's deadline.
+func (ka *keepAlive) deadlineAt() time.Time {
+	return monoBase.Add(time.Duration(ka.deadline.Load()))
+}
+
+// rearm sets the goroutine's timer to ka's deadline now, and returns it.
+func (l *Lock) rearm(ka *keepAlive) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ka.setDeadline(l.validUntil)
+	return ka.deadlineAt()
 }
 
 // KeepAlive starts renewing the lease in the background, if it is not
@@ -285,9 +307,17 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 	defer close(ka.done)
 	interval := l.ttl / 3
 	attemptTimeout := l.ttl / 4
-	deadline := l.ValidUntil().Add(-ka.margin)
+	l.mu.Lock()
+	deadline := l.validUntil.Add(-ka.margin)
 	deadT := time.NewTimer(time.Until(deadline))
-	defer deadT.Stop()
+	ka.deadT = deadT
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		ka.deadT = nil
+		deadT.Stop()
+		l.mu.Unlock()
+	}()
 	renewAt := time.Now().Add(interval)
 	renewT := time.NewTimer(interval)
 	renewT.Stop()
@@ -316,6 +346,8 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			l.lose(ka, nil)
 			return false
 		}
+		// The rounds move the deadline without telling this goroutine.
+		deadline = ka.deadlineAt()
 		ctx, cancel := context.WithDeadline(base, minTime(deadline, time.Now().Add(attemptTimeout)))
 		inFlight = cancel
 		go func() { results <- l.c.renewals.own(ctx, func() error { return l.Refresh(ctx, l.ttl) }) }()
@@ -353,10 +385,8 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.lose(ka, nil)
 				return
 			}
-			// A round of the shared renewal or a Refresh moved the
-			// deadline out.
-			deadline = l.ValidUntil().Add(-ka.margin)
-			deadT.Reset(time.Until(deadline))
+			// A Refresh moved the deadline out while the timer fired.
+			deadline = l.rearm(ka)
 		case <-ka.moved:
 			if l.keepAliveEnded(ka) {
 				// A Refresh that left too little lease, or a context that
@@ -364,8 +394,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.lose(ka, nil)
 				return
 			}
-			deadline = l.ValidUntil().Add(-ka.margin)
-			deadT.Reset(time.Until(deadline))
+			deadline = l.rearm(ka)
 			// A short lease is renewed sooner: halfway to the new
 			// deadline, if that comes before the renewal planned.
 			if soon := time.Now().Add(time.Until(deadline) / 2); alone == nil && inFlight == nil && soon.Before(renewAt) {
@@ -409,9 +438,8 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				failures = 0
 				l.mu.Lock()
 				ka.lastErr = nil
-				deadline = l.validUntil.Add(-ka.margin)
 				l.mu.Unlock()
-				deadT.Reset(time.Until(deadline))
+				deadline = l.rearm(ka)
 				shared()
 				continue
 			case errors.Is(err, ErrNotHeld):

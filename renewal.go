@@ -17,8 +17,8 @@ import (
 // fitRows), not one statement a lease. Each lease is still extended only
 // while it is its owner's and live, so every rule of a Lock's own refresh
 // holds. A round takes each success as a Refresh's, without waking the
-// keep-alive's goroutine: its deadline timer, when it fires, finds the
-// deadline moved and waits again (keepalive.go). The statement counts the
+// keep-alive's goroutine: it moves the goroutine's deadline timer
+// (keepalive.go, setDeadline). The statement counts the
 // leases it extended; when it extended fewer than it carried, a query of
 // the leases it carried tells which (renew_found); each keep-alive whose
 // lease it did not extend, and every one when it failed, is told, leaves
@@ -418,8 +418,8 @@ func (q *renewReq) allFound(found map[string]bool) bool {
 // sharedRenewed takes a shared renewal sent at sent, when l was valid
 // until asked, that extended l's lease among n: as Refresh takes its
 // success, but without waking the keep-alive's goroutine, whose deadline
-// timer, when it fires, finds the deadline moved and waits again. Nothing
-// changes once the keep-alive has ended or a release has started.
+// timer it moves. Nothing changes once the keep-alive has ended or a
+// release has started.
 func (l *Lock) sharedRenewed(sent, asked time.Time, n int) {
 	l.mu.Lock()
 	ka := l.ka

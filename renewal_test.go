@@ -497,6 +497,48 @@ func TestKeepAlive_sharedRenewal_cutOffLosesEachByItsValidUntil(t *testing.T) {
 	})
 }
 
+// A keep-alive in the shared renewal is woken by nothing but its deadline
+// timer, which the rounds move: when the rounds stop without a word (here
+// the test holds the renewal's lock, so no round runs), each holder that
+// waits on Done is told of the loss by its lease's ValidUntil.
+func TestKeepAlive_sharedRenewal_silentRoundsEndByDeadline(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		var count sharedCount
+		c := e.client(t, e.openDB(t), e.newTable(t), WithObserver(count.observer()))
+		warm(t, c)
+		const ttl = 1500 * time.Millisecond
+		locks, ctxs, names := keptAlive(t, c, "silent", 3, ttl)
+		waitFor(t, 30*time.Second, "every lease renewed twice by the shared renewal", func() bool { return count.each(names, 2) })
+		c.renewals.mu.Lock()
+		unlocked := false
+		unlock := func() {
+			if !unlocked {
+				unlocked = true
+				c.renewals.mu.Unlock()
+			}
+		}
+		t.Cleanup(unlock)
+		ended := make([]time.Time, len(ctxs))
+		for i, lctx := range ctxs {
+			select {
+			case <-lctx.Done():
+				ended[i] = time.Now()
+			case <-time.After(3 * ttl):
+				t.Fatalf("%s: no round for %v and the keep-alive's context has not ended", names[i], 3*ttl)
+			}
+		}
+		unlock()
+		for i, l := range locks {
+			if cause := context.Cause(ctxs[i]); !lostForNoRenewal(cause) {
+				t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
+			}
+			if vu := l.ValidUntil(); ended[i].After(vu) {
+				t.Errorf("%s: told of the loss %v after its ValidUntil", names[i], ended[i].Sub(vu))
+			}
+		}
+	})
+}
+
 // A server that refuses the shared renewal's statement (the fake, told to)
 // turns it off for the Client: said once in the log, and each lease renews
 // on its own from then on, none lost.
