@@ -44,7 +44,9 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	}
 	// renew is renew_many for d, the names and, for each, its owner, as
 	// the Client sends it to this server.
-	renew := func(d time.Duration, names, owners []string) string { return c.eng.RenewMany(d, names, owners) }
+	renew := func(d time.Duration, names, owners []string) string {
+		return c.eng.RenewMany(d, renewLits(names, owners))
+	}
 	// by renews the names, each under token.
 	by := func(token string, names ...string) string {
 		owners := make([]string, len(names))
@@ -61,7 +63,7 @@ func renewScript(t *testing.T, db *sql.DB, table string) []string {
 	foundOn := func(on querier, names, owners []string) {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		rows, err := on.QueryContext(qctx, c.eng.RenewFoundText(names, owners))
+		rows, err := on.QueryContext(qctx, c.eng.RenewFoundText(renewLits(names, owners)))
 		if err != nil {
 			out = append(out, errText(err))
 			return

@@ -82,9 +82,10 @@ type renewClass struct {
 // overlap).
 type renewReq struct {
 	l     *Lock
-	rows  []string   // its lease rows (lockKind.rows)
-	alone chan error // where it is told to renew on its own
-	asked time.Time  // the Lock's ValidUntil when the round began
+	rows  []string          // its lease rows (lockKind.rows)
+	lits  []engine.RenewLit // and their literals, rendered once
+	alone chan error        // where it is told to renew on its own
+	asked time.Time         // the Lock's ValidUntil when the round began
 }
 
 // renewDelay is how long until a keep-alive that renews every interval
@@ -110,6 +111,9 @@ func (r *renewals) isOff() bool {
 // statement extended fewer leases than it carried; else its error).
 func (r *renewals) join(c *Client, l *Lock) <-chan error {
 	q := &renewReq{l: l, rows: l.kind.rows(l), alone: make(chan error, 1)}
+	for _, n := range q.rows {
+		q.lits = append(q.lits, engine.NewRenewLit(n, l.token))
+	}
 	r.mu.Lock()
 	if r.classes == nil {
 		r.classes = map[time.Duration]*renewClass{}
@@ -298,8 +302,8 @@ func renewStatements(due []*renewReq, max renewLimits) []renewStmt {
 	for _, q := range due {
 		bytes := 0
 		dup := false
-		for _, n := range q.rows {
-			bytes += engine.RenewBytes(n)
+		for i, n := range q.rows {
+			bytes += q.lits[i].Bytes()
 			dup = dup || seen[n]
 		}
 		if dup {
@@ -338,13 +342,10 @@ func tell(alone chan error, err error) {
 // the others, and all when it failed, is told to renew on its own.
 func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer {
 	qs := st.qs
-	var rows, owners []string
+	lits := make([]engine.RenewLit, 0, st.size.rows)
 	until := qs[0].asked
 	for _, q := range qs {
-		for _, n := range q.rows {
-			rows = append(rows, n)
-			owners = append(owners, q.l.token)
-		}
+		lits = append(lits, q.lits...)
 		until = minTime(until, q.asked)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout(ttl))
@@ -358,7 +359,7 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 	}()
 	sent := time.Now()
 	res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "renew_many",
-		Name: strconv.Itoa(len(rows)) + " leases", Text: c.eng.RenewMany(ttl, rows, owners), Until: until})
+		Name: strconv.Itoa(len(lits)) + " leases", Text: c.eng.RenewMany(ttl, lits), Until: until})
 	n := 0
 	if err == nil {
 		var a int64
@@ -367,14 +368,14 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 	}
 	var answer renewAnswer
 	if err == nil {
-		answer = renewAnswer{len(rows), time.Since(sent)}
+		answer = renewAnswer{len(lits), time.Since(sent)}
 	}
 	if err != nil && smallLimits.over(st.size) {
 		// A statement past the bounds every server takes failed: too
 		// slow for its time on a busy server, say, or over the server's
 		// max_allowed_packet. Its leases go again now in statements
 		// within those bounds, and later ones carry half as many.
-		r.shrink(c, len(rows), err)
+		r.shrink(c, len(lits), err)
 		r.sendAll(c, ttl, renewStatements(qs, smallLimits))
 		return renewAnswer{}
 	}
@@ -382,11 +383,11 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 		r.turnOff(c, err)
 	}
 	var found map[string]bool // nil: every lease was extended
-	if err == nil && n < len(rows) {
+	if err == nil && n < len(lits) {
 		// Some lease was not: which, the leases the statement carried
 		// that are their owner's and live now tell (renew_found). If the
 		// query fails, each renews on its own.
-		if found, err = c.eng.RenewFound(ctx, rows, owners); err != nil {
+		if found, err = c.eng.RenewFound(ctx, lits); err != nil {
 			err = nil
 			found = map[string]bool{}
 		}
@@ -407,8 +408,8 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 // allFound reports whether every lease row of q is in found (renew_found's
 // answer).
 func (q *renewReq) allFound(found map[string]bool) bool {
-	for _, n := range q.rows {
-		if !found[q.l.token+n] {
+	for _, l := range q.lits {
+		if !found[l.Key] {
 			return false
 		}
 	}

@@ -259,7 +259,7 @@ func TestLate_sharedRenewalRunsLate(t *testing.T) {
 			for range l.kind.rows(l) {
 				owners = append(owners, l.Token())
 			}
-			res, err := c.db.ExecContext(ctx, c.eng.RenewMany(ttl, l.kind.rows(l), owners))
+			res, err := c.db.ExecContext(ctx, c.eng.RenewMany(ttl, renewLits(l.kind.rows(l), owners)))
 			if err != nil {
 				t.Fatalf("renew_many: %v", err)
 			}
@@ -360,7 +360,8 @@ func TestLate_sharedRenewalRunsLate(t *testing.T) {
 
 func TestRenewStatements(t *testing.T) {
 	req := func(rows ...string) *renewReq {
-		return &renewReq{rows: rows, alone: make(chan error, 1)}
+		owners := slices.Repeat([]string{strings.Repeat("t", 32)}, len(rows)) // tokens are 32 bytes
+		return &renewReq{rows: rows, lits: renewLits(rows, owners), alone: make(chan error, 1)}
 	}
 	max := renewLimits{rows: 4096, bytes: 1 << 20}
 	var due []*renewReq
@@ -379,7 +380,7 @@ func TestRenewStatements(t *testing.T) {
 		for _, q := range st.qs {
 			for _, n := range q.rows {
 				want.rows++
-				want.bytes += engine.RenewBytes(n)
+				want.bytes += 4*len(n) + 74 // X'name', and X'owner name' of a 32-byte owner
 			}
 		}
 		if st.size != want {
@@ -407,6 +408,16 @@ func TestRenewStatements(t *testing.T) {
 			t.Fatalf("a statement of %d names of 253 bytes (%+v), over %d bytes", len(s.qs), s.size, max.bytes)
 		}
 	}
+}
+
+// renewLits returns the literals of the lease rows rows, rows[i] held by
+// owners[i], as the shared renewal renders them.
+func renewLits(rows, owners []string) []engine.RenewLit {
+	lits := make([]engine.RenewLit, len(rows))
+	for i, n := range rows {
+		lits[i] = engine.NewRenewLit(n, owners[i])
+	}
+	return lits
 }
 
 func lens(ss []renewStmt) []int {
@@ -614,7 +625,7 @@ func TestRenew_manyLeasesReadByKey(t *testing.T) {
 		if f.MySQL {
 			explain = "EXPLAIN FORMAT=TRADITIONAL "
 		}
-		for _, q := range []string{c.eng.RenewMany(time.Minute, names, owners), c.eng.RenewFoundText(names, owners)} {
+		for _, q := range []string{c.eng.RenewMany(time.Minute, renewLits(names, owners)), c.eng.RenewFoundText(renewLits(names, owners))} {
 			verb := "SELECT "
 			if strings.Contains(q, "UPDATE ") {
 				verb = "UPDATE "

@@ -38,24 +38,35 @@ func (s *Server) RenewLimits() (rows, bytes int) {
 	return largeRenewRows, largeRenewBytes
 }
 
-// RenewBytes is how many bytes of renew_many's literals a lease row named
-// name adds: the name's, and its owner's and name's.
-func RenewBytes(name string) int { return 4*len(name) + 74 }
+// A RenewLit is one lease row, named and held by its owner, as renew_many
+// and renew_found carry it: its name's literal, its owner's and name's
+// (Pair), and the owner and name concatenated (Key), as renew_found answers.
+// A Client renders each once, when the lease joins the shared renewal, not
+// at every round.
+type RenewLit struct{ Name, Pair, Key string }
 
-// RenewMany returns the shared renewal for ttl of the lease rows named
-// rows, the row rows[i] held by the owner token owners[i] (queries.sql,
-// renew_many).
-func (s *Server) RenewMany(ttl time.Duration, rows, owners []string) string {
-	names, pairs := renewLists(rows, owners)
+// NewRenewLit returns the literals of the lease row name held by owner.
+func NewRenewLit(name, owner string) RenewLit {
+	key := owner + name
+	return RenewLit{Name: sqltext.Hex(name), Pair: sqltext.Hex(key), Key: key}
+}
+
+// Bytes is how many bytes of renew_many's text the row adds: its literals
+// and their separators.
+func (l RenewLit) Bytes() int { return len(l.Name) + len(l.Pair) + 4 }
+
+// RenewMany returns the shared renewal for ttl of the lease rows lits
+// (queries.sql, renew_many).
+func (s *Server) RenewMany(ttl time.Duration, lits []RenewLit) string {
+	names, pairs := renewLists(lits)
 	return s.renewText("renew_many", us(ttl), names, pairs)
 }
 
-// RenewFound returns which of the lease rows named rows, the row rows[i]
-// held by owners[i], are their owner's and live now, each as its owner and
-// name concatenated (queries.sql, renew_found); the query is sent again as
-// fault.Transient allows.
-func (s *Server) RenewFound(ctx context.Context, rows, owners []string) (map[string]bool, error) {
-	q := s.RenewFoundText(rows, owners)
+// RenewFound returns which of the lease rows lits are their owner's and
+// live now, each by its Key (queries.sql, renew_found); the query is sent
+// again as fault.Transient allows.
+func (s *Server) RenewFound(ctx context.Context, lits []RenewLit) (map[string]bool, error) {
+	q := s.RenewFoundText(lits)
 	found := map[string]bool{}
 	err := fault.Transient(ctx, func() error {
 		clear(found)
@@ -77,8 +88,8 @@ func (s *Server) RenewFound(ctx context.Context, rows, owners []string) (map[str
 }
 
 // RenewFoundText returns the query RenewFound sends.
-func (s *Server) RenewFoundText(rows, owners []string) string {
-	names, pairs := renewLists(rows, owners)
+func (s *Server) RenewFoundText(lits []RenewLit) string {
+	names, pairs := renewLists(lits)
 	return s.renewText("renew_found", names, pairs)
 }
 
@@ -95,15 +106,22 @@ func (s *Server) renewText(name string, lits ...string) string {
 
 // renewLists returns the literal lists of renew_many and renew_found: the
 // names, and each owner and name concatenated.
-func renewLists(rows, owners []string) (names, pairs string) {
+func renewLists(lits []RenewLit) (names, pairs string) {
 	var n, p strings.Builder
-	for i, row := range rows {
+	ns, ps := 0, 0
+	for _, l := range lits {
+		ns += len(l.Name) + 2
+		ps += len(l.Pair) + 2
+	}
+	n.Grow(ns)
+	p.Grow(ps)
+	for i, l := range lits {
 		if i > 0 {
 			n.WriteString(", ")
 			p.WriteString(", ")
 		}
-		n.WriteString(sqltext.Hex(row))
-		p.WriteString(sqltext.Hex(owners[i] + row))
+		n.WriteString(l.Name)
+		p.WriteString(l.Pair)
 	}
 	return n.String(), p.String()
 }

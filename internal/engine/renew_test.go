@@ -55,7 +55,7 @@ func TestServer_renewText(t *testing.T) {
 	} {
 		srv := newTestServer(t, nil, "t")
 		srv.Choose(tc.version, "`app`.`t`", "'app'", tc.carries)
-		for _, q := range []string{srv.RenewMany(time.Second, []string{"a", "b"}, []string{"t0", "t1"}), srv.RenewFoundText([]string{"a"}, []string{"t0"})} {
+		for _, q := range []string{srv.RenewMany(time.Second, []RenewLit{NewRenewLit("a", "t0"), NewRenewLit("b", "t1")}), srv.RenewFoundText([]RenewLit{NewRenewLit("a", "t0")})} {
 			if got := strings.Contains(q, sqltext.RangeHint); got != tc.hint {
 				t.Errorf("%s: MySQL's hint %v, want %v:\n%s", tc.version, got, tc.hint, q)
 			}
@@ -79,13 +79,24 @@ func TestServer_renewText(t *testing.T) {
 	}
 }
 
-// RenewBytes counts what a lease row adds to the statement's text: its
-// name's literal and its owner's and name's, with their separators.
-func TestRenewBytes(t *testing.T) {
-	rows := []string{"lease-0000001", "lease-0000002"}
-	owners := []string{strings.Repeat("a", 32), strings.Repeat("b", 32)}
-	names, pairs := renewLists(rows, owners)
-	if got, max := len(names)+len(pairs), RenewBytes(rows[0])+RenewBytes(rows[1]); got > max {
-		t.Errorf("the literals of two rows take %d bytes, more than RenewBytes's %d", got, max)
+// A RenewLit's Bytes is what its row adds to the statement's text: its
+// name's literal and its owner's and name's, with their separators; and
+// its Key is what renew_found answers for it.
+func TestRenewLit(t *testing.T) {
+	a := NewRenewLit("lease-0000001", strings.Repeat("a", 32))
+	b := NewRenewLit("lease-0000002", strings.Repeat("b", 32))
+	n1, p1 := renewLists([]RenewLit{a})
+	n2, p2 := renewLists([]RenewLit{a, b})
+	if got := len(n2) + len(p2) - len(n1) - len(p1); got != b.Bytes() {
+		t.Errorf("the second row adds %d bytes, Bytes says %d", got, b.Bytes())
+	}
+	if got, want := b.Bytes(), 4*len("lease-0000002")+74; got != want {
+		t.Errorf("Bytes %d for a 32-byte owner, want %d", got, want)
+	}
+	if b.Key != strings.Repeat("b", 32)+"lease-0000002" || b.Name != "X'6c656173652d30303030303032'" || !strings.HasPrefix(b.Pair, "X'6262") {
+		t.Errorf("literals %+v", b)
+	}
+	if n2 != a.Name+", "+b.Name || p2 != a.Pair+", "+b.Pair {
+		t.Errorf("lists %q and %q", n2, p2)
 	}
 }
