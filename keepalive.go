@@ -385,7 +385,7 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 				l.lose(ka, nil)
 				return
 			}
-			// A Refresh moved the deadline out while the timer fired.
+			// A round or a Refresh moved the deadline out as the timer fired.
 			deadline = l.rearm(ka)
 		case <-ka.moved:
 			if l.keepAliveEnded(ka) {

@@ -445,16 +445,28 @@ func TestKeepAlive_sharedRenewal_silentRoundsEndByDeadline(t *testing.T) {
 			}
 		}
 		t.Cleanup(unlock)
-		ended := make([]time.Time, len(ctxs))
+		var (
+			mu    sync.Mutex
+			ended = make([]time.Time, len(ctxs))
+		)
+		for i, lctx := range ctxs {
+			context.AfterFunc(lctx, func() {
+				mu.Lock()
+				ended[i] = time.Now()
+				mu.Unlock()
+			})
+		}
 		for i, lctx := range ctxs {
 			select {
 			case <-lctx.Done():
-				ended[i] = time.Now()
 			case <-time.After(3 * ttl):
 				t.Fatalf("%s: no round for %v and the keep-alive's context has not ended", names[i], 3*ttl)
 			}
 		}
 		unlock()
+		time.Sleep(10 * time.Millisecond) // the AfterFuncs
+		mu.Lock()
+		defer mu.Unlock()
 		for i, l := range locks {
 			if cause := context.Cause(ctxs[i]); !lostForNoRenewal(cause) {
 				t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
