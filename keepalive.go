@@ -353,17 +353,21 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 		go func() { results <- l.c.renewals.own(ctx, func() error { return l.Refresh(ctx, l.ttl) }) }()
 		return true
 	}
-	// failed takes a renewal that failed with err, which is no proof of
-	// loss: the next is tried on its own, after a pause.
-	failed := func(err error) {
+	// retry takes a renewal that failed with err, which is no proof of
+	// loss: the next is tried on its own, after a pause. failed also says
+	// so in the log.
+	retry := func(err error) {
 		failures++
 		l.mu.Lock()
 		ka.lastErr = err
 		l.mu.Unlock()
-		l.logRenewFailed(failures, err)
 		next := renewBackoff(l.ttl, failures)
 		renewAt = time.Now().Add(next)
 		renewT.Reset(next)
+	}
+	failed := func(err error) {
+		retry(err)
+		l.logRenewFailed(failures, err)
 	}
 	defer func() {
 		if alone != nil {
@@ -406,8 +410,9 @@ func (l *Lock) renew(base context.Context, ka *keepAlive) {
 			alone = nil
 			if err != nil && !l.c.renewals.isOff() {
 				// The statement failed: a failed renewal, retried on its
-				// own after a pause.
-				failed(err)
+				// own after a pause. The log says it once for the
+				// statement's thousands of leases (renewal.go, send).
+				retry(err)
 				continue
 			}
 			// The statement extended fewer leases than it carried (or the

@@ -289,8 +289,12 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 		r.sendAll(c, ttl, renewStatements(qs, smallLimits))
 		return renewAnswer{}
 	}
-	if err != nil && renewalCannotPass(err) {
+	switch {
+	case err != nil && renewalCannotPass(err):
 		r.turnOff(c, err)
+	case err != nil && !c.isClosed():
+		// One line for the statement, not one for each of its leases.
+		c.log.Warn("sqllock: a shared renewal of leases failed; each retries on its own", "leases", len(lits), "err", err)
 	}
 	var found map[string]bool // nil: every lease was extended
 	if err == nil && n < len(lits) {

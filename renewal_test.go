@@ -606,12 +606,14 @@ func explainType(t *testing.T, db *sql.DB, q, table string) string {
 
 // A shared statement that fails tells each of its leases to renew on its
 // own, all at once: they do, at most ownParallel at a time (a connection
-// each), and none is lost. Each round's statement is run and its reply
-// lost, so every round sends them all on their own again.
+// each), and none is lost; the log says so once a statement. Each round's
+// statement is run and its reply lost, so every round sends them all on
+// their own again.
 func TestKeepAlive_sharedRenewal_failedGoesAloneBounded(t *testing.T) {
 	eachServerEnv(t, func(t *testing.T, e *testEnv) {
 		count := &sharedCount{}
-		le := newLateEnv(t, e, WithObserver(count.observer()))
+		rec, logOpt := newRecorder()
+		le := newLateEnv(t, e, WithObserver(count.observer()), logOpt)
 		const n = 200
 		const ttl = 6 * time.Second
 		names := make([]string, n)
@@ -653,7 +655,16 @@ func TestKeepAlive_sharedRenewal_failedGoesAloneBounded(t *testing.T) {
 		if most > ownParallel || most < 2 {
 			t.Fatalf("%d renewals on their own under way at once, want 2 to %d", most, ownParallel)
 		}
-		t.Logf("at most %d of %d renewals on their own at once", most, n)
+		// The log says each failed statement once, not each of its leases.
+		perLease, perStatement := 0, 0
+		for _, line := range rec.atLeast(slog.LevelWarn) {
+			perLease += strings.Count(line, "lease renewal failed")
+			perStatement += strings.Count(line, "a shared renewal of leases failed")
+		}
+		if perLease != 0 || perStatement < 1 || perStatement > 10 {
+			t.Fatalf("%d log lines for a lease's failed renewal and %d for a failed statement; want 0 and 1 to 10 (one a round)", perLease, perStatement)
+		}
+		t.Logf("at most %d of %d renewals on their own at once; %d lines for failed statements", most, n, perStatement)
 	})
 }
 
