@@ -79,8 +79,7 @@ type renewClass struct {
 // overlap).
 type renewReq struct {
 	l     *Lock
-	rows  []string          // its lease rows (lockKind.rows)
-	lits  []engine.RenewLit // and their literals, rendered once
+	lits  []engine.RenewLit // its lease rows (lockKind.rows), rendered once
 	alone chan error        // where it is told to renew on its own
 	asked time.Time         // the Lock's ValidUntil when the round began
 }
@@ -107,8 +106,8 @@ func (r *renewals) isOff() bool {
 // the channel on which it is told to renew on its own (nil: the
 // statement extended fewer leases than it carried; else its error).
 func (r *renewals) join(c *Client, l *Lock) <-chan error {
-	q := &renewReq{l: l, rows: l.kind.rows(l), alone: make(chan error, 1)}
-	for _, n := range q.rows {
+	q := &renewReq{l: l, alone: make(chan error, 1)}
+	for _, n := range l.kind.rows(l) {
 		q.lits = append(q.lits, engine.NewRenewLit(n, l.token))
 	}
 	r.mu.Lock()

@@ -95,23 +95,23 @@ func renewStatements(due []*renewReq, max renewLimits) []renewStmt {
 	for _, q := range due {
 		bytes := 0
 		dup := false
-		for i, n := range q.rows {
-			bytes += q.lits[i].Bytes()
-			dup = dup || seen[n]
+		for _, lit := range q.lits {
+			bytes += lit.Bytes()
+			dup = dup || seen[lit.Name] // a name's literal names it alone
 		}
 		if dup {
 			tell(q.alone, nil)
 			continue
 		}
-		next := renewLimits{cur.size.rows + len(q.rows), cur.size.bytes + bytes}
+		next := renewLimits{cur.size.rows + len(q.lits), cur.size.bytes + bytes}
 		if len(cur.qs) > 0 && max.over(next) {
 			out = append(out, cur)
-			cur, next = renewStmt{}, renewLimits{len(q.rows), bytes}
+			cur, next = renewStmt{}, renewLimits{len(q.lits), bytes}
 		}
 		cur.qs = append(cur.qs, q)
 		cur.size = next
-		for _, n := range q.rows {
-			seen[n] = true
+		for _, lit := range q.lits {
+			seen[lit.Name] = true
 		}
 	}
 	if len(cur.qs) > 0 {

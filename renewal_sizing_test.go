@@ -33,9 +33,10 @@ func TestRoundParallel(t *testing.T) {
 }
 
 func TestRenewStatements(t *testing.T) {
+	const owner = "tttttttttttttttttttttttttttttttt" // tokens are 32 bytes
 	req := func(rows ...string) *renewReq {
-		owners := slices.Repeat([]string{strings.Repeat("t", 32)}, len(rows)) // tokens are 32 bytes
-		return &renewReq{rows: rows, lits: renewLits(rows, owners), alone: make(chan error, 1)}
+		owners := slices.Repeat([]string{owner}, len(rows))
+		return &renewReq{lits: renewLits(rows, owners), alone: make(chan error, 1)}
 	}
 	max := renewLimits{rows: 4096, bytes: 1 << 20}
 	var due []*renewReq
@@ -52,7 +53,8 @@ func TestRenewStatements(t *testing.T) {
 	for i, st := range got {
 		want := renewLimits{}
 		for _, q := range st.qs {
-			for _, n := range q.rows {
+			for _, lit := range q.lits {
+				n := strings.TrimPrefix(lit.Key, owner)
 				want.rows++
 				want.bytes += 4*len(n) + 74 // X'name', and X'owner name' of a 32-byte owner
 			}
