@@ -394,36 +394,45 @@ func TestKeepAlive_sharedRenewal_cutOffLosesEachByItsValidUntil(t *testing.T) {
 		waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
 		p.Stall(true)
 		t.Cleanup(func() { p.Stall(false) })
-		var (
-			mu    sync.Mutex
-			ended = make([]time.Time, len(ctxs))
-		)
-		for i, lctx := range ctxs {
-			context.AfterFunc(lctx, func() {
-				mu.Lock()
-				ended[i] = time.Now()
-				mu.Unlock()
-			})
-		}
-		for i, lctx := range ctxs {
-			select {
-			case <-lctx.Done():
-			case <-time.After(2 * ttl):
-				t.Fatalf("%s: the keep-alive did not end with the server cut off", names[i])
-			}
-			if cause := context.Cause(lctx); !lostForNoRenewal(cause) {
-				t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-		mu.Lock()
-		defer mu.Unlock()
-		for i, l := range locks {
-			if vu := l.ValidUntil(); ended[i].After(vu) {
-				t.Errorf("%s: told of the loss %v after its ValidUntil", names[i], ended[i].Sub(vu))
-			}
-		}
+		wantLostByValidUntil(t, locks, ctxs, names, 2*ttl, "with the server cut off")
 	})
+}
+
+// wantLostByValidUntil waits up to limit for each keep-alive context
+// ctxs[i], of locks[i] on names[i], to end (what says what stopped its
+// renewals), and wants each ended for want of renewal, no later than its
+// lease's ValidUntil, timed by AfterFunc.
+func wantLostByValidUntil(t *testing.T, locks []*Lock, ctxs []context.Context, names []string, limit time.Duration, what string) {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		ended = make([]time.Time, len(ctxs))
+	)
+	for i, lctx := range ctxs {
+		context.AfterFunc(lctx, func() {
+			mu.Lock()
+			ended[i] = time.Now()
+			mu.Unlock()
+		})
+	}
+	for i, lctx := range ctxs {
+		select {
+		case <-lctx.Done():
+		case <-time.After(limit):
+			t.Fatalf("%s: the keep-alive's context has not ended after %v %s", names[i], limit, what)
+		}
+		if cause := context.Cause(lctx); !lostForNoRenewal(cause) {
+			t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // the AfterFuncs
+	mu.Lock()
+	defer mu.Unlock()
+	for i, l := range locks {
+		if vu := l.ValidUntil(); ended[i].After(vu) {
+			t.Errorf("%s: told of the loss %v after its ValidUntil", names[i], ended[i].Sub(vu))
+		}
+	}
 }
 
 // A keep-alive in the shared renewal is woken by nothing but its deadline
@@ -439,44 +448,8 @@ func TestKeepAlive_sharedRenewal_silentRoundsEndByDeadline(t *testing.T) {
 		locks, ctxs, names := keptAlive(t, c, "silent", 3, ttl)
 		waitFor(t, 30*time.Second, "every lease renewed twice by the shared renewal", func() bool { return count.each(names, 2) })
 		c.renewals.mu.Lock()
-		unlocked := false
-		unlock := func() {
-			if !unlocked {
-				unlocked = true
-				c.renewals.mu.Unlock()
-			}
-		}
-		t.Cleanup(unlock)
-		var (
-			mu    sync.Mutex
-			ended = make([]time.Time, len(ctxs))
-		)
-		for i, lctx := range ctxs {
-			context.AfterFunc(lctx, func() {
-				mu.Lock()
-				ended[i] = time.Now()
-				mu.Unlock()
-			})
-		}
-		for i, lctx := range ctxs {
-			select {
-			case <-lctx.Done():
-			case <-time.After(3 * ttl):
-				t.Fatalf("%s: no round for %v and the keep-alive's context has not ended", names[i], 3*ttl)
-			}
-		}
-		unlock()
-		time.Sleep(10 * time.Millisecond) // the AfterFuncs
-		mu.Lock()
-		defer mu.Unlock()
-		for i, l := range locks {
-			if cause := context.Cause(ctxs[i]); !lostForNoRenewal(cause) {
-				t.Errorf("%s: ended with %v, want a loss for want of renewal", names[i], cause)
-			}
-			if vu := l.ValidUntil(); ended[i].After(vu) {
-				t.Errorf("%s: told of the loss %v after its ValidUntil", names[i], ended[i].Sub(vu))
-			}
-		}
+		t.Cleanup(c.renewals.mu.Unlock)
+		wantLostByValidUntil(t, locks, ctxs, names, 3*ttl, "with no round")
 	})
 }
 
