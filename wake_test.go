@@ -86,19 +86,13 @@ func channelHolder(t *testing.T, db *sql.DB, table, name string) int64 {
 }
 
 // channelWaiters returns how many server sessions are in wake_wait for a
-// name of table: sessions of earlier tests on other tables (a killed one
-// the server has yet to clear) do not count. The fake answers only the
-// question for every table, which on it is the same: nothing lingers.
+// name of table: sessions of other tests on other tables (side by side, or
+// a killed one the server has yet to clear) do not count.
 func channelWaiters(t *testing.T, e *testEnv, table string) int {
 	t.Helper()
 	var n int
-	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID()"
-	var args []any
-	if !e.server.Fake {
-		q += " AND INFO LIKE CONCAT('%''', ?, '''%')"
-		args = append(args, table)
-	}
-	if err := scanProcesslist(testCtx(t), e.db, q, args, &n); err != nil {
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT IS_FREE_LOCK(CONCAT(''sqllock:''%' AND ID <> CONNECTION_ID() AND INFO LIKE CONCAT('%''', ?, '''%')"
+	if err := scanProcesslist(testCtx(t), e.db, q, []any{table}, &n); err != nil {
 		t.Fatal(err)
 	}
 	return n

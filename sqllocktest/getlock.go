@@ -17,6 +17,7 @@ import (
 // clock that leases use.
 
 type namedLock struct {
+	table   string // whose wake_wait statements name it
 	owner   *conn
 	count   int // GET_LOCK is re-entrant on one connection
 	waiters []*conn
@@ -41,7 +42,7 @@ func wakeWait(x *call) (*outcome, error) {
 	if x.s.noLocks {
 		return nil, errGetLockRefused
 	}
-	got, err := x.s.getLock(x, key, secs)
+	got, err := x.s.getLock(x, x.p.table, key, secs)
 	if err != nil {
 		return nil, err
 	}
@@ -91,10 +92,18 @@ func wakeHolder(x *call) (*outcome, error) {
 	return out, nil
 }
 
-// wake_waiters: how many other connections wait in GET_LOCK.
+// wake_waiters: how many other connections wait in GET_LOCK for a name of
+// the table bound.
 func wakeWaiters(x *call) (*outcome, error) {
+	a, err := x.strs(0)
+	if err != nil {
+		return nil, err
+	}
 	n := int64(0)
 	for _, l := range x.s.named {
+		if l.table != a[0] {
+			continue
+		}
 		for _, w := range l.waiters {
 			if w != x.c {
 				n++
@@ -106,11 +115,11 @@ func wakeWaiters(x *call) (*outcome, error) {
 
 // getLock takes the named lock for x's connection, waiting up to secs
 // seconds behind those that came first; s.mu is held.
-func (s *Server) getLock(x *call, key string, secs int64) (bool, error) {
+func (s *Server) getLock(x *call, table, key string, secs int64) (bool, error) {
 	c := x.c
 	l := s.named[key]
 	if l == nil {
-		s.named[key] = &namedLock{owner: c, count: 1}
+		s.named[key] = &namedLock{table: table, owner: c, count: 1}
 		return true, nil
 	}
 	if l.owner == c {
