@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -613,19 +614,20 @@ func TestClient_Acquire_retryStrategy(t *testing.T) {
 }
 
 func TestClient_Acquire_deadline(t *testing.T) {
-	// Two quick retries, then a wait longer than the context lives.
+	// Two quick retries, then a wait longer than the context lives: its
+	// deadline passes once the third attempt asks for the hour-long wait,
+	// not at a time a loaded machine may reach before the first use's
+	// proof is through.
+	ctx := newDeadlineCtx(t.Context())
 	strategy := retryFunc(func(attempt int) (time.Duration, bool) {
 		if attempt < 3 {
 			return time.Millisecond, true
 		}
+		ctx.pass()
 		return time.Hour, true
 	})
 	e := newMockEnv(t, WithRetry(strategy))
 	e.expectExec("acquire", acquireArgs("job", mockHolder, 1_000_000, &tokenArg{}), repeatReply(okReply(0, 1), 3)...)
-	// Long enough for the three attempts on a loaded machine under -race
-	// (300 ms was not); the hour-long wait is what the deadline must cut.
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
 	l, err := e.c.Acquire(ctx, "job", time.Second)
 	if l != nil {
 		t.Errorf("Lock: got %v, want nil", l)
@@ -962,5 +964,31 @@ func TestClient_TryAcquire_finalErrorNotRetried(t *testing.T) {
 			assertErrIs(t, err, final)
 			e.done()
 		})
+	}
+}
+
+// A deadlineCtx is a context whose deadline passes when the test says, not
+// at a time: Err is then context.DeadlineExceeded, as for a context made by
+// context.WithTimeout.
+type deadlineCtx struct {
+	context.Context
+	done   chan struct{}
+	passed sync.Once
+}
+
+func newDeadlineCtx(parent context.Context) *deadlineCtx {
+	return &deadlineCtx{Context: parent, done: make(chan struct{})}
+}
+
+func (c *deadlineCtx) pass() { c.passed.Do(func() { close(c.done) }) }
+
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
