@@ -27,15 +27,21 @@ func wantToldAtOnce(t *testing.T, l *Lock, kctx context.Context) {
 	}
 }
 
+// keepAliveTTL is the lease of the keep-alive tests through the mock: each
+// renewal has a quarter of it, and the retry after a failed one comes well
+// before the deadline. Under -race on a loaded two-core machine a 3 s
+// lease's 750 ms was too little for the mock to answer a prepare.
+const keepAliveTTL = 9 * time.Second
+
 // A renewal that fails with a final error (the table is gone) ends the
 // keep-alive at once: no renewal can succeed before the deadline.
 func TestLock_KeepAlive_finalErrorIsLoss(t *testing.T) {
-	t.Parallel() // waits a third of a 3 s lease
+	t.Parallel() // waits a third of a keepAliveTTL lease
 	e := newMockEnv(t)
 	tok := &tokenArg{}
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
-	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), errReply(errNoSuchTable))
-	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
+	e.expectExec("acquire", acquireArgs("job", mockHolder, keepAliveTTL.Microseconds(), tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(keepAliveTTL.Microseconds(), "job", tok), errReply(errNoSuchTable))
+	l, err := e.c.TryAcquire(t.Context(), "job", keepAliveTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,12 +270,12 @@ func TestLock_KeepAlive(t *testing.T) {
 // A renewal that finds the lease gone ends the keep-alive's contexts with
 // ErrLockLost at once, well before the deadline.
 func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
-	t.Parallel() // waits a third of a 3 s lease
+	t.Parallel() // waits a third of a keepAliveTTL lease
 	e := newMockEnv(t)
 	tok := &tokenArg{}
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
-	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), okReply(0, 0))
-	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
+	e.expectExec("acquire", acquireArgs("job", mockHolder, keepAliveTTL.Microseconds(), tok), okReply(42, 1))
+	e.expectExec("refresh", refreshArgs(keepAliveTTL.Microseconds(), "job", tok), okReply(0, 0))
+	l, err := e.c.TryAcquire(t.Context(), "job", keepAliveTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,23 +291,21 @@ func TestLock_KeepAlive_notHeldIsLoss(t *testing.T) {
 
 // Failed renewals are retried; one that succeeds keeps the contexts alive.
 func TestLock_KeepAlive_failureIsNotLoss(t *testing.T) {
-	t.Parallel() // waits a third of a 3 s lease
+	t.Parallel() // waits a third of a keepAliveTTL lease
 	e := newMockEnv(t)
 	tok := &tokenArg{}
-	// A 3 s lease: each renewal has 750 ms, and the retry after a failed
-	// one comes well before the deadline, also on a loaded machine.
-	e.expectExec("acquire", acquireArgs("job", mockHolder, 3_000_000, tok), okReply(42, 1))
+	e.expectExec("acquire", acquireArgs("job", mockHolder, keepAliveTTL.Microseconds(), tok), okReply(42, 1))
 	// The first renewal fails after its in-statement retries; the second
 	// succeeds.
-	e.expectExec("refresh", refreshArgs(3_000_000, "job", tok), append(repeatReply(errReply(errDeadlock), fault.MaxTransientAttempts), okReply(1, 1))...)
+	e.expectExec("refresh", refreshArgs(keepAliveTTL.Microseconds(), "job", tok), append(repeatReply(errReply(errDeadlock), fault.MaxTransientAttempts), okReply(1, 1))...)
 	e.expectExec("release", releaseArgs("job", tok), okReply(0, 1))
-	l, err := e.c.TryAcquire(t.Context(), "job", 3*time.Second)
+	l, err := e.c.TryAcquire(t.Context(), "job", keepAliveTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := l.ValidUntil()
 	kctx := l.KeepAlive(t.Context())
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * keepAliveTTL)
 	for !l.ValidUntil().After(first) {
 		if time.Now().After(deadline) || kctx.Err() != nil {
 			t.Fatalf("no successful renewal; context: %v", context.Cause(kctx))
