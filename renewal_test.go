@@ -123,9 +123,10 @@ func TestKeepAlive_sharedRenewal(t *testing.T) {
 		w := e.client(t, e.openDB(t), table)
 		warm(t, c)
 		ctx := testCtx(t)
-		// Renewals every 500 ms; the keep-alive gives up 1.35 s after its
-		// last success, which a loaded machine keeps.
-		const ttl = 1500 * time.Millisecond
+		// Renewals every second; the keep-alive gives up 2.7 s after its
+		// last success, which a loaded machine keeps (1.5 s leases were
+		// lost under -race at a load of 7 on two cores).
+		const ttl = 3 * time.Second
 		start := time.Now()
 		locks, ctxs, names := keptAlive(t, c, "many", 30, ttl)
 		if !e.server.Vitess {
@@ -139,7 +140,7 @@ func TestKeepAlive_sharedRenewal(t *testing.T) {
 		default:
 			locks, ctxs, names = append(locks, slot), append(ctxs, slot.KeepAlive(ctx)), append(names, slot.Name())
 		}
-		waitFor(t, 30*time.Second, "every lease renewed three times by the shared renewal", func() bool { return count.each(names, 3) })
+		waitFor(t, 10*ttl, "every lease renewed three times by the shared renewal", func() bool { return count.each(names, 3) })
 		for i, lctx := range ctxs {
 			if err := context.Cause(lctx); err != nil && !lostForNoRenewal(err) {
 				t.Fatalf("%s: keep-alive ended: %v", names[i], err)
@@ -188,9 +189,10 @@ func forcedEndsThatLeaseAlone(t *testing.T, a, b *Client, count *sharedCount) {
 	t.Helper()
 	warm(t, a, b)
 	ctx := testCtx(t)
-	const ttl = 1500 * time.Millisecond
+	// Long enough that a loaded machine loses none of the others.
+	const ttl = 3 * time.Second
 	_, ctxs, names := keptAlive(t, a, "forced", 10, ttl)
-	waitFor(t, 30*time.Second, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
+	waitFor(t, 10*ttl, "every lease renewed by the shared renewal", func() bool { return count.each(names, 1) })
 	count.mu.Lock()
 	aloneBefore := maps.Clone(count.aloneOf)
 	count.mu.Unlock()
@@ -209,7 +211,7 @@ func forcedEndsThatLeaseAlone(t *testing.T, a, b *Client, count *sharedCount) {
 	for i, n := range names {
 		before[i] = count.of(n)
 	}
-	waitFor(t, 30*time.Second, "the other leases renewed twice more by the shared renewal", func() bool {
+	waitFor(t, 10*ttl, "the other leases renewed twice more by the shared renewal", func() bool {
 		for i, n := range names {
 			if i != 3 && count.of(n) < before[i]+2 {
 				return false
@@ -479,9 +481,9 @@ func TestKeepAlive_sharedRenewal_silentRoundsEndByDeadline(t *testing.T) {
 		var count sharedCount
 		c := e.client(t, e.openDB(t), e.newTable(t), WithObserver(count.observer()))
 		warm(t, c)
-		const ttl = 1500 * time.Millisecond
+		const ttl = 3 * time.Second
 		locks, ctxs, names := keptAlive(t, c, "silent", 3, ttl)
-		waitFor(t, 30*time.Second, "every lease renewed twice by the shared renewal", func() bool { return count.each(names, 2) })
+		waitFor(t, 10*ttl, "every lease renewed twice by the shared renewal", func() bool { return count.each(names, 2) })
 		c.renewals.mu.Lock()
 		t.Cleanup(c.renewals.mu.Unlock)
 		wantLostByValidUntil(t, locks, ctxs, names, 3*ttl, "with no round")
