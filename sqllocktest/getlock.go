@@ -42,7 +42,7 @@ func wakeWait(x *call) (*outcome, error) {
 	if x.s.noLocks {
 		return nil, errGetLockRefused
 	}
-	got, err := x.s.getLock(x, x.p.table, key, secs)
+	got, err := x.s.getLock(x, key, secs)
 	if err != nil {
 		return nil, err
 	}
@@ -115,11 +115,11 @@ func wakeWaiters(x *call) (*outcome, error) {
 
 // getLock takes the named lock for x's connection, waiting up to secs
 // seconds behind those that came first; s.mu is held.
-func (s *Server) getLock(x *call, table, key string, secs int64) (bool, error) {
+func (s *Server) getLock(x *call, key string, secs int64) (bool, error) {
 	c := x.c
 	l := s.named[key]
 	if l == nil {
-		s.named[key] = &namedLock{table: table, owner: c, count: 1}
+		s.named[key] = &namedLock{table: x.p.table, owner: c, count: 1}
 		return true, nil
 	}
 	if l.owner == c {
