@@ -37,6 +37,11 @@ func (le *lateEnv) wantLeaseAtLeast(t *testing.T, l *Lock, min time.Duration, wh
 	}
 }
 
+// lateShortLease is the lease a held send would move the expiry back to:
+// far below the 30s refreshThenRunHeld wants left, and long enough to
+// outlast the steps before that Refresh on a loaded machine.
+const lateShortLease = 5 * time.Second
+
 // holdFirst makes the connector hold back the first send mine picks and
 // pass everything else.
 func (le *lateEnv) holdFirst(mine func(q string, args []driver.NamedValue) bool) {
@@ -69,13 +74,14 @@ func (le *lateEnv) refreshThenRunHeld(t *testing.T, l *Lock, when string) {
 	}
 }
 
-// A Lock acquired for 1s whose first send was held back, and whose resend
+// A Lock acquired for 5s whose first send was held back, and whose resend
 // took the name, is refreshed for a minute; the held send then runs. It
-// finds the lease ours and must not move its expiry back to 1s ahead.
+// finds the lease ours and must not move its expiry back to 5s ahead. (5s,
+// not 1s: on a loaded machine a 1s lease ran out before the Refresh.)
 func TestLate_acquireRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 	eachLateKind(t, eachEnv, func(t *testing.T, k lateKind, le *lateEnv) {
 		le.holdFirst(func(q string, args []driver.NamedValue) bool { return k.isAcquire(le, q, args, "r") })
-		l, err := k.acquire(testCtx(t), le.c, "r", 2, time.Second)
+		l, err := k.acquire(testCtx(t), le.c, "r", 2, lateShortLease)
 		if err != nil {
 			t.Fatalf("acquire, first send held: %v", err)
 		}
@@ -83,10 +89,10 @@ func TestLate_acquireRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 	})
 }
 
-// A Lock refreshed for 1s, whose first send of that refresh was held back
+// A Lock refreshed for 5s, whose first send of that refresh was held back
 // (the resend extended the lease), is refreshed for a minute; the held send
 // then runs. It finds the lease ours and must not move its expiry back to
-// 1s ahead: Refresh never shortens a lease.
+// 5s ahead: Refresh never shortens a lease.
 func TestLate_refreshRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 	eachLateKind(t, eachEnv, func(t *testing.T, k lateKind, le *lateEnv) {
 		l, err := k.acquire(testCtx(t), le.c, "f", 2, time.Minute)
@@ -95,8 +101,8 @@ func TestLate_refreshRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 		}
 		token := l.Token()
 		le.holdFirst(func(q string, args []driver.NamedValue) bool { return k.isRefresh(le, q, args, token) })
-		if err := l.Refresh(testCtx(t), time.Second); err != nil {
-			t.Fatalf("Refresh(1s), first send held: %v", err)
+		if err := l.Refresh(testCtx(t), lateShortLease); err != nil {
+			t.Fatalf("Refresh(5s), first send held: %v", err)
 		}
 		le.refreshThenRunHeld(t, l, "after the late Refresh(1s)")
 	})
