@@ -49,6 +49,8 @@ type semFairRun struct {
 	per      []int
 	maxWait  time.Duration
 	unserved time.Duration   // the longest wait the run's end cut short
+	cuts     []semFairAcq    // the calls the run's end cut short (released: when)
+	procWait time.Duration   // the longest a process had a call waiting and got no slot
 	idle     []time.Duration // from a release while someone waited to the acquisition it freed a slot for
 	procs    int
 	finished bool
@@ -130,6 +132,7 @@ func runSemFair(t *testing.T, e *testEnv, procs, goroutines, slots int, hold, ru
 					a, _ := strconv.ParseInt(f[2], 10, 64)
 					b, _ := strconv.ParseInt(f[3], 10, 64)
 					r.unserved = max(r.unserved, time.Duration(b-a))
+					r.cuts = append(r.cuts, semFairAcq{proc: p, called: time.Unix(0, a), released: time.Unix(0, b)})
 				case f[1] == "conns" && len(f) == 3:
 					r.conns[p], _ = strconv.Atoi(f[2])
 				default:
@@ -209,6 +212,50 @@ func (r *semFairRun) analyse() {
 	}
 	slices.Sort(r.idle)
 	r.maxWait = max(r.maxWait, r.unserved)
+	r.procWait = r.longestProcessWait()
+}
+
+// longestProcessWait is the longest span in which a process had a call
+// waiting and none of its calls got a slot: from its first waiting call, or
+// from its last acquisition while others of its calls still waited, to its
+// next acquisition, or to the run's end for a call the end cut short. One
+// call waits its turn among all callers (5 × procs of them on n slots); a
+// process waits only while every slot goes to the others.
+func (r *semFairRun) longestProcessWait() time.Duration {
+	type event struct {
+		at   time.Time
+		kind int // 0 a call, 1 an acquisition, 2 the run's end cut a call
+	}
+	evs := make([][]event, r.procs)
+	for _, a := range r.acqs {
+		evs[a.proc] = append(evs[a.proc], event{a.called, 0}, event{a.acquired, 1})
+	}
+	for _, c := range r.cuts {
+		evs[c.proc] = append(evs[c.proc], event{c.called, 0}, event{c.released, 2})
+	}
+	var longest time.Duration
+	for _, es := range evs {
+		slices.SortFunc(es, func(x, y event) int {
+			if c := x.at.Compare(y.at); c != 0 {
+				return c
+			}
+			return x.kind - y.kind
+		})
+		waiting := 0
+		var since time.Time
+		for _, e := range es {
+			if e.kind == 0 {
+				if waiting++; waiting == 1 {
+					since = e.at
+				}
+				continue
+			}
+			longest = max(longest, e.at.Sub(since))
+			waiting--
+			since = e.at // served now (or the run ended): a new span starts
+		}
+	}
+	return longest
 }
 
 // least is the smallest share of the acquisitions any process got, as a
@@ -229,8 +276,8 @@ func (r *semFairRun) pct(q int) time.Duration {
 }
 
 func (r *semFairRun) String() string {
-	return fmt.Sprintf("%d acquisitions %v, least %.0f%% of a fair share, most held %d, longest wait %v, release to acquire p50 %v p99 %v (%d), connections %v",
-		len(r.acqs), r.per, 100*r.least(), r.maxHeld, r.maxWait.Round(time.Millisecond),
+	return fmt.Sprintf("%d acquisitions %v, least %.0f%% of a fair share, most held %d, longest wait %v (a process's %v), release to acquire p50 %v p99 %v (%d), connections %v",
+		len(r.acqs), r.per, 100*r.least(), r.maxHeld, r.maxWait.Round(time.Millisecond), r.procWait.Round(time.Millisecond),
 		r.pct(50).Round(10*time.Microsecond), r.pct(99).Round(10*time.Microsecond), len(r.idle), r.conns)
 }
 
@@ -383,6 +430,8 @@ func TestSemaphoreFairChild(t *testing.T) {
 //   - least-share: the smallest share of the acquisitions any Client got,
 //     as a fraction of a fair share (1/procs);
 //   - max-wait-ms: the longest any Acquire waited;
+//   - proc-wait-ms: the longest any Client had an Acquire waiting while
+//     none of its Acquires got a slot (longestProcessWait);
 //   - p50-µs, p99-µs: from a release while some call waited to the
 //     acquisition that took a slot next (each release paired with one);
 //   - most-held: the most Locks held at once (at most the slots).
@@ -415,6 +464,7 @@ func BenchmarkSemaphoreContention(b *testing.B) {
 					b.ReportMetric(float64(len(r.acqs)), "acquisitions")
 					b.ReportMetric(r.least(), "least-share")
 					b.ReportMetric(float64(r.maxWait.Milliseconds()), "max-wait-ms")
+					b.ReportMetric(float64(r.procWait.Milliseconds()), "proc-wait-ms")
 					b.ReportMetric(float64(r.pct(50).Microseconds()), "p50-µs")
 					b.ReportMetric(float64(r.pct(99).Microseconds()), "p99-µs")
 					b.ReportMetric(float64(r.maxHeld), "most-held")
@@ -461,6 +511,7 @@ func benchSemFair(b *testing.B, e *testEnv, procs, goroutines, slots int, hold, 
 						}
 						mu.Lock()
 						r.unserved = max(r.unserved, time.Since(called))
+						r.cuts = append(r.cuts, semFairAcq{proc: p, called: called, released: time.Now()})
 						mu.Unlock()
 						return
 					}
@@ -511,5 +562,24 @@ func BenchmarkSemaphoreAcquireUncontended(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A process waits from its first waiting call, or from its last slot while
+// another of its calls still waits, to its next slot or the run's end.
+func TestSemFairRun_longestProcessWait(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := &semFairRun{procs: 2, acqs: []semFairAcq{
+		{proc: 0, called: at(0), acquired: at(100), released: at(150)},
+		{proc: 1, called: at(0), acquired: at(50), released: at(100)},
+		{proc: 1, called: at(10), acquired: at(1200), released: at(1250)},
+	}}
+	if got, want := r.longestProcessWait(), 1150*time.Millisecond; got != want {
+		t.Errorf("process 1 served at 50ms and 1200ms: got %v, want %v", got, want)
+	}
+	r.cuts = []semFairAcq{{proc: 0, called: at(300), released: at(2000)}}
+	if got, want := r.longestProcessWait(), 1700*time.Millisecond; got != want {
+		t.Errorf("process 0's call from 300ms cut at 2000ms: got %v, want %v", got, want)
 	}
 }
