@@ -15,9 +15,10 @@ import (
 // often: the Client embeds one, and hands its methods to the packages
 // that send and wait (internal/engine, internal/wait).
 type reporter struct {
-	log  *slog.Logger
-	obs  observe.Observer
-	skew skewWarnings // noteAhead's
+	log         *slog.Logger
+	obs         observe.Observer
+	skew        rateLimited // noteAhead's
+	renewFailed rateLimited // logRenewFailed's
 }
 
 // errorOutcome is the Outcome of a statement's error.
@@ -202,9 +203,27 @@ func (r *reporter) logRetry(ctx context.Context, stmt, name string, err error) {
 
 // logRenewFailed reports a keep-alive renewal that failed without proof
 // of loss; the keep-alive tries again.
+//
+// At most one such line a second per Client: in an outage every lease
+// renewing on its own fails each renewal, and a Client holding thousands of
+// names would write thousands of lines a second, burying the few that say
+// what happened. The line written counts those left out since the last
+// ("not_logged"); the Observer still sees every statement, and each
+// lease lost is logged on its own (logLost).
 func (l *Lock) logRenewFailed(failures int, err error) {
-	l.c.log.Warn("sqllock: lease renewal failed; retrying", "name", l.name, "fence", l.fence, "failures", failures, "err", err)
+	skipped, due := l.c.renewFailed.due(renewFailedEvery)
+	if !due {
+		return
+	}
+	args := []any{"name", l.name, "fence", l.fence, "failures", failures, "err", err}
+	if skipped > 0 {
+		args = append(args, "not_logged", skipped)
+	}
+	l.c.log.Warn("sqllock: lease renewal failed; retrying", args...)
 }
+
+// renewFailedEvery bounds how often a Client logs a lease's failed renewal.
+const renewFailedEvery = time.Second
 
 // logLost reports a lease the keep-alive gave up for lost.
 func (l *Lock) logLost(cause error) {
@@ -243,10 +262,26 @@ const clockSkewWarn = 50 * time.Millisecond
 // clockSkewEvery bounds how often a Client warns of clocks that disagree.
 const clockSkewEvery = time.Minute
 
-// skewWarnings rate-limits a Client's warnings of clock skew.
-type skewWarnings struct {
-	mu   sync.Mutex
-	last time.Time
+// rateLimited lets one kind of warning through at most once a period,
+// counting the ones it holds back.
+type rateLimited struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+// due reports whether a warning may be written now, the first or every
+// period at most, and how many were held back since the last one written.
+func (w *rateLimited) due(every time.Duration) (skipped int, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	if !w.last.IsZero() && now.Sub(w.last) < every {
+		w.skipped++
+		return 0, false
+	}
+	skipped, w.skipped, w.last = w.skipped, 0, now
+	return skipped, true
 }
 
 // noteAhead warns, through the Client's logger, when the lease on name was
@@ -257,13 +292,7 @@ func (r *reporter) noteAhead(name string, ahead int64, ok bool) {
 	if !ok || d <= clockSkewWarn {
 		return
 	}
-	r.skew.mu.Lock()
-	due := r.skew.last.IsZero() || time.Since(r.skew.last) >= clockSkewEvery
-	if due {
-		r.skew.last = time.Now()
-	}
-	r.skew.mu.Unlock()
-	if due {
+	if _, due := r.skew.due(clockSkewEvery); due {
 		r.log.Warn("sqllock: a lease was acquired ahead of this server's clock: the clock of the node that took it is ahead of this node's by at least this much, and that node takes leases over early; keep node clocks far closer than the keep-alive's margin (docs/servers.md, Clocks)",
 			"name", name, "ahead", d)
 	}

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -700,11 +701,17 @@ func newRecorder() (*recorder, Option) {
 // find returns the records at level whose message contains msg and whose
 // "name" attribute is name.
 func (h *recorder) find(level slog.Level, msg, name string) []slog.Record {
+	return slices.DeleteFunc(h.matching(level, msg), func(r slog.Record) bool { return attr(r, "name") != name })
+}
+
+// matching returns the records at level whose message contains msg,
+// whatever their name.
+func (h *recorder) matching(level slog.Level, msg string) []slog.Record {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []slog.Record
 	for _, r := range h.recs {
-		if r.Level == level && strings.Contains(r.Message, msg) && attr(r, "name") == name {
+		if r.Level == level && strings.Contains(r.Message, msg) {
 			out = append(out, r)
 		}
 	}
@@ -799,6 +806,43 @@ func TestWithLogger_keepAliveFailureAndLoss(t *testing.T) {
 		if got := attr(r, "err"); !strings.Contains(got, "lock lost") {
 			t.Errorf("loss record's err: got %q, want the cause", got)
 		}
+	})
+}
+
+// In an outage every lease renewing on its own fails each renewal: a
+// Client logs at most one such line a second, and the next line written
+// counts those left out (not_logged). Without the bound, 30 leases whose
+// shared renewal failed wrote a line each within a second of each other.
+func TestWithLogger_renewalFailuresAtMostOneASecond(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		rec, opt := newRecorder()
+		c, p := e.proxiedClient(t, e.newTable(t), opt)
+		// As in the test above: renewals at 2 s, each with 1.5 s, the
+		// deadline at 5.4 s, so the leases' own renewals fail first.
+		ctxs := make([]context.Context, 30)
+		for i := range ctxs {
+			ctxs[i] = mustAcquire(t, c, fmt.Sprintf("rl%02d", i), 6*time.Second).KeepAlive(testCtx(t))
+		}
+		stalled := time.Now()
+		p.Stall(true)
+		defer p.Stall(false)
+		for _, ctx := range ctxs {
+			<-ctx.Done()
+		}
+		took := time.Since(stalled)
+		lines, notLogged := 0, 0
+		for _, r := range rec.matching(slog.LevelWarn, "lease renewal failed") {
+			lines++
+			k, _ := strconv.Atoi(attr(r, "not_logged"))
+			notLogged += k
+		}
+		if most := int(took/renewFailedEvery) + 1; lines > most {
+			t.Fatalf("%d lines for leases' failed renewals in %v, want at most %d (one a second)", lines, took.Round(time.Millisecond), most)
+		}
+		if len(rec.find(slog.LevelError, "lease lost", "rl00")) != 1 {
+			t.Errorf("lease rl00's loss: want one line of its own")
+		}
+		t.Logf("%d lines for failed renewals in %v, %d more left out", lines, took.Round(time.Millisecond), notLogged)
 	})
 }
 
