@@ -92,6 +92,19 @@ func startSilentServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startCost is how long the command takes to start, say its usage and exit
+// on this machine now: what a command's bound cannot include.
+func startCost(t *testing.T) time.Duration {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "help")
+	cmd.Env = append(os.Environ(), asCommandEnv+"=1")
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sqllock help: %v\n%s", err, out)
+	}
+	return time.Since(start)
+}
+
 // Against a server that accepts connections and never answers, every
 // command ends within the bound it states (--timeout, and for run --wait
 // plus --timeout), non-zero, saying that the server did not answer within
@@ -126,8 +139,10 @@ func TestCommands_silentServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			// Past this the command hangs: kill it, and fail.
-			const grace = 3 * time.Second
+			// Past this the command hangs: kill it, and fail. The grace
+			// grows with what starting the command costs now: at a load
+			// average of 25 a start took seconds, past a fixed 3 s.
+			grace := 3*time.Second + 2*startCost(t)
 			ctx, cancel := context.WithTimeout(context.Background(), tt.bound+grace+5*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, os.Args[0], tt.args...)
