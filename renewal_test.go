@@ -211,9 +211,11 @@ func forcedEndsThatLeaseAlone(t *testing.T, a, b *Client, count *sharedCount) {
 	for i, n := range names {
 		before[i] = count.of(n)
 	}
+	// A lease a loaded machine lost (lostForNoRenewal, checked below) is
+	// renewed no more: not waited for.
 	waitFor(t, 10*ttl, "the other leases renewed twice more by the shared renewal", func() bool {
 		for i, n := range names {
-			if i != 3 && count.of(n) < before[i]+2 {
+			if i != 3 && ctxs[i].Err() == nil && count.of(n) < before[i]+2 {
 				return false
 			}
 		}
@@ -640,6 +642,7 @@ func TestKeepAlive_sharedRenewal_failedGoesAloneBounded(t *testing.T) {
 			return strings.Contains(q, "UPDATE") && strings.Contains(q, "CONCAT(owner, name) IN (")
 		}
 		le.lc.setWatch(func(q string) bool { return le.is(q, qRefresh) })
+		failing := time.Now()
 		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
 			if isRenewMany(q) {
 				return lose
@@ -667,14 +670,17 @@ func TestKeepAlive_sharedRenewal_failedGoesAloneBounded(t *testing.T) {
 		if most > ownParallel || most < 2 {
 			t.Fatalf("%d renewals on their own under way at once, want 2 to %d", most, ownParallel)
 		}
-		// The log says each failed statement once, not each of its leases.
+		// The log says each failed statement once, not each of its leases;
+		// a lease's own renewal that fails on a loaded machine (150 of
+		// them at a load average of 14) is said at most once a second
+		// for all (logRenewFailed).
 		perLease, perStatement := 0, 0
 		for _, line := range rec.atLeast(slog.LevelWarn) {
 			perLease += strings.Count(line, "lease renewal failed")
 			perStatement += strings.Count(line, "a shared renewal of leases failed")
 		}
-		if perLease != 0 || perStatement < 1 || perStatement > 10 {
-			t.Fatalf("%d log lines for a lease's failed renewal and %d for a failed statement; want 0 and 1 to 10 (one a round)", perLease, perStatement)
+		if most := int(time.Since(failing)/renewFailedEvery) + 1; perLease > most || perStatement < 1 || perStatement > 10 {
+			t.Fatalf("%d log lines for a lease's failed renewal and %d for a failed statement; want at most %d (one a second) and 1 to 10 (one a round)", perLease, perStatement, most)
 		}
 		t.Logf("at most %d of %d renewals on their own at once; %d lines for failed statements", most, n, perStatement)
 	})
