@@ -526,7 +526,14 @@ func evictedFirst(t *testing.T, kind string, a, b, ops *Client) {
 			return context.Cause(ctx)
 		})
 	}()
-	time.Sleep(ttl / 2)
+	// The shared renewal's rounds fall on the process's own instants, not
+	// the acquire's: the first renewal is awaited, so that the forced
+	// release's read and write fall between two renewals. Slept ttl/2 from
+	// the acquire, a round landed between them (CI, MySQL 9.7: a
+	// lock-delay of 3.2 s for 4.0 s left at the read).
+	first := evicted.ValidUntil()
+	waitFor(t, 2*ttl, "a renewal of the evicted holder's lease", func() bool { return evicted.ValidUntil().After(first) })
+	time.Sleep(ttl / 6)
 	forced := time.Now()
 	was, err := force()
 	if err != nil {
