@@ -104,7 +104,7 @@ func TestLate_refreshRunsLateAfterLongerRefresh_keepsTheLease(t *testing.T) {
 		if err := l.Refresh(testCtx(t), lateShortLease); err != nil {
 			t.Fatalf("Refresh(5s), first send held: %v", err)
 		}
-		le.refreshThenRunHeld(t, l, "after the late Refresh(1s)")
+		le.refreshThenRunHeld(t, l, "after the late Refresh(5s)")
 	})
 }
 

@@ -480,13 +480,13 @@ func ticksOf(t *testing.T, runs []runRow, first, last int64) map[int64][]runRow 
 	return ticks
 }
 
-// checkEveryInterval fails the test unless each interval of the job ran it
-// once. The schedulers start at startAt plus at most spread, so the ticks
-// of the kth interval fall between startAt+k*interval and spread after it.
 // splaySlack is how long after the last scheduler's tick a run may start and
 // still count for its interval.
 const splaySlack = 2500 * time.Millisecond
 
+// checkEveryInterval fails the test unless each interval of the job ran it
+// once. The schedulers start at startAt plus at most spread, so the ticks
+// of the kth interval fall between startAt+k*interval and spread after it.
 func checkEveryInterval(t *testing.T, rows []runRow, startAt, stopAt time.Time, interval, spread time.Duration) {
 	t.Helper()
 	runs := only(rows, ran)
