@@ -275,6 +275,14 @@ func (r *semFairRun) pct(q int) time.Duration {
 	return r.idle[min(len(r.idle)*q/100, len(r.idle)-1)]
 }
 
+// over is how many hand-overs took longer than d: with a few hundred a
+// run, a p99 is the third slowest, and one stall moves it; the count says
+// how many there were.
+func (r *semFairRun) over(d time.Duration) int {
+	i, _ := slices.BinarySearch(r.idle, d+1)
+	return len(r.idle) - i
+}
+
 func (r *semFairRun) String() string {
 	return fmt.Sprintf("%d acquisitions %v, least %.0f%% of a fair share, most held %d, longest wait %v (a process's %v), release to acquire p50 %v p99 %v (%d), connections %v",
 		len(r.acqs), r.per, 100*r.least(), r.maxHeld, r.maxWait.Round(time.Millisecond), r.procWait.Round(time.Millisecond),
@@ -434,6 +442,7 @@ func TestSemaphoreFairChild(t *testing.T) {
 //     none of its Acquires got a slot (longestProcessWait);
 //   - p50-µs, p99-µs: from a release while some call waited to the
 //     acquisition that took a slot next (each release paired with one);
+//   - over-10ms: how many of those took longer than 10 ms;
 //   - most-held: the most Locks held at once (at most the slots).
 //
 // Each variant runs once whatever b.N is: run it with -benchtime 1x.
@@ -467,6 +476,7 @@ func BenchmarkSemaphoreContention(b *testing.B) {
 					b.ReportMetric(float64(r.procWait.Milliseconds()), "proc-wait-ms")
 					b.ReportMetric(float64(r.pct(50).Microseconds()), "p50-µs")
 					b.ReportMetric(float64(r.pct(99).Microseconds()), "p99-µs")
+					b.ReportMetric(float64(r.over(10*time.Millisecond)), "over-10ms")
 					b.ReportMetric(float64(r.maxHeld), "most-held")
 				})
 			}
@@ -581,5 +591,16 @@ func TestSemFairRun_longestProcessWait(t *testing.T) {
 	r.cuts = []semFairAcq{{proc: 0, called: at(300), released: at(2000)}}
 	if got, want := r.longestProcessWait(), 1700*time.Millisecond; got != want {
 		t.Errorf("process 0's call from 300ms cut at 2000ms: got %v, want %v", got, want)
+	}
+}
+
+// over counts the hand-overs longer than d, not those of d exactly.
+func TestSemFairRun_over(t *testing.T) {
+	r := &semFairRun{idle: []time.Duration{time.Millisecond, 10 * time.Millisecond, 11 * time.Millisecond, time.Second}}
+	if got := r.over(10 * time.Millisecond); got != 2 {
+		t.Errorf("over 10ms: got %d, want 2", got)
+	}
+	if got := r.over(time.Hour); got != 0 {
+		t.Errorf("over an hour: got %d, want 0", got)
 	}
 }

@@ -803,27 +803,70 @@ func TestWithWakeups_lapsedLockLetsGoOfChannel(t *testing.T) {
 		skipChannelsOnTiDB(t, e)
 		table := e.newTable(t)
 		c := e.client(t, e.openDB(t), table)
-		ctx := testCtx(t)
-		first := mustAcquire(t, e.client(t, e.openDB(t), table), "n", time.Minute)
-		got := make(chan acquired, 1)
-		go func() {
-			// Long enough that the check below comes before the lapse on a
-			// loaded machine.
-			l, err := c.Acquire(ctx, "n", time.Second)
-			got <- acquired{l, err}
-		}()
-		waitFor(t, time.Minute, "the Client waits", func() bool { return headAttempts(c, "n") > 0 })
-		if err := first.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		l := mustGet(t, got)
-		if l.hold.Load() == nil || !c.wait.Peek("n").Holds {
-			t.Fatal("a Lock taken after waiting holds no channel: the test did not make the case")
-		}
+		// Long enough that the check below comes before the lapse on a
+		// loaded machine.
+		holdAfterWaitingFor(t, e, c, table, "n", time.Second)
 		// Left to lapse: no Release, no Refresh.
 		waitFor(t, 10*time.Second, "the channel is let go of after the lease lapsed", func() bool {
 			return !c.wait.Peek("n").Holds && channelHolder(t, e.db, table, "n") == 0
 		})
+	})
+}
+
+// A caller waiting behind a lease of its own Client that holds the name's
+// channel sends nothing while it waits, though its strategy would poll every
+// 10 ms: that lease's release wakes it. So it cannot take the name in the
+// instant between the release and the acquire of the process the release
+// woke, which waited on the channel first and goes first.
+func TestWithWakeups_waiterBehindOwnLeaseSendsNothing(t *testing.T) {
+	eachEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		w, p := e.proxiedClient(t, table, WithRetry(LinearBackoff(10*time.Millisecond)))
+		held := holdAfterWaiting(t, e, w, table, "n")
+		got := blockedWaiter(t, e, e.client(t, e.openDB(t), table), table, "n")
+		again := acquireAsync(ctx, w, "n")
+		waitFor(t, time.Minute, "the second caller waits", func() bool { return w.wait.Peek("n").Waiting == 1 })
+		noRecheck(w)
+		w.eng.SetFrozenLook(time.Hour)
+		p.ResetCounts()
+		time.Sleep(time.Second) // a hundred polls of the strategy
+		if n := p.Commands()[proxyComStmtExecute]; n != 0 {
+			t.Errorf("statements sent by a caller waiting a second behind its own Client's lease: got %d, want 0", n)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waiterFirst(t, got, again)
+	})
+}
+
+// A caller waiting behind a lease of its own Client that lapses unreleased
+// (no keep-alive) takes the name once the lease lapsed, not a ttl of its
+// own later: the lapse kicks it.
+func TestWithWakeups_ownLeaseLapseKicksWaiter(t *testing.T) {
+	eachServerEnv(t, func(t *testing.T, e *testEnv) {
+		skipChannelsOnTiDB(t, e)
+		table := e.newTable(t)
+		ctx := testCtx(t)
+		c := e.client(t, e.openDB(t), table)
+		short := holdAfterWaitingFor(t, e, c, table, "n", 2*time.Second)
+		began := time.Now()
+		again := acquireAsync(ctx, c, "n") // its own ttl: wakeTTL, a minute
+		// The lease lapses 2 s after its acquire; a ttl of the waiter's is
+		// a minute. Half of that tells one from the other on a loaded machine.
+		select {
+		case r := <-again:
+			if r.err != nil {
+				t.Fatalf("Acquire: %v", r.err)
+			}
+			if r.l.Fence() <= short.Fence() {
+				t.Errorf("fence: got %d, want more than %d", r.l.Fence(), short.Fence())
+			}
+		case <-time.After(wakeTTL / 2):
+			t.Fatalf("the caller behind a lapsed lease of its own Client still waits after %v", time.Since(began))
+		}
 	})
 }
 

@@ -59,6 +59,7 @@ func (e *Engine) Acquire(ctx context.Context, call Call) (*Hold, error) {
 	t := e.queues.join(key)
 	useWake := ws.on && ws.contended(key)
 	waited := false        // refused, or queued behind another process
+	var behind ownLease    // the head's wait behind a lease of this Client
 	refusedBefore := false // an attempt of this call was refused
 	defer func() {
 		if ws.on && (!taken || call.Shared()) && e.queues.waiting(key) == 0 {
@@ -103,6 +104,7 @@ func (e *Engine) Acquire(ctx context.Context, call Call) (*Hold, error) {
 			if st == stGranted || st == stTimedOut {
 				due = 0 // the channel was the wait
 			}
+			due = behind.wait(st, due, call.TTL(), t.kickPending())
 		}
 		kicked := false // a release of this Client woke this head
 		if head && due <= 0 {
@@ -190,6 +192,38 @@ func (e *Engine) Acquire(ctx context.Context, call Call) (*Hold, error) {
 			return nil, err
 		}
 	}
+}
+
+// An ownLease is a head's wait behind a lease of its own Client that holds
+// the key's channel (stLockHeld). That lease's release lets go of the
+// channel, which wakes the process waiting first on it, and then kicks the
+// head, which queues on the channel behind it; its loss or lapse kicks the
+// head too. Were the head to poll meanwhile, its poll could fall between
+// the release statement and the woken process's acquire, and take the name
+// (or the slot) from it: that process, refused, would hold the channel and
+// poll on its strategy, and the one hand-over took up to the strategy's
+// longest wait. So the head sends nothing until it is kicked; past ttl
+// without a kick (a lease kept by a Client whose keep-alive is stuck, say)
+// it polls once, then waits again.
+type ownLease struct{ until time.Time }
+
+// wait returns how long the head waits before it tries, given what its
+// wait on the channel came to (st), when its strategy would have it try
+// (due), and whether a kick is pending: unchanged unless st is stLockHeld.
+func (o *ownLease) wait(st state, due, ttl time.Duration, kicked bool) time.Duration {
+	if st != stLockHeld || kicked {
+		o.until = time.Time{}
+		return due
+	}
+	now := time.Now()
+	if o.until.IsZero() {
+		o.until = now.Add(ttl)
+	}
+	if !now.Before(o.until) {
+		o.until = time.Time{} // poll once
+		return due
+	}
+	return max(due, o.until.Sub(now))
 }
 
 // failed is the error of call whose attempt failed with err, which ends

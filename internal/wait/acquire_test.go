@@ -123,3 +123,34 @@ func TestEngine_Acquire_oneHeadAttempts(t *testing.T) {
 		t.Errorf("attempts: first %d, second %d; want several and 1 (the second attempts once it is the head)", first.attempts, second.attempts)
 	}
 }
+
+// A head behind a lease of its own Client waits for the kick, up to ttl,
+// then polls once on its strategy and waits again; any other state, or a
+// kick, leaves the strategy's wait alone.
+func TestOwnLease_wait(t *testing.T) {
+	const due, ttl = 10 * time.Millisecond, time.Hour
+	var o ownLease
+	if got := o.wait(stQueueHeld, due, ttl, false); got != due {
+		t.Errorf("the queue holds the channel: got %v, want the strategy's %v", got, due)
+	}
+	if got := o.wait(stLockHeld, due, ttl, false); got < ttl-time.Minute {
+		t.Errorf("behind its own lease: got %v, want about %v", got, ttl)
+	}
+	if got := o.wait(stLockHeld, due, ttl, true); got != due {
+		t.Errorf("behind its own lease, kicked: got %v, want the strategy's %v", got, due)
+	}
+	if !o.until.IsZero() {
+		t.Error("a kick: the wait behind the lease was kept, want it ended")
+	}
+	o.wait(stLockHeld, due, ttl, false)
+	o.until = time.Now().Add(-time.Millisecond) // ttl passed without a kick
+	if got := o.wait(stLockHeld, due, ttl, false); got != due {
+		t.Errorf("ttl passed: got %v, want one poll after the strategy's %v", got, due)
+	}
+	if got := o.wait(stLockHeld, due, ttl, false); got < ttl-time.Minute {
+		t.Errorf("after the poll: got %v, want about %v again", got, ttl)
+	}
+	if got := o.wait(stGranted, 0, ttl, false); got != 0 || !o.until.IsZero() {
+		t.Errorf("granted: got %v (wait behind the lease kept: %v), want 0 and none", got, !o.until.IsZero())
+	}
+}

@@ -46,7 +46,8 @@ func (h *Hold) adopt() {
 // it looks again then; if its release started, there is nothing to do;
 // else the lease lapsed unreleased, and the channel is let go of, so that
 // the process waiting longest for the key learns of it now, and no
-// connection stays pinned.
+// connection stays pinned; then this Client's callers waiting for the key
+// are kicked, to queue behind that process.
 func (h *Hold) lapsed() {
 	h.mu.Lock()
 	if !h.wake {
@@ -66,6 +67,7 @@ func (h *Hold) lapsed() {
 	h.wake = false
 	h.mu.Unlock()
 	h.e.channels.letGo(context.Background(), h.key, h)
+	h.e.queues.kick(h.key) // this Client's head waits behind the lease, unpolled (ownLease)
 }
 
 // Release does what the wake-up channels ask after the release statement
@@ -94,6 +96,9 @@ func (h *Hold) Release(ctx context.Context, ok bool) {
 	}
 	if wake {
 		ws.letGo(ctx, h.key, h)
+		// This Client's head waits behind the lease, unpolled (ownLease),
+		// whatever the release statement's answer was.
+		h.e.queues.kick(h.key)
 	}
 	if probe {
 		ws.probe(ctx, h.key)

@@ -142,6 +142,14 @@ func (t *ticket) takeKick() bool {
 	return kicked
 }
 
+// kickPending reports whether a release or a loss of the key in this
+// Client woke the head since its last attempt, leaving it to takeKick.
+func (t *ticket) kickPending() bool {
+	t.qs.mu.Lock()
+	defer t.qs.mu.Unlock()
+	return t.q.kicked
+}
+
 // leave takes t out of its queue: its call returns without the lease.
 func (t *ticket) leave() {
 	t.qs.mu.Lock()
