@@ -358,6 +358,12 @@ func (e *testEnv) dsnWith(t testing.TB, f func(*mysql.Config)) string {
 	return cfg.FormatDSN()
 }
 
+// vitessLate reports whether err, from a Client's first use of a table just
+// made, says that vtgate has yet to learn the table or its vindex.
+func vitessLate(err error) bool {
+	return strings.Contains(err.Error(), "Vitess knows no table") || strings.Contains(err.Error(), "does not have a primary vindex")
+}
+
 var nonWord = regexp.MustCompile(`[^A-Za-z0-9_]+`)
 
 // newTable creates a fresh lock table for the test, dropped when it ends,
@@ -372,10 +378,12 @@ func (e *testEnv) newTable(t testing.TB) string {
 	}
 	name := "t" + hex.EncodeToString(b[:]) + "_" + strings.Trim(base, "_")
 	e.vindex(t, name)
-	// vtgate learns a new table from its schema tracker, later when many
-	// tests create tables at once: a sharded keyspace's first statement on
-	// it then finds no table (CI's run, tests side by side). Again, with a
-	// fresh Client (a failed first use is kept), for up to 30 s.
+	// vtgate learns a new table from its schema tracker, and its vindex
+	// from the vschema, later when many tests create tables at once: a
+	// sharded keyspace's first statement on it then finds no table, or
+	// the table without its vindex (error 1173; CI's runs, tests side by
+	// side). Again, with a fresh Client (a failed first use is kept), for
+	// up to 30 s.
 	var err error
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		var c *Client
@@ -384,7 +392,7 @@ func (e *testEnv) newTable(t testing.TB) string {
 		}
 		err = c.CreateTable(context.Background())
 		c.Close()
-		if err == nil || !e.server.Vitess || !strings.Contains(err.Error(), "Vitess knows no table") || time.Now().After(deadline) {
+		if err == nil || !e.server.Vitess || !vitessLate(err) || time.Now().After(deadline) {
 			break
 		}
 	}
