@@ -431,9 +431,9 @@ func TestSemaphoreFairChild(t *testing.T) {
 // semaphore, as issue 43 measured it: procs Clients (processes, each on a
 // *sql.DB of its own) of 5 goroutines each loop Semaphore.Acquire, hold
 // 50ms, Release, for 15s as the issue ran it (SQLLOCK_SEMFAIR_RUN), on a
-// semaphore of 1 and of 3 slots; each with lanes (the default) and with one queue per semaphore
-// ("one-queue": how every semaphore waited before lanes), in one run. It
-// reports:
+// semaphore of 1 and of 3 slots; each with lanes (the default) and with
+// one queue per semaphore ("one-queue": how every semaphore waited before
+// lanes), in one run. It reports:
 //
 //   - least-share: the smallest share of the acquisitions any Client got,
 //     as a fraction of a fair share (1/procs);
