@@ -45,7 +45,10 @@
 //
 //   - an acquire's fence is greater than every fence issued before it (a
 //     semaphore's across its slots), and a semaphore of n hands out slots
-//     1 to n;
+//     1 to n; since every recorded acquire must take effect, one takes
+//     effect only after the recorded acquire with the next lower fence,
+//     which spares the search the orders that could never finish (callers
+//     waiting in Acquire keep a dozen acquires of a name in flight);
 //   - an acquire takes the name (or the slot) only once its latest lease
 //     was released or may have expired (its return at or after the
 //     earliest expiry);

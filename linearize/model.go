@@ -91,7 +91,8 @@ func step(s state, o op, slack int64) []state {
 		// semaphore's across its slots), and a lease is taken only once
 		// the latest one (of its slot) was released or had expired; a
 		// semaphore of n has slots 1 to n.
-		if o.Fence <= s.issued || l.holder != 0 && !l.released && o.Return+slack < l.expMin || o.Slot > o.Slots {
+		// The acquire with the next lower fence comes first (orderAcquires).
+		if o.Fence <= s.issued || s.issued < o.Prev || l.holder != 0 && !l.released && o.Return+slack < l.expMin || o.Slot > o.Slots {
 			return nil
 		}
 		s.issued = o.Fence
