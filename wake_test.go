@@ -58,6 +58,11 @@ func waiterFirst(t *testing.T, got, again <-chan acquired) {
 	var first *Lock
 	select {
 	case r := <-again:
+		select {
+		case w := <-got:
+			t.Fatalf("the releaser acquired again (%v) before the waiter, whose Acquire returned %v", r.err, w.err)
+		default:
+		}
 		t.Fatalf("the releaser acquired again (%v) before the waiter", r.err)
 	case r := <-got:
 		if r.err != nil {
