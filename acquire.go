@@ -140,7 +140,7 @@ func (c *Client) newAcquireCall(name string, ttl time.Duration) (acquireCall, er
 	if err := checkTTL(ttl); err != nil {
 		return acquireCall{}, err
 	}
-	token, err := newToken()
+	token, err := c.renewals.token(ttl)
 	if err != nil {
 		return acquireCall{}, fmt.Errorf("sqllock: token: %w", err)
 	}
@@ -256,6 +256,11 @@ func (a *acquireCall) read(ctx context.Context, res sql.Result, sent, last time.
 			a.retire(last, unknown == 1)
 		}
 		return nil, false, heldError(name)
+	case fence == 3:
+		// An attached lease's mark (queries.sql, acquire), which
+		// acquire_attached never answers: the engine sends it in its
+		// place. Held, to be safe: nothing was written.
+		return nil, false, heldError(name)
 	case fence <= 2:
 		// The lease row's mark came through: the fence row was missing
 		// while the lease was ours, which only a hand-made change can do.
@@ -326,7 +331,7 @@ func (a *acquireCall) retireIn(list orphanList, key string, last time.Time, once
 // the system's random source fail, the call has no token, and its next
 // attempt fails before anything is sent.
 func (a *acquireCall) renew() {
-	token, err := newToken()
+	token, err := a.c.renewals.token(a.ttl)
 	if err != nil {
 		a.token, a.tokenErr = "", fmt.Errorf("sqllock: token: %w", err)
 		return

@@ -496,7 +496,7 @@ func TestClient_TryAcquire_result(t *testing.T) {
 	}{
 		{"new rows", 1_700_000_000_000_000, 2, nil, ""},
 		{"taken over", 1_700_000_000_000_001, 4, nil, ""},
-		{"small fence", 3, 1, nil, ""},
+		{"small fence", 4, 1, nil, ""},
 		{"held, 0 rows", 0, 0, ErrNotAcquired, ""},
 		{"held, 1 row (clientFoundRows)", 0, 1, ErrNotAcquired, ""},
 		{"held, 2 rows", 0, 2, ErrNotAcquired, ""},

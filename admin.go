@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqllock/sqllock/internal/engine"
+	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
 // Info describes the lease on one name as the server sees it.
@@ -150,7 +151,7 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 		prevOwner string // its owner
 	)
 	for range forceReleaseAttempts {
-		info, owner, err := c.lease(ctx, row)
+		info, owner, attached, err := c.lease(ctx, row)
 		if err != nil {
 			return Info{}, c.serverError(op, err)
 		}
@@ -169,7 +170,17 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 			return info, nil
 		}
 		x := engine.Send{Stmt: qRelease, Args: []any{row, owner}}
-		if delay != 0 {
+		if info.Held && !c.eng.Forms().OneRow {
+			// Not an attached lease (queries.sql), which may have been
+			// attached since the read.
+			h := sqltext.Hex
+			x = engine.Send{Stmt: engine.Text, Label: "force_release", Name: row,
+				Text: c.eng.Forms().Text().Set("force_release", h(row), h(owner))}
+		}
+		if delay != 0 || attached && info.Held {
+			// An attached lease ends by lock_delay even with no delay,
+			// which counts the change in its session: a delete would
+			// not, and its holder would not be told.
 			x = engine.Send{Stmt: qLockDelay, Args: []any{delayArg(delay), delayOwner, delayHolder(info.Holder, owner), row, owner}}
 		}
 		res, unknown, err := c.eng.Exec(ctx, x)
@@ -183,10 +194,18 @@ func (c *Client) forceRelease(ctx context.Context, row, key, label string) (Info
 		if err != nil {
 			return Info{}, errorf("%s: %w", op, err)
 		}
-		if n != 1 {
+		if n == 0 {
 			continue // released or taken over since the read: look again
 		}
 		if delay == 0 {
+			if x.Stmt == qLockDelay {
+				// An attached lease, ended by lock_delay with no delay:
+				// its row, the lock-delay's now and already over, is
+				// deleted, as force_release deletes an unattached one,
+				// so that both leave the table alike. Should this fail,
+				// the row left blocks nobody.
+				_, _, _ = c.eng.Exec(ctx, engine.Send{Stmt: qRelease, Args: []any{row, delayOwner}})
+			}
 			// A waiter in this Client may take the name (or slot) now.
 			c.wait.Kick(key)
 			return info, nil
@@ -288,29 +307,30 @@ func delayHolder(holder, owner string) string {
 	return h
 }
 
-// lease reads the lease row of name with its owner token; owner is empty
-// when there is no lease row.
-func (c *Client) lease(ctx context.Context, name string) (info Info, owner string, err error) {
+// lease reads the lease row of name with its owner token, and whether it
+// is attached: it ends with its holder's session (queries.sql); owner is
+// empty when there is no lease row.
+func (c *Client) lease(ctx context.Context, name string) (info Info, owner string, attached bool, err error) {
 	st, err := c.eng.Stmt(ctx, qLease)
 	if err != nil {
-		return Info{}, "", err
+		return Info{}, "", false, err
 	}
 	var (
 		ownerB []byte
 		us     sql.NullInt64
 	)
 	info.Name = name
-	err = st.QueryRowContext(ctx, name).Scan(&ownerB, &info.Holder, &info.Fence, &info.Held, &us)
+	err = st.QueryRowContext(ctx, name).Scan(&ownerB, &info.Holder, &info.Fence, &info.Held, &us, &attached)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return Info{}, "", nil
+		return Info{}, "", false, nil
 	case err != nil:
-		return Info{}, "", err
+		return Info{}, "", false, err
 	}
 	if info.Held {
 		info.TTL = time.Duration(us.Int64) * time.Microsecond
 	}
-	return info, string(ownerB), nil
+	return info, string(ownerB), attached, nil
 }
 
 // ResetOnce deletes the completion record [Client.Once] wrote for name, so

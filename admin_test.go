@@ -11,6 +11,7 @@ import (
 
 	"github.com/DATA-DOG/go-sqlmock"
 	"github.com/go-sql-driver/mysql"
+	"github.com/sqllock/sqllock/internal/sqltext"
 	"github.com/sqllock/sqllock/sqllocktest"
 )
 
@@ -126,11 +127,14 @@ func TestClient_ResetOnce(t *testing.T) {
 func TestClient_ForceRelease_lostReply(t *testing.T) {
 	e := newMockEnv(t, WithLockDelay(0))
 	ctx := context.Background()
-	cols := []string{"owner", "holder", "fence", "live", "us"}
+	cols := []string{"owner", "holder", "fence", "live", "us", "attached"}
 	e.expectPrepare("lease")
 	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").
-		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte("tok"), "x:1", 77, true, 5_000_000))
-	e.expectExec("release", []driver.Value{"n", "tok"}, errReply(mysql.ErrInvalidConn), okReply(0, 0))
+		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte("tok"), "x:1", 77, true, 5_000_000, false))
+	// A live lease, not attached: force_release, sent as text.
+	text := withTable(sqltext.Bind(queries["force_release"], sqltext.Hex("n"), sqltext.Hex("tok")), e.table)
+	e.mock.ExpectExec(text).WillReturnError(mysql.ErrInvalidConn)
+	e.mock.ExpectExec(text).WillReturnResult(sqlmock.NewResult(0, 0))
 	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").WillReturnRows(sqlmock.NewRows(cols))
 	got, err := e.c.ForceRelease(ctx, "n")
 	if err != nil || got.Holder != "x:1" || got.Fence != 77 || !got.Held {
@@ -367,14 +371,14 @@ func TestClient_ForceRelease_evictedMinHoldRelease(t *testing.T) {
 func TestClient_ForceRelease_takenOverBetween(t *testing.T) {
 	e := newMockEnv(t)
 	ctx := context.Background()
-	cols := []string{"owner", "holder", "fence", "live", "us"}
+	cols := []string{"owner", "holder", "fence", "live", "us", "attached"}
 	tok, tok2 := strings.Repeat("a1", tokenBytes), strings.Repeat("b2", tokenBytes)
 	e.expectPrepare("lease")
 	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").
-		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte(tok), "x:1", 77, true, 5_000_000))
+		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte(tok), "x:1", 77, true, 5_000_000, false))
 	e.expectExec("lock_delay", []driver.Value{nil, sqlmock.AnyArg(), "lock-delay after a forced release of x:1", "n", tok}, okReply(0, 0))
 	e.mock.ExpectQuery(e.sql("lease")).WithArgs("n").
-		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte(tok2), "y:2", 78, true, 9_000_000))
+		WillReturnRows(sqlmock.NewRows(cols).AddRow([]byte(tok2), "y:2", 78, true, 9_000_000, false))
 	e.expectExec("lock_delay", []driver.Value{nil, sqlmock.AnyArg(), "lock-delay after a forced release of y:2", "n", tok2}, okReply(3_000_000, 1))
 	got, err := e.c.ForceRelease(ctx, "n")
 	if err != nil || got.Holder != "y:2" || got.Fence != 78 || !got.Held || got.LockDelay != 3*time.Second {

@@ -433,7 +433,11 @@ func TestClient_mark_keptByEveryChange(t *testing.T) {
 	c.markProven()
 	wg.Wait()
 	f := c.eng.Forms()
-	if !f.Chosen || !f.LockWait || !f.Checked || !f.Proven || f.Later != [engine.NumLater]bool{true, true, true} {
+	var every [engine.NumLater]bool
+	for i := range every {
+		every[i] = true
+	}
+	if !f.Chosen || !f.LockWait || !f.Checked || !f.Proven || f.Later != every {
 		t.Errorf("after every mark and the choice: chosen %v (MariaDB's %v), checked %v, proven %v, later %v; want all",
 			f.Chosen, f.LockWait, f.Checked, f.Proven, f.Later)
 	}

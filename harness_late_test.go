@@ -20,6 +20,7 @@ const (
 	lose                       // run it, then lose the reply (invalid connection)
 	hold                       // run nothing now, lose the reply, run it when told (late)
 	loseSlow                   // run it, then lose the reply after a pause (a slow network)
+	refuse                     // run nothing, and answer as a deadlock would (1213)
 )
 
 // slowPause is how long loseSlow waits before it loses the reply.
@@ -175,6 +176,9 @@ func (s *lateStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (d
 	switch act {
 	case hold:
 		return nil, mysql.ErrInvalidConn
+	case refuse:
+		return nil, &mysql.MySQLError{Number: 1213, SQLState: [5]byte{'4', '0', '0', '0', '1'},
+			Message: "Deadlock found when trying to get lock; try restarting transaction"}
 	case lose, loseSlow:
 		if _, err := s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args); err != nil {
 			return nil, err

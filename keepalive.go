@@ -43,9 +43,10 @@ type keepAlive struct {
 	// leases a fifth of the Client's CPU).
 	deadT *time.Timer
 
-	stopCause error // why stop was closed; set before closing it
-	cause     error // why the contexts ended; nil while they run
-	lastErr   error // of the last renewal, if it failed; nil after a success
+	stopCause error  // why stop was closed; set before closing it
+	cause     error  // why the contexts ended; nil while they run
+	lastErr   error  // of the last renewal, if it failed; nil after a success
+	detached  uint64 // refreshes of the lease sent since it started (session.go)
 	cancels   []context.CancelCauseFunc
 }
 
@@ -283,6 +284,7 @@ func (l *Lock) lose(ka *keepAlive, cause error) {
 	l.endLocked(ka, cause)
 	cause = ka.cause
 	l.mu.Unlock()
+	l.c.renewals.lost(l)
 	l.logLost(cause)
 	l.holdEnded(observe.HoldLost, cause)
 	l.c.held.remove(l)

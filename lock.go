@@ -234,6 +234,7 @@ func (l *Lock) sendRefresh(ctx context.Context, until time.Time, ttl time.Durati
 
 // refresh sends qRefresh for the lease row l.name.
 func (nameKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
+	l.detach() // the refresh detaches the lease from its session
 	name, token := l.keyArgs()
 	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: qRefresh, Until: until, Args: []any{ttl.Microseconds(), name, token}})
 	if err != nil {
@@ -435,9 +436,9 @@ func minTime(a, b time.Time) time.Time {
 // lease row, keeping it locked until tx ends: no takeover of the name can
 // commit before tx does, so writes made in tx after a successful Check are
 // fenced by the lease. It returns an error wrapping [ErrNotHeld] when the
-// lease is not ours or has expired; tx stays the caller's. Keep tx short: the
-// renewals of the Client's leases (one statement for thousands) and acquires
-// of the name wait for it (docs/usage.md#fencing-writes-in-the-same-database-lockcheck),
+// lease is not ours or has expired (one kept by the Client's session: not
+// ours). tx stays the caller's. Keep it short: renewals of the lease's own row
+// and acquires of the name wait for it (docs/usage.md#fencing-writes-in-the-same-database-lockcheck),
 // and once the lease has been over for 500 ms an acquire of the name may end
 // tx, idle, by KILL of its connection, rolling its writes back (a holder
 // frozen inside Lock.Check: docs/guarantees.md).

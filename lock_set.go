@@ -76,6 +76,7 @@ func (h setKind) kick(l *Lock) {
 // owner holds, that expired or that is gone fails the statement with 1690
 // (queries.sql, all_refresh), which undoes it.
 func (h setKind) refresh(ctx context.Context, l *Lock, until time.Time, ttl time.Duration) (ok bool, err error) {
+	l.detach() // the refresh detaches the set's leases from their session
 	s := h.set
 	q := l.c.eng.SetRefresh(s.Set, ttl)
 	res, _, err := l.c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "all_refresh", Name: s.label, Text: q, Until: until})

@@ -87,9 +87,9 @@ func TestQueries_statementBinlogSafe(t *testing.T) {
 
 func TestSplitQueries_names(t *testing.T) {
 	got := slices.Sorted(maps.Keys(queries))
-	want := []string{"acquire", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "frozen_blocker_mariadb", "frozen_blocker_mysql", "frozen_kill", "frozen_lease", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least", "renew_found", "renew_many", "renew_many_mariadb",
-		"server_mariadb", "server_mysql", "server_mysql_plain", "slot_acquire", "slot_list", "slot_release",
-		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_lock_delay", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
+	want := []string{"acquire", "acquire_attached", "all_acquire", "all_acquire_fence", "all_acquire_fence_first", "all_acquire_fence_write", "all_acquire_lease", "all_check", "all_fences", "all_refresh", "all_release", "all_release_at_least", "carries", "check", "first_use", "force_release", "frozen_blocker_mariadb", "frozen_blocker_mysql", "frozen_kill", "frozen_lease", "inspect", "lease", "list", "lock_delay", "lock_wait_mariadb", "look", "once_done", "once_record", "once_reset", "proof_clear", "proof_engine", "proof_overflow", "refresh", "release", "release_at_least", "renew_found", "renew_many", "renew_many_mariadb",
+		"server_mariadb", "server_mysql", "server_mysql_plain", "session_attach", "session_close", "session_detach", "session_found", "session_open", "session_renew", "slot_acquire", "slot_list", "slot_release",
+		"tidb_acquire", "tidb_all_acquire", "tidb_all_acquire_row", "tidb_all_refresh", "tidb_all_release", "tidb_inspect", "tidb_lease", "tidb_list", "tidb_lock_delay", "tidb_look", "tidb_once_record", "tidb_refresh", "tidb_release", "tidb_release_at_least",
 		"wake_probe", "wake_release", "wake_wait"}
 	if !slices.Equal(got, want) {
 		t.Errorf("names in queries.sql: got %v, want %v", got, want)
@@ -108,18 +108,19 @@ func TestSplitQueries_names(t *testing.T) {
 
 func TestSplitQueries_statements(t *testing.T) {
 	// Placeholders per statement: the argument lists the Client sends.
-	wantArgs := map[string]int{"acquire": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
+	wantArgs := map[string]int{"acquire": 9, "acquire_attached": 9, "refresh": 3, "release": 2, "inspect": 1, "first_use": 0, "carries": 1,
 		"release_at_least": 3, "check": 2, "list": 0, "once_done": 1, "once_record": 2,
 		"lease": 1, "lock_delay": 5, "tidb_lock_delay": 5, "once_reset": 1, "proof_clear": 1, "proof_engine": 1, "proof_overflow": 1,
 		"server_mysql": 0, "server_mysql_plain": 0, "server_mariadb": 0, "look": 1, "wake_wait": 3, "wake_release": 1, "wake_probe": 1,
 		"frozen_lease": 1, "frozen_blocker_mariadb": 3, "frozen_blocker_mysql": 3, "frozen_kill": 1,
 		"slot_acquire": 21, "slot_release": 3, "slot_list": 2,
 		"tidb_acquire": engine.OneRowAcquireArgs, "tidb_refresh": 3, "tidb_release": 2, "tidb_inspect": 1,
-		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1,
+		"tidb_release_at_least": 3, "tidb_list": 0, "tidb_once_record": 2, "tidb_lease": 1, "tidb_look": 1,
 		// Sets: literal holes, which the Go side fills (acquire_set.go).
 		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,
 		"all_acquire_fence_write": 1, "all_refresh": 3, "renew_many": 3, "renew_found": 2, "all_release": 2, "all_release_at_least": 3,
-		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
+		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1,
+		"force_release": 2, "session_open": 4, "session_renew": 3, "session_attach": 4, "session_found": 2, "session_detach": 2, "session_close": 2, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {

@@ -46,6 +46,15 @@ type renewals struct {
 	shrunk  bool // said in the log
 	classes map[time.Duration]*renewClass
 	owning  chan struct{} // the places of renewals on their own (ownParallel)
+	// sessions are the Client's sessions, by ttl; sessOff: the server
+	// refused one, and every lease renews with renew_many (session.go).
+	sessions map[time.Duration]*session
+	sessOff  bool
+	sessSaid bool // noSessions said so
+	// closed: Close deletes the sessions' rows, and no session opens from
+	// then on; opening counts the session_open statements under way.
+	closed  bool
+	opening int
 }
 
 // own runs refresh, a keep-alive's renewal on its own, in one of the
@@ -72,6 +81,10 @@ type renewClass struct {
 	ttl     time.Duration
 	members map[*Lock]*renewReq
 	ticking bool // a goroutine runs its rounds
+	// lost are the members whose keep-alives ended lost while their
+	// leases may have been attached: the next round detaches them
+	// (session.go, detachLost).
+	lost []*renewReq
 }
 
 // A renewReq is one keep-alive in the shared renewal, made when it joins
@@ -82,6 +95,11 @@ type renewReq struct {
 	lits  []engine.RenewLit // its lease rows (lockKind.rows), rendered once
 	alone chan error        // where it is told to renew on its own
 	asked time.Time         // the Lock's ValidUntil when the round began
+	// extended: this round's renew_many extended the lease. attached: a
+	// round attached it to its session, when the Lock's detachGen was gen
+	// (session.go).
+	extended, attached bool
+	gen                uint64
 }
 
 // renewDelay is how long until a keep-alive that renews every interval
@@ -106,10 +124,8 @@ func (r *renewals) isOff() bool {
 // the channel on which it is told to renew on its own (nil: the
 // statement extended fewer leases than it carried; else its error).
 func (r *renewals) join(c *Client, l *Lock) <-chan error {
-	q := &renewReq{l: l, alone: make(chan error, 1)}
-	for _, n := range l.kind.rows(l) {
-		q.lits = append(q.lits, engine.NewRenewLit(n, l.token))
-	}
+	q := newRenewReq(l)
+	q.alone = make(chan error, 1)
 	r.mu.Lock()
 	if r.classes == nil {
 		r.classes = map[time.Duration]*renewClass{}
@@ -127,6 +143,15 @@ func (r *renewals) join(c *Client, l *Lock) <-chan error {
 		go r.rounds(c, cl)
 	}
 	return q.alone
+}
+
+// newRenewReq returns the renewReq of l's lease rows.
+func newRenewReq(l *Lock) *renewReq {
+	q := &renewReq{l: l}
+	for _, n := range l.kind.rows(l) {
+		q.lits = append(q.lits, engine.NewRenewLit(n, l.token))
+	}
+	return q
 }
 
 // leave takes l's keep-alive out of the shared renewal.
@@ -159,13 +184,22 @@ func (r *renewals) rounds(c *Client, cl *renewClass) {
 			due = append(due, q)
 		}
 		if len(due) == 0 {
-			cl.ticking = false
+			// Closing the session ends the leases of lost too.
+			cl.ticking, cl.lost = false, nil
+			s := r.sessions[cl.ttl]
+			delete(r.sessions, cl.ttl) // leases acquired from now on get a new one
 			r.mu.Unlock()
+			r.closeSession(c, s)
 			return
 		}
+		lost := cl.lost
+		cl.lost = nil
 		r.mu.Unlock()
 		began := time.Now()
 		r.round(c, cl.ttl, due)
+		// After the round, whose renewals have deadlines: a lease that
+		// ended lost is its holder's no more, whenever it is detached.
+		r.detachLost(c, cl.ttl, lost)
 		next := renewDelay(interval)
 		if time.Since(began) >= interval {
 			// The round ran past the next instant (many leases on a busy
@@ -198,7 +232,20 @@ func (r *renewals) round(c *Client, ttl time.Duration, due []*renewReq) {
 	// thousand leases on a busy server) renews last those with the most
 	// time left.
 	slices.SortFunc(live, func(a, b *renewReq) int { return a.asked.Compare(b.asked) })
-	r.fit(c, ttl, r.sendAll(c, ttl, renewStatements(live, r.limits(c))))
+	// Those attached to the session are kept by its renewal (session.go);
+	// the rest go to renew_many first.
+	var kept, rest []*renewReq
+	for _, q := range live {
+		q.extended = false
+		if q.kept() {
+			kept = append(kept, q)
+		} else {
+			q.attached = false
+			rest = append(rest, q)
+		}
+	}
+	r.fit(c, ttl, r.sendAll(c, ttl, renewStatements(rest, r.limits(c))))
+	r.sessionRound(c, ttl, kept, rest)
 }
 
 // sendAll sends the statements stmts of a round, roundParallel at a time,
@@ -257,15 +304,8 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 		lits = append(lits, q.lits...)
 		until = minTime(until, q.asked)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout(ttl))
+	ctx, cancel := c.roundContext(ttl)
 	defer cancel()
-	go func() {
-		select {
-		case <-c.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	sent := time.Now()
 	res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "renew_many",
 		Name: strconv.Itoa(len(lits)) + " leases", Text: c.eng.RenewMany(ttl, lits), Until: until})
@@ -310,12 +350,27 @@ func (r *renewals) send(c *Client, ttl time.Duration, st renewStmt) renewAnswer 
 		case err != nil:
 			tell(q.alone, err)
 		case found == nil || q.allFound(found):
+			q.extended = true
 			q.l.sharedRenewed(sent, q.asked, n)
 		default:
 			tell(q.alone, nil)
 		}
 	}
 	return answer
+}
+
+// roundContext returns the context of a statement of a round of ttl: it
+// ends after renewTimeout, or when the Client closes.
+func (c *Client) roundContext(ttl time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout(ttl))
+	go func() {
+		select {
+		case <-c.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // allFound reports whether every lease row of q is in found (renew_found's
@@ -355,11 +410,16 @@ func (l *Lock) sharedRenewed(sent, asked time.Time, n int) {
 // refused its statement with err: each lease renews on its own from then
 // on. Said once, in the log.
 func (r *renewals) turnOff(c *Client, err error) {
-	r.mu.Lock()
-	was := r.off
-	r.off = true
-	r.mu.Unlock()
-	if !was {
+	if !r.setOnce(&r.off) {
 		c.log.Warn("sqllock: the server refused the shared renewal of leases; each lease renews on its own from now on", "err", err)
 	}
+}
+
+// setOnce sets the flag of r that flag points to, under r.mu, and reports
+// whether it was set already.
+func (r *renewals) setOnce(flag *bool) (was bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	was, *flag = *flag, true
+	return was
 }

@@ -43,9 +43,9 @@ func TestSlotCall_retrySameToken_holdsOne(t *testing.T) {
 			for i := 1; i <= 3; i++ {
 				var owner, holder string
 				var fence uint64
-				var isLive bool
+				var isLive, attached bool
 				var left int64
-				err := e.db.QueryRowContext(ctx, c.eng.Forms().SQL[qLease], slotName("r", i)).Scan(&owner, &holder, &fence, &isLive, &left)
+				err := e.db.QueryRowContext(ctx, c.eng.Forms().SQL[qLease], slotName("r", i)).Scan(&owner, &holder, &fence, &isLive, &left, &attached)
 				switch {
 				case err == sql.ErrNoRows:
 				case err != nil:

@@ -174,6 +174,7 @@ func (c *Client) Close() error {
 	// The statements stay open until the leases are released.
 	err := c.releaseHeld(ctx)
 	c.releaseOrphans(ctx)
+	c.renewals.closeSessions(ctx, c)
 	c.wait.Close(ctx)
 	c.eng.Close(ctx)
 	c.closeErr = err

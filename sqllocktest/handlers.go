@@ -16,9 +16,13 @@ import (
 // reading the SQL; queries.sql says why each statement is as it is.
 
 var handlers = map[string]*handler{
-	"acquire":                {needsTable: true, writes: true, guardFirst: true, locks: refsOf(0, "LF"), run: acquire},
+	"acquire": {needsTable: true, writes: true, guardFirst: true, locks: refsOf(0, "LF"), run: acquire},
+	// acquire_attached is acquire where acquire found an attached lease
+	// (queries.sql), which the fake never has: it answers as acquire.
+	"acquire_attached":       {needsTable: true, writes: true, guardFirst: true, locks: refsOf(0, "LF"), run: acquire},
 	"refresh":                {needsTable: true, writes: true, locks: refsOf(1, "L"), run: refresh},
 	"release":                {needsTable: true, writes: true, locks: refsOf(0, "L"), run: release},
+	"force_release":          {needsTable: true, writes: true, locks: litRefs(0, 1), run: forceRelease},
 	"release_at_least":       {needsTable: true, writes: true, locks: refsOf(1, "L"), run: releaseAtLeast},
 	"check":                  {needsTable: true, writes: true, locks: refsOf(0, "L"), run: check},
 	"inspect":                {needsTable: true, run: inspect},
@@ -276,6 +280,28 @@ func release(x *call) (*outcome, error) {
 	return &outcome{affected: 1}, nil
 }
 
+// force_release: literals name, token, as release's arguments: the fake
+// attaches no lease (queries.sql), so it is release.
+func forceRelease(x *call) (*outcome, error) {
+	if len(x.p.lits) != 2 {
+		return nil, errSyntax(x.p.t.name)
+	}
+	x.args = []driver.Value{x.p.lits[0], x.p.lits[1]}
+	return release(x)
+}
+
+// litRefs returns the lease rows named by the literals from first up to
+// end (exclusive) of a statement sent as text.
+func litRefs(first, end int) func(x *call) []rowRef {
+	return func(x *call) []rowRef {
+		var refs []rowRef
+		for i := first; i < end && i < len(x.p.lits); i++ {
+			refs = append(refs, x.ref(x.p.lits[i], 'L'))
+		}
+		return refs
+	}
+}
+
 // check: args name, token; sent inside the user's transaction.
 func check(x *call) (*outcome, error) {
 	a, err := x.strs(0, 1)
@@ -373,18 +399,20 @@ func (x *call) fenceOf(name string) uint64 {
 
 func isDigit(b byte) bool { return '0' <= b && b <= '9' }
 
-// lease: args name. The lease row, live or not, with its fence.
+// lease: args name. The lease row, live or not, with its fence, and
+// whether it is attached to a session: never here, where no statement
+// attaches one (queries.sql).
 func lease(x *call) (*outcome, error) {
 	name, err := x.str(0)
 	if err != nil {
 		return nil, err
 	}
-	out := &outcome{cols: []string{"owner", "holder", "fence", "live", "left_us"}}
+	out := &outcome{cols: []string{"owner", "holder", "fence", "live", "left_us", "attached"}}
 	l := x.s.read(x.c, x.ref(name, 'L'))
 	if l == nil {
 		return out, nil
 	}
-	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(x.fenceOf(name)), boolValue(l.expires > x.now), l.expires - x.now})
+	out.rows = append(out.rows, []driver.Value{[]byte(l.owner), []byte(l.holder), fenceValue(x.fenceOf(name)), boolValue(l.expires > x.now), l.expires - x.now, boolValue(false)})
 	return out, nil
 }
 

@@ -7,6 +7,37 @@
 -- growing across release and re-acquire. Once adds a third, its completion
 -- record ('D'); no other statement reads or writes it.
 --
+-- A lease row may end with its holder's session instead of by its own
+-- expiry. Such a lease is attached: its expires_at is
+-- '9999-12-31 23:59:59.999999', the greatest DATETIME(6), and it lasts
+-- while its session lasts: the row of kind 'S' whose name is the first 16
+-- characters of the lease's owner, by that row's expires_at; with no such
+-- row it has ended. A session row's fence counts the changes others made to
+-- its leases (lock_delay). Every statement here that decides whether
+-- another owner's lease lives, or shows how long it lasts, reads an
+-- attached lease so: the lease's end is
+--   IF(l.expires_at = '9999-12-31 23:59:59.999999',
+--      COALESCE((SELECT s.expires_at FROM `sqllock` AS s
+--                WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'),
+--      l.expires_at)
+-- (in an upsert's update, l is the table's own name: its owner, not the
+-- session row's). The IF reads the session row only for an attached lease,
+-- and is NULL where the lease is (a LEFT JOIN that found none).
+-- A reader that knows nothing of sessions (a release of sqllock before
+-- this one; TiDB's and Vitess's one-row forms, which the Client never
+-- attaches) finds an attached lease live for ever: it never takes one
+-- early, and waits longer than it need for the names of a holder that
+-- died. Of the holder's own statements, refresh reads the session and
+-- detaches the lease; renew_many and renew_found pass an attached lease
+-- by; check and release need no expiry (check passes an attached lease
+-- while its owner is the token: its write holds off any takeover until
+-- the transaction ends). A set's leases are attached as a name's is: its
+-- all_refresh reads the session and detaches them, all_check passes them
+-- by their owner, as check, and its releases need no expiry. A semaphore's
+-- slots are never attached (their tokens name no session), and its own
+-- statements read none. A Client writes its sessions
+-- and attaches its leases with the statements under Sessions, below.
+--
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
 -- statement and does not depend on the session time_zone.
 --
@@ -72,7 +103,7 @@
 -- name: acquire
 -- Args: name, token, holder, ttl µs, name; then token, holder, token, ttl µs.
 -- Insert id: the fence when acquired, 0 when another owner's live lease
--- stands.
+-- stands, 3 when the lease is attached (then acquire_attached decides).
 --
 -- The two rows are written in order, each under its row lock until commit:
 -- 1. The lease row sets the mark: 1 when it is inserted (the VALUES part) or
@@ -88,6 +119,14 @@
 --    whatever the clock says; the clock only seeds a name's first fence and
 --    keeps fences readable as times. When the mark is 2 it reports the fence
 --    unchanged; when 0 it changes nothing, so a refused attempt writes nothing.
+-- An attached lease (the top of this file), whoever's, sets the mark 3 and
+-- nothing is written: the insert id is 3, and the Client sends
+-- acquire_attached, which reads the session and decides. This statement
+-- reads no session, so it opens the table once: a subquery on it, even
+-- one never evaluated, costs every acquire a second open of the table
+-- (docs/performance.md, holding many leases). The
+-- fence row's update takes a new fence only when the mark is above 3 (the
+-- clock its VALUES part set).
 -- The expiry never moves earlier (GREATEST; the lease row taken was expired,
 -- so there it is now + ttl): a send of the Lock's own acquire that runs late,
 -- after the Lock's Refresh lengthened the lease, finds the lease ours and
@@ -104,13 +143,50 @@ VALUES
 ON DUPLICATE KEY UPDATE
   -- Lease row: the mark (its fence column stays 0). Fence row: the fence.
   fence = IF(kind = 'L',
-             LAST_INSERT_ID(IF(owner = ?, 2, IF(expires_at <= UTC_TIMESTAMP(6), 1, 0)) + fence) * 0,
+             LAST_INSERT_ID(IF(expires_at = '9999-12-31 23:59:59.999999', 3, IF(owner = ?, 2, IF(expires_at <= UTC_TIMESTAMP(6), 1, 0))) + fence) * 0,
+             IF(LAST_INSERT_ID() = 2, LAST_INSERT_ID(fence),
+                IF(LAST_INSERT_ID() > 3, LAST_INSERT_ID(GREATEST(fence + 1, LAST_INSERT_ID())), fence))),
+  acquired_at = IF(kind = 'L' AND LAST_INSERT_ID() = 1, UTC_TIMESTAMP(6), acquired_at),
+  holder = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), ?, holder),
+  owner = IF(kind = 'L' AND LAST_INSERT_ID() = 1, ?, owner),
+  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), expires_at);
+
+-- name: acquire_attached
+-- acquire, sent with the same arguments where acquire answered 3: the lease
+-- row is attached, and this reads its session. Insert id as acquire's, never
+-- 3. The rest of acquire's reasoning holds as it is written there.
+--
+-- A lease is live until its end (the top of this file), which for an
+-- attached lease is its session's: the mark reads it, and a lease row taken
+-- whose own expiry says 9999 gets now + ttl, not that.
+-- The expiry of a lease that was ours and live never moves earlier
+-- (GREATEST; a lease row taken had ended, so there it is now + ttl): a send
+-- of the Lock's own acquire that runs late, after the Lock's Refresh
+-- lengthened the lease, finds the lease ours and must not end it before the
+-- Lock's ValidUntil (acquire.go, rule 3). expires_at is assigned last and
+-- reads the mark and the owner only where the mark says the owner is
+-- unchanged (2), so both orders agree.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES
+  (?, 'L', ?, ?, LAST_INSERT_ID(1) * 0
+     + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+  (?, 'F', '', '',
+   IF(LAST_INSERT_ID() = 1, LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))), 0),
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+  -- Lease row: the mark (its fence column stays 0). Fence row: the fence.
+  fence = IF(kind = 'L',
+             LAST_INSERT_ID(IF(owner = ?, 2, IF(IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) <= UTC_TIMESTAMP(6), 1, 0)) + fence) * 0,
              IF(LAST_INSERT_ID() = 2, LAST_INSERT_ID(fence),
                 IF(LAST_INSERT_ID() > 2, LAST_INSERT_ID(GREATEST(fence + 1, LAST_INSERT_ID())), fence))),
   acquired_at = IF(kind = 'L' AND LAST_INSERT_ID() = 1, UTC_TIMESTAMP(6), acquired_at),
   holder = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), ?, holder),
   owner = IF(kind = 'L' AND LAST_INSERT_ID() = 1, ?, owner),
-  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2), GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), expires_at);
+  expires_at = IF(kind = 'L' AND LAST_INSERT_ID() IN (1, 2),
+                   GREATEST(IF(LAST_INSERT_ID() = 2 AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6), expires_at, '1000-01-01'),
+                            UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                   expires_at);
 
 -- The acquire's bound on waiting for the lease row, on MariaDB, which takes
 -- a per-statement setting: put before the acquire. The row waits only behind
@@ -134,18 +210,42 @@ SET STATEMENT innodb_lock_wait_timeout = 1 FOR
 -- is later: it never moves earlier (GREATEST, as in acquire), so a send of
 -- the Lock's refresh that runs late, after a longer Refresh, cannot end the
 -- lease before the Lock's ValidUntil.
-UPDATE `sqllock`
-SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-    fence = LAST_INSERT_ID(fence + 1) * 0
-WHERE name = ? AND kind = 'L' AND owner = ?
-  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
-  AND expires_at > UTC_TIMESTAMP(6);
+-- The lease is live until its end (the top of this file): an attached
+-- lease while its session lasts. Refreshed, an attached lease is detached:
+-- its own expiry becomes the later of its session's end and now + ttl, so
+-- it never ends earlier than it would have, and from then on it lasts by
+-- that expiry alone. The session row is joined only for an attached lease,
+-- and read, not written (an UPDATE may not read its own table in a
+-- subquery on MySQL, 1093: hence the join). The lease row's lock orders
+-- the refresh with a takeover, which writes that row too. The guard is the
+-- IF's condition, so that it is tested before the lease's end, for the row
+-- of name and token, whichever order the server tests the join's
+-- conditions in (MariaDB tests the end first when they are apart).
+UPDATE `sqllock` AS l
+LEFT JOIN `sqllock` AS s ON l.expires_at = '9999-12-31 23:59:59.999999' AND s.name = LEFT(l.owner, 16) AND s.kind = 'S'
+SET l.expires_at = GREATEST(IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at),
+                            UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    l.fence = LAST_INSERT_ID(l.fence + 1) * 0
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?
+  AND IF((18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0,
+         IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at),
+         NULL) > UTC_TIMESTAMP(6);
 
 -- name: release
 -- Args: name, token. Affected rows: 1 when the row was ours, 0 when not (a
 -- DELETE counts the same with or without clientFoundRows). An expired lease
 -- that nobody took over is still ours to release. The fence row stays.
 DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
+
+-- name: force_release
+-- Holes: name, token. ForceRelease's release of a live lease with no
+-- lock-delay (WithLockDelay(0)), sent as text with literals: release, but
+-- not of an attached lease, which ForceRelease ends through lock_delay, so
+-- that its session counts the change (the top of this file). The lease it
+-- read may have been attached since; then this deletes nothing, and
+-- ForceRelease reads it again. Affected rows, as release's. The one-row
+-- forms attach nothing: there ForceRelease sends release.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at <> '9999-12-31 23:59:59.999999';
 
 -- name: inspect
 -- Args: name. No row when the name was never taken; the lease columns are
@@ -155,9 +255,10 @@ DELETE FROM `sqllock` WHERE name = ? AND kind = 'L' AND owner = ?;
 -- the Client warns of (observe.go). The last says whether the lease is what a
 -- release with a minimum hold left (release_at_least): its owner is then a
 -- token's released form, 24 characters, which neither a token (32) nor a
--- lock-delay's owner (31, admin.go) is.
-SELECT l.holder, f.fence, l.expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+-- lock-delay's owner (31, admin.go) is. Live and the lease left are by the
+-- lease's end (the top of this file).
+SELECT l.holder, f.fence, IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at) > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at)),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at),
        LENGTH(l.owner) = 24
 FROM `sqllock` AS f
@@ -301,7 +402,12 @@ WHERE name = ? AND kind = 'L' AND ? IN (owner, IF(LENGTH(owner) = 24, LOWER(HEX(
 -- decision reads (WithMinHold's release moves by 1 µs at most). A row that
 -- changes counts as affected with and without clientFoundRows, so the answer
 -- does not depend on the DSN. acquired_at is the only column assigned, so
--- both assignment orders agree.
+-- both assignment orders agree. An attached lease passes while it is the
+-- token's, whether or not its session lasts: reading the session row here
+-- would hold it under a shared lock (REPEATABLE READ, SERIALIZABLE) for as
+-- long as the user's transaction, and stall the renewal of every lease of
+-- the session; the row's own lock and the token say as much, as nobody
+-- takes a lease over without writing its row.
 UPDATE `sqllock`
 SET acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
@@ -315,14 +421,14 @@ WHERE name = ? AND kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6);
 -- semaphore's fence, in the fence row named without the two digits.
 -- It reads the whole table: kind is the second column of the primary key.
 SELECT l.name, l.holder, COALESCE(f.fence, 0),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at)),
        TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.acquired_at)
 FROM `sqllock` AS l
 LEFT JOIN `sqllock` AS f
   ON f.name = IF(SUBSTRING(l.name, -7, 5) = X'00736C6F74' AND SUBSTRING(l.name, -2, 1) BETWEEN '0' AND '9' AND SUBSTRING(l.name, -1) BETWEEN '0' AND '9',
                  LEFT(l.name, LENGTH(l.name) - 2), l.name)
  AND f.kind = 'F'
-WHERE l.kind = 'L' AND l.expires_at > UTC_TIMESTAMP(6)
+WHERE l.kind = 'L' AND IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at) > UTC_TIMESTAMP(6)
 ORDER BY l.name;
 
 -- name: once_done
@@ -358,9 +464,12 @@ FOR UPDATE;
 -- owner token and its name's fence: what Client.ForceRelease deletes (by
 -- that token, through release) or puts under a lock-delay (lock_delay), so
 -- a takeover between the two is never touched. A semaphore's slot has the
--- semaphore's fence, as in list.
-SELECT l.owner, l.holder, COALESCE(f.fence, 0), l.expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at)
+-- semaphore's fence, as in list. Live and the lease left are by the lease's
+-- end; the last column says whether it is attached, which ForceRelease ends
+-- through lock_delay even with no delay, so that its session counts it.
+SELECT l.owner, l.holder, COALESCE(f.fence, 0), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at) > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(l.owner, 16) AND s.kind = 'S'), '1000-01-01'), l.expires_at)),
+       l.expires_at = '9999-12-31 23:59:59.999999'
 FROM `sqllock` AS l
 LEFT JOIN `sqllock` AS f
   ON f.name = IF(SUBSTRING(l.name, -7, 5) = X'00736C6F74' AND SUBSTRING(l.name, -2, 1) BETWEEN '0' AND '9' AND SUBSTRING(l.name, -1) BETWEEN '0' AND '9',
@@ -379,23 +488,27 @@ WHERE l.name = ? AND l.kind = 'L';
 -- the evicted one's. The evicted holder's next renewal finds the lease not
 -- its own and stops its work. Affected rows: 1 when the lease was token's
 -- (the owner changes, so the row counts with and without clientFoundRows),
--- 0 when someone took it over or it was released. Insert id: the delay in
--- µs (0 when it is 0).
+-- 2 when it was also attached: its session row (joined only then) counts
+-- one more change by others in its fence, which tells the holder's Client
+-- to look for the lease it lost; 0 when someone took it over or it was
+-- released. Insert id: the delay in µs (0 when it is 0).
 --
 -- The default delay lasts until the evicted holder's next renewal has seen
 -- the loss and its work has had its safety margin to stop: R/3 + min(R/5,
 -- 6 s), R being what the lease had left, by the server's clock, at the
--- moment of the update (admin.go, defaultLockDelay, says why). expires_at
--- alone reads the old row (owner and holder are arguments), so both
--- assignment orders agree. It takes the name from everyone, as an acquire
+-- moment of the update, to its end (an attached lease's is its session's;
+-- admin.go, defaultLockDelay, says why). The lease's expires_at alone reads
+-- the old row (owner and holder are arguments; the join is made before any
+-- row is written), so both assignment orders agree. It takes the name from everyone, as an acquire
 -- does, so it carries the session guard.
-UPDATE `sqllock`
-SET expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
-      COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 3
-                  + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0) DIV 5, 6000000))
+UPDATE `sqllock` AS l
+LEFT JOIN `sqllock` AS s ON l.expires_at = '9999-12-31 23:59:59.999999' AND s.name = LEFT(l.owner, 16) AND s.kind = 'S'
+SET l.expires_at = UTC_TIMESTAMP(6) + INTERVAL LAST_INSERT_ID(
+      COALESCE(?, GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at)), 0) DIV 3
+                  + LEAST(GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at)), 0) DIV 5, 6000000))
       + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0) MICROSECOND,
-    owner = ?, holder = ?
-WHERE name = ? AND kind = 'L' AND owner = ?;
+    l.owner = ?, l.holder = ?, s.fence = s.fence + 1
+WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?;
 
 -- name: once_reset
 -- Args: name. Affected rows: 1 when Once's completion record was deleted, so
@@ -446,6 +559,15 @@ SELECT IS_USED_LOCK(CONCAT('sqllock:', LEFT(SHA2(CONCAT_WS(0x00, DATABASE(), 'sq
 -- two-row form always has an owner. Sent as text, never prepared, as
 -- wake_wait is: the list's length varies.
 SELECT name FROM `sqllock`
+WHERE kind = 'L' AND owner <> '' AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6) AND name IN (?);
+
+-- name: tidb_look
+-- look on the one-row forms (TiDB, Vitess), which read no session: their
+-- Clients attach no lease, and through Vitess's sharded keyspace vtgate
+-- refuses look's session read (VT12001: a subquery inside an expression).
+-- An attached lease, which a Client on the two-row forms may write to the
+-- same table, reads as live here, as in every one-row form.
+SELECT name FROM `sqllock`
 WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
 
 -- Sets: a Lock on several names (acquire_set.go), taken all or nothing.
@@ -458,7 +580,7 @@ WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (
 -- lease, list, inspect) see each name of a set as a lease of its own.
 
 -- name: all_acquire
--- Holes: the rows (below), then token, holder, token, ttl µs. Insert id:
+-- Holes: the rows (below), then token, holder, ttl µs, token. Insert id:
 -- 2F + 1, where F is the fence every name of the set now has.
 --
 -- All or nothing: a lease row held live by another owner makes the
@@ -487,22 +609,27 @@ WHERE kind = 'L' AND owner <> '' AND expires_at > UTC_TIMESTAMP(6) AND name IN (
 -- The ODKU part is shared by all rows: kind tells a lease row from a fence
 -- row, and the lowest bit of LAST_INSERT_ID() the first pass from the
 -- second. Only the fence assignment reads the old row (besides kind, which
--- no assignment changes, and expires_at, read by its own assignment only),
--- so both assignment orders agree. A lease row's expiry never moves earlier,
--- as in acquire: a row taken had expired; a row that was ours keeps a later
--- expiry a Refresh of the set gave it.
+-- no assignment changes, and expires_at, read with owner by its own
+-- assignment, which comes before owner's), so both assignment orders
+-- agree. A lease is live until its end, read as in acquire. A lease row's
+-- expiry never moves earlier, as in acquire: a row taken had ended, and
+-- gets now + ttl; a row that was ours and live keeps a later expiry a
+-- Refresh of the set gave it.
 INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
 VALUES ?
 ON DUPLICATE KEY UPDATE
   fence = IF(kind = 'L',
-             IF(owner = ? OR expires_at <= UTC_TIMESTAMP(6), fence, fence + 1 + 18446744073709551615),
+             IF(owner = ? OR IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) <= UTC_TIMESTAMP(6), fence, fence + 1 + 18446744073709551615),
              IF(LAST_INSERT_ID() & 1 = 0,
                 LAST_INSERT_ID(GREATEST(fence + 1, LAST_INSERT_ID() DIV 2) * 2) * 0 + fence,
                 LAST_INSERT_ID() DIV 2)),
   acquired_at = IF(kind = 'L', UTC_TIMESTAMP(6), acquired_at),
   holder = IF(kind = 'L', ?, holder),
-  owner = IF(kind = 'L', ?, owner),
-  expires_at = IF(kind = 'L', GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), expires_at);
+  expires_at = IF(kind = 'L',
+                  GREATEST(IF(IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6), expires_at, '1000-01-01'),
+                           UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                  expires_at),
+  owner = IF(kind = 'L', ?, owner);
 
 -- name: all_acquire_lease
 -- A lease row of all_acquire. Holes: name, token, holder, ttl µs.
@@ -547,13 +674,18 @@ ON DUPLICATE KEY UPDATE
 -- waits for an acquire of a shared name at their first shared lease row
 -- and never deadlocks with it. The test is in WHERE, after the session
 -- guard (whose failure is told apart by its text), before SET. The expiry
--- never moves earlier, as in refresh.
+-- never moves earlier, as in refresh. A lease of the set that is attached
+-- lives while its session does, and is detached, as refresh reads and
+-- detaches one: the session row is joined only for an attached lease, and
+-- read, not written; it adds no NULL that would turn the IF NULL (COALESCE).
 UPDATE (SELECT NULL AS name UNION ALL SELECT ?) AS w
 LEFT JOIN `sqllock` AS l ON l.name = w.name AND l.kind = 'L'
-SET l.expires_at = GREATEST(l.expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+LEFT JOIN `sqllock` AS s ON l.expires_at = '9999-12-31 23:59:59.999999' AND s.name = LEFT(l.owner, 16) AND s.kind = 'S'
+SET l.expires_at = GREATEST(IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at),
+                            UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     l.acquired_at = l.acquired_at + INTERVAL IF(MOD(MICROSECOND(l.acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
-  AND IF(l.owner = ? AND l.expires_at > UTC_TIMESTAMP(6), 0, LENGTH(w.name) + 18446744073709551615) = 0;
+  AND IF(l.owner = ? AND IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at) > UTC_TIMESTAMP(6), 0, LENGTH(w.name) + 18446744073709551615) = 0;
 
 -- name: renew_many
 -- Holes: ttl µs; the names of the lease rows; then each lease's owner and
@@ -584,14 +716,16 @@ WHERE (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND
 -- statement to 34,000 names and 8 MiB on those, and to 4,096 names and
 -- 1 MiB elsewhere (engine.RenewLimits). One form for every server: it
 -- writes no fence, so TiDB's and Vitess's one-row forms take it as it is
--- (each hint stays on its own server alone).
+-- (each hint stays on its own server alone). An attached lease (the top of
+-- this file) is not extended: its session keeps it, and the Client refreshes
+-- one it carried on its own, which reads the session.
 UPDATE /*+ SET_VAR(tidb_retry_limit=0) */ /*+ SET_VAR(range_optimizer_max_mem_size=0) */ `sqllock` FORCE INDEX (PRIMARY)
 SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
     acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE kind = 'L' AND name IN (?)
   AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
   AND CONCAT(owner, name) IN (?)
-  AND expires_at > UTC_TIMESTAMP(6);
+  AND expires_at > UTC_TIMESTAMP(6) AND expires_at <> '9999-12-31 23:59:59.999999';
 
 -- name: renew_many_mariadb
 -- The prefix of renew_many and renew_found on MariaDB 10.5.9 and later: no
@@ -610,12 +744,103 @@ SET STATEMENT optimizer_max_sel_arg_weight = 0, in_predicate_conversion_threshol
 -- pair found was extended by that renew_many, sent before it: it was its
 -- owner's and live when that statement ran, as a lease that lapsed, was
 -- released or was taken over never comes back but by its own owner's
--- acquire, which sets an expiry at least as late. It reads the rows by key,
+-- acquire, which sets an expiry at least as late. An attached lease, which
+-- renew_many does not extend, is not found. It reads the rows by key,
 -- as renew_many does, with the same hint and prefix.
 SELECT /*+ SET_VAR(range_optimizer_max_mem_size=0) */ CONCAT(owner, name)
 FROM `sqllock` FORCE INDEX (PRIMARY)
 WHERE kind = 'L' AND name IN (?) AND CONCAT(owner, name) IN (?)
-  AND expires_at > UTC_TIMESTAMP(6);
+  AND expires_at > UTC_TIMESTAMP(6) AND expires_at <> '9999-12-31 23:59:59.999999';
+
+-- Sessions: one statement keeps many leases alive (the top of this file).
+-- A Client keeps a session for the keep-alives of one ttl (renewal.go,
+-- session.go): each round renews the session, and attaches the leases
+-- that renew_many extended and that are the session's (their owner begins
+-- with its name). Sent as text, with literals in place of the holes (hex
+-- for the session's name, numbers for µs), each one round trip. Only the
+-- two-row forms: TiDB's and Vitess's Clients keep no session.
+
+-- name: session_open
+-- Holes: session, session, holder, ttl µs. The session's row, live for ttl,
+-- its count of changes 0. A plain INSERT: the session's name is 16 random
+-- hex digits, drawn anew for each session, so it is never there already
+-- (1062 if it were, and nothing is written). It carries the session guard,
+-- as every statement that extends leases.
+INSERT INTO `sqllock` (name, kind, owner, holder, fence, acquired_at, expires_at)
+VALUES (?, 'S', ?, ?, 0 + (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0,
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND);
+
+-- name: session_renew
+-- Holes: ttl µs, session, session. Insert id: the session's count of
+-- changes by others plus one when it was renewed, 0 when it has ended or
+-- is gone (LAST_INSERT_ID in SET is evaluated only for a row that
+-- matches). Renewed, its end becomes now + ttl or stays, if later (never
+-- earlier, as refresh). Whether it has ended is judged by the server's
+-- clock when the row is read, not when the statement began (NOW(6) is the
+-- statement's start, SYSDATE(6) the clock now, so their difference moves
+-- UTC_TIMESTAMP(6) on to now): a renewal that waited for the session's row
+-- while the session ended must not revive it, for an acquire may have
+-- taken one of its leases in the meantime; it writes the lease's row, not
+-- the session's, so nothing else orders the two. The guard is the IF's
+-- condition, tested before the end, as in refresh.
+UPDATE `sqllock`
+SET expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    fence = LAST_INSERT_ID(fence + 1) * 0 + fence
+WHERE name = ? AND kind = 'S' AND owner = ?
+  AND IF((18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0, expires_at, NULL) > UTC_TIMESTAMP(6) + INTERVAL TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)) MICROSECOND;
+
+-- name: session_attach
+-- Holes: session, session; the names of the lease rows; then each lease's
+-- owner and name, concatenated, as renew_many's. Attaches each listed lease
+-- that is its owner's, live, not attached, and ends no later than the
+-- session (whose end is read by the clock now, as in session_renew): so an
+-- attach never shortens a lease, and never ties one to a session that has
+-- ended. Affected rows: how many it attached (the row changes, so it counts
+-- with and without clientFoundRows). The session's row is read by its key,
+-- once; the lease rows by key, as renew_many reads them, with the same
+-- hint and prefix.
+UPDATE /*+ SET_VAR(range_optimizer_max_mem_size=0) */ `sqllock` AS l FORCE INDEX (PRIMARY)
+JOIN `sqllock` AS s ON s.name = ? AND s.kind = 'S' AND s.owner = ?
+SET l.expires_at = '9999-12-31 23:59:59.999999'
+WHERE l.kind = 'L' AND l.name IN (?)
+  AND (18446744073709551615 + (@@autocommit = 0 /*M! OR @@in_transaction = 1 AND ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) */) + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND ABS(TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6))) > 1000000)) * 0 + (9223372036854775807 + (ASCII(RIGHT(USER(), 1)) NOT IN (0, 64) AND @@global.read_only <> 0)) * 0 = 0
+  AND CONCAT(l.owner, l.name) IN (?)
+  AND l.expires_at > UTC_TIMESTAMP(6) AND l.expires_at < '9999-12-31 23:59:59.999999'
+  AND s.expires_at >= l.expires_at AND s.expires_at > UTC_TIMESTAMP(6) + INTERVAL TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)) MICROSECOND;
+
+-- name: session_found
+-- Holes: the names; the pairs, as renew_many's. Which of the pairs are
+-- their owner's and attached, each as its owner and name concatenated:
+-- sent after a session_attach that attached fewer than it carried, and
+-- after a session_renew whose count of changes moved (lock_delay), to tell
+-- which. A consistent read, as renew_found.
+SELECT /*+ SET_VAR(range_optimizer_max_mem_size=0) */ CONCAT(owner, name)
+FROM `sqllock` FORCE INDEX (PRIMARY)
+WHERE kind = 'L' AND name IN (?) AND CONCAT(owner, name) IN (?)
+  AND expires_at = '9999-12-31 23:59:59.999999';
+
+-- name: session_detach
+-- Holes: the names; the pairs, as renew_many's. Detaches each listed lease
+-- that is its owner's and attached, to its session's end as it stands: it
+-- lasts as long as it would have had its session not been renewed again,
+-- no longer and no shorter. Sent for the leases of keep-alives that ended
+-- lost while their Locks were not released (a renewal that came too late,
+-- a set of which another name was taken): attached, such a lease would
+-- last as long as its session, which the Client renews for its other
+-- leases, with no holder. A lease whose session is gone is not matched: it
+-- has ended. It extends nothing, so it carries no guard; a send that runs
+-- late finds the lease its owner's and attached only while it is both, and
+-- its pairs name tokens no later lease has.
+UPDATE /*+ SET_VAR(range_optimizer_max_mem_size=0) */ `sqllock` AS l FORCE INDEX (PRIMARY)
+JOIN `sqllock` AS s ON s.name = LEFT(l.owner, 16) AND s.kind = 'S'
+SET l.expires_at = s.expires_at
+WHERE l.kind = 'L' AND l.name IN (?) AND CONCAT(l.owner, l.name) IN (?)
+  AND l.expires_at = '9999-12-31 23:59:59.999999';
+
+-- name: session_close
+-- Holes: session, session. Deletes the session's row once it keeps no
+-- lease: its Client's keep-alives of that ttl have all ended.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'S' AND owner = ?;
 
 -- name: all_release
 -- Holes: token, the names. Affected rows: how many of the set's leases were
@@ -638,7 +863,8 @@ WHERE kind = 'L' AND ? IN (owner, IF(LENGTH(owner) = 24, LOWER(HEX(FROM_BASE64(o
 -- name: all_check
 -- Holes: token, the names. As check, for a set, inside the user's
 -- transaction: affected rows count the set's leases that are ours and live,
--- each now locked until the transaction ends.
+-- each now locked until the transaction ends. An attached lease passes
+-- while it is the token's, as in check.
 UPDATE `sqllock`
 SET acquired_at = acquired_at + INTERVAL IF(MOD(MICROSECOND(acquired_at), 2) = 0, 1, -1) MICROSECOND
 WHERE kind = 'L' AND owner = ? AND expires_at > UTC_TIMESTAMP(6) AND name IN (?);
@@ -757,7 +983,7 @@ ORDER BY name;
 -- name: tidb_lease
 -- Args: name. As lease: nothing when the name is free.
 SELECT owner, holder, fence, expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE
 FROM `sqllock`
 WHERE name = ? AND kind = 'L' AND owner <> '';
 
@@ -992,7 +1218,7 @@ ORDER BY name, kind;
 -- autocommit is a consistent read: it takes no lock, so it does not wait
 -- behind the transaction that holds the row, and it reads the lease as last
 -- committed (check's own change, uncommitted, moves only acquired_at).
-SELECT holder, TIMESTAMPDIFF(MICROSECOND, expires_at, UTC_TIMESTAMP(6))
+SELECT holder, TIMESTAMPDIFF(MICROSECOND, IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at), UTC_TIMESTAMP(6))
 FROM `sqllock`
 WHERE name = ? AND kind = 'L';
 
@@ -1016,7 +1242,7 @@ WHERE l.lock_table = CONCAT('`', DATABASE(), '`.`', 'sqllock', '`')
   AND l.lock_index = 'PRIMARY' AND l.lock_data = CONCAT('0x', HEX(?), ', 0x4C')
   AND t.trx_state = 'RUNNING' AND t.trx_query IS NULL
   AND EXISTS (SELECT 1 FROM `sqllock`
-              WHERE name = ? AND kind = 'L' AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
+              WHERE name = ? AND kind = 'L' AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
 
 -- name: frozen_blocker_mysql
 -- Args: name, name, bound µs. frozen_blocker_mariadb on MySQL 8.0 and
@@ -1033,7 +1259,7 @@ WHERE l.OBJECT_SCHEMA = DATABASE() AND l.OBJECT_NAME = 'sqllock'
   AND l.INDEX_NAME = 'PRIMARY' AND l.LOCK_STATUS = 'GRANTED' AND l.LOCK_DATA = CONCAT('0x', HEX(?), ', 0x4C')
   AND t.PROCESSLIST_COMMAND = 'Sleep'
   AND EXISTS (SELECT 1 FROM `sqllock`
-              WHERE name = ? AND kind = 'L' AND expires_at <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
+              WHERE name = ? AND kind = 'L' AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) <= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND);
 
 -- name: frozen_kill
 -- Holes: a connection id, as a number's text (MySQL takes no parameter in

@@ -12,6 +12,10 @@
 -- releases so that fences never go back (its other columns are unused).
 -- kind 'D' is Client.Once's completion record, copied from the lease row of
 -- the run that succeeded (owner, holder; acquired_at when it was written).
+-- kind 'S' is a session, named by the first 16 characters of its leases'
+-- owner: a lease whose expires_at is 9999-12-31 23:59:59.999999 lasts while
+-- its session's expires_at is ahead; its fence counts the changes others
+-- made to its leases (queries.sql).
 -- The primary key is the only unique key, which keeps the upsert safe for
 -- statement-based replication.
 CREATE TABLE IF NOT EXISTS `sqllock` (

@@ -71,7 +71,7 @@ func litInt(x *call, i int) (int64, error) {
 	return strconv.ParseInt(x.p.lits[i], 10, 64)
 }
 
-// allAcquire: the rows (x.p.rows), then token, holder, token, ttl µs. Each
+// allAcquire: the rows (x.p.rows), then token, holder, ttl µs, token. Each
 // row is inserted, or updated by the ON DUPLICATE KEY UPDATE part, in
 // order, as MySQL writes a multi-row INSERT; lid follows LAST_INSERT_ID()
 // through the statement, from the session's value. A lease row held live
@@ -81,8 +81,8 @@ func allAcquire(x *call) (*outcome, error) {
 	if len(x.p.lits) != 4 {
 		return nil, errSyntax(x.p.t.name)
 	}
-	updOwner, updHolder, updOwner2 := x.p.lits[0], x.p.lits[1], x.p.lits[2]
-	updTTL, err := litInt(x, 3)
+	updOwner, updHolder, updOwner2 := x.p.lits[0], x.p.lits[1], x.p.lits[3]
+	updTTL, err := litInt(x, 2)
 	if err != nil {
 		return nil, err
 	}

@@ -40,11 +40,26 @@ var notImplemented = map[string]string{
 	// A frozen holder's blocker is named by frozen_blocker_mysql or
 	// frozen_blocker_mariadb, which name nobody here (frozen.go).
 	"frozen_kill": "a Client sends it only for a connection a frozen_blocker statement named, which names none here",
+	// The fake keeps no session (queries.sql, Sessions): it refuses the
+	// first statement of one as a server that cannot would (1235), and a
+	// Client then renews every lease with renew_many.
+	"session_open":   sessionsRefused,
+	"session_renew":  sessionsRefused,
+	"session_attach": sessionsRefused,
+	"session_found":  sessionsRefused,
+	"session_detach": sessionsRefused,
+	"session_close":  sessionsRefused,
 }
+
+const sessionsRefused = "the fake keeps no session; a Client renews every lease with renew_many"
+
+// errSessionsRefused is the fake's answer to a session's statement.
+var errSessionsRefused = ServerError{1235, "42000", "This version of MySQL doesn't yet support 'sessions (sqllocktest keeps none)'"}
 
 // notSent are the sections of notImplemented that are whole statements: the
 // fake knows them, to refuse them by name.
-var notSent = map[string]bool{"all_fences": true}
+var notSent = map[string]bool{"all_fences": true, "session_open": true, "session_renew": true,
+	"session_attach": true, "session_found": true, "session_detach": true, "session_close": true}
 
 // setRows are the rows of all_acquire's VALUES list: templates of their
 // own, matched in place of its rows hole (holeRows), not statements.
@@ -76,7 +91,9 @@ const rangeHint = "/*+ SET_VAR(range_optimizer_max_mem_size=0) */ "
 var textStatements = map[string]bool{
 	"wake_wait": true, "wake_release": true, "wake_probe": true, "look": true,
 	"all_acquire": true, "all_refresh": true, "all_release": true, "all_release_at_least": true, "all_check": true,
-	"all_fences": true, "renew_many": true, "renew_found": true,
+	"all_fences": true, "renew_many": true, "renew_found": true, "force_release": true,
+	"session_open": true, "session_renew": true, "session_attach": true, "session_found": true, "session_detach": true,
+	"session_close": true,
 }
 
 // listStatements take a list of literals, separated by commas, in place of
@@ -85,7 +102,7 @@ var textStatements = map[string]bool{
 // owner-and-name pairs).
 var listStatements = map[string]int{
 	"look": 1, "all_release": 1, "all_release_at_least": 1, "all_check": 1, "all_fences": 1,
-	"renew_many": 2, "renew_found": 2,
+	"renew_many": 2, "renew_found": 2, "session_attach": 2, "session_found": 2, "session_detach": 2,
 }
 
 // unionStatements take a list of literals, separated by " UNION ALL
@@ -268,6 +285,7 @@ func mustTemplates() []*template {
 	prefix := qs["lock_wait_mariadb"] + "\n"
 	add("acquire", prefix+qs["acquire"], true)
 	add("acquire", prefix+strings.Replace(qs["acquire"], inTransactionGuard, "", 1), true)
+	add("acquire_attached", prefix+qs["acquire_attached"], true)
 	add("all_acquire", prefix+qs["all_acquire"], true)
 	// and the shared renewal's, after their own prefix, without MySQL's hint.
 	for _, name := range []string{"renew_many", "renew_found"} {
@@ -389,6 +407,9 @@ func parse(query string) (*parsed, error) {
 	q := normalize(query)
 	for _, t := range templates {
 		if p, ok := t.match(q); ok {
+			if t.refused == sessionsRefused {
+				return nil, errSessionsRefused
+			}
 			if t.refused != "" {
 				return nil, fmt.Errorf("sqllocktest: not implemented: %s (queries.sql): %s", t.name, t.refused)
 			}

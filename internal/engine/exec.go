@@ -38,6 +38,7 @@ const (
 	Lease
 	OnceReset
 	LockDelay
+	AcquireAttached
 	NumStmts
 )
 
@@ -56,6 +57,8 @@ var Names = [NumStmts]string{
 	Lease:          "lease",
 	OnceReset:      "once_reset",
 	LockDelay:      "lock_delay",
+
+	AcquireAttached: "acquire_attached",
 }
 
 // OneRowAcquireArgs is how many of the acquire's arguments the one-row form
@@ -139,6 +142,9 @@ type Server struct {
 	later     [NumLater]laterProof // the proofs of sets, slots and Once; later.go
 	poolProof poolProof            // what the first use left to prove for want of a spare connection; pool.go
 	frozen    frozenState          // ending a frozen holder's transaction; frozen.go
+	// clustered: the proof found a node of a cluster whose every node may
+	// take writes (facts.go), where the Client keeps no session (Sessions).
+	clustered atomic.Bool
 }
 
 // New returns a Server with cfg that has prepared nothing.
@@ -189,7 +195,7 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		if st, err = s.Stmt(ctx, x.Stmt); err != nil {
 			return nil, 0, err
 		}
-		label, acquire = Names[x.Stmt], x.Stmt == Acquire
+		label, acquire = Names[x.Stmt], x.Stmt == Acquire || x.Stmt == AcquireAttached
 		guarded = acquire || x.Stmt == Refresh
 		if acquire && s.Forms().OneRow {
 			args = args[:OneRowAcquireArgs]
@@ -208,7 +214,8 @@ func (s *Server) Exec(ctx context.Context, x Send) (res sql.Result, unknown int,
 		acquire, guarded = true, true
 	default:
 		acquire = strings.HasPrefix(label, "all_acquire")
-		guarded = acquire || label == "all_refresh" || label == "renew_many"
+		guarded = acquire || label == "all_refresh" || label == "renew_many" ||
+			label == "session_open" || label == "session_renew" || label == "session_attach"
 	}
 	if guarded && !s.recheckQuiet(0) {
 		if err := s.tableStillGood(ctx); err != nil {
@@ -425,10 +432,19 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 	if _, err := s.Stmt(ctx, Acquire); err != nil {
 		return nil, 0, err
 	}
+	stmt := Acquire
 	for resends := 0; ; resends++ {
 		w := s.watchFrozen(ctx, name)
-		r, u, err := s.Exec(ctx, Send{Stmt: Acquire, Args: args})
+		r, u, err := s.Exec(ctx, Send{Stmt: stmt, Args: args})
 		unknown += u
+		if err == nil && stmt == Acquire && attachedMark(r) {
+			// The lease is attached to its holder's session, which
+			// acquire does not read: acquire_attached decides. acquire
+			// wrote nothing.
+			w.stop()
+			stmt, resends = AcquireAttached, -1
+			continue
+		}
 		if !w.stop() || resends == frozenResends {
 			return r, unknown, err
 		}
@@ -436,6 +452,13 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 			return r, unknown, err
 		}
 	}
+}
+
+// attachedMark reports whether an acquire answered 3: the lease it found is
+// attached (queries.sql, acquire).
+func attachedMark(r sql.Result) bool {
+	id, err := r.LastInsertId()
+	return err == nil && id == 3
 }
 
 // watchFrozen starts the watch of a send of an acquire of name, under

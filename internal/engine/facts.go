@@ -34,6 +34,7 @@ const maxProofConns = 4
 // serverFacts is what a connection answered about the server it reaches.
 type serverFacts struct {
 	readOnly string        // the read-only setting that is on ("@@read_only = 1"), or ""
+	cluster  bool          // the server is a node of Galera or Group Replication
 	identity string        // the server's, or its cluster's; "" where it is not asked
 	rtt      time.Duration // how long the question took: a round trip, for the waits that follow
 }
@@ -86,6 +87,7 @@ func (s *Server) readFacts(ctx context.Context, conn *sql.Conn, version string, 
 	case isOn(readOnly):
 		f.readOnly = "@@read_only = " + readOnly.String
 	}
+	f.cluster = cluster.String != ""
 	switch {
 	case cluster.String != "" && strings.Contains(version, "MariaDB"):
 		f.identity = "Galera cluster " + cluster.String
@@ -147,6 +149,9 @@ func (s *Server) checkWritable(ctx context.Context, conn *sql.Conn, version stri
 	first.rtt = time.Since(start)
 	if err != nil {
 		return serverFacts{}, err
+	}
+	if first.cluster {
+		s.clustered.Store(true)
 	}
 	return first, s.refuseReadOnly(first)
 }

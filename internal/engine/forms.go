@@ -48,7 +48,7 @@ type Forms struct {
 	// Checked: the first-use check found the table as it should be
 	// (tablecheck.go). Proven: the proof of the statements passed
 	// (proof.go). Later: the proof of a kind proven at its own first use
-	// passed (later.go: sets, semaphores, Once).
+	// passed (later.go: sets, semaphores, Once, sessions).
 	Checked, Proven bool
 	Later           [NumLater]bool
 
@@ -56,7 +56,7 @@ type Forms struct {
 }
 
 // NumLater is how many kinds are proven at their own first use.
-const NumLater = 3
+const NumLater = 4
 
 // Text returns what sqltext needs of f.
 func (f *Forms) Text() sqltext.Forms {
@@ -124,6 +124,7 @@ func serverForms(q sqltext.Statements, table, qualified, db, version string, car
 		f.LockWait = true
 		f.LargeIn = mariaDBAtLeast(version, 10, 5, 9)
 		f.SQL[Acquire] = q["lock_wait_mariadb"] + "\n" + f.SQL[Acquire]
+		f.SQL[AcquireAttached] = q["lock_wait_mariadb"] + "\n" + f.SQL[AcquireAttached]
 	case strings.HasPrefix(version, "5."):
 	default:
 		f.MySQL, f.LargeIn = true, true

@@ -13,10 +13,11 @@ import (
 
 // The proofs made at a kind of lease's first use, not at the Client's: the
 // statements of sets (TryAcquireSet and the like), of counting semaphores
-// (Semaphore.TryAcquire and the like) and of Once. Each runs once per Client, as
-// the first proof does (proof.go), on one connection, under proof names of
-// its own, after the first proof has passed and the forms are chosen, and
-// before the kind's first statement that writes. A Client that never takes
+// (Semaphore.TryAcquire and the like), of Once, and of the sessions that
+// keep many leases alive (before a Client's first session). Each runs once
+// per Client, as the first proof does (proof.go), on one connection, under
+// proof names of its own, after the first proof has passed and the forms
+// are chosen, and before the kind's first statement that writes. A Client that never takes
 // a set pays nothing for proving the set statements.
 
 // The kinds of lease proven at their first use.
@@ -24,10 +25,11 @@ const (
 	LaterSets = iota
 	LaterSlots
 	LaterOnce
+	LaterSessions
 )
 
 // LaterNames name the kinds proven at their first use, by kind.
-var LaterNames = [NumLater]string{LaterSets: "set", LaterSlots: "semaphore", LaterOnce: "Once"}
+var LaterNames = [NumLater]string{LaterSets: "set", LaterSlots: "semaphore", LaterOnce: "Once", LaterSessions: "session"}
 
 // A laterProof is one of them under way: running while a call makes it,
 // which other calls wait for. That it passed is in the Client's forms

@@ -57,8 +57,8 @@ func TestServer_cleanupContext(t *testing.T) {
 	})
 }
 
-// The set, semaphore and Once statements are proven at their own first
-// use, once, and leave no row behind.
+// The set, semaphore, Once and session statements are proven at their own
+// first use, once, and leave no row behind.
 func TestServer_laterProofs(t *testing.T) {
 	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
 		db, table, srv := usedServer(t, s)
@@ -67,10 +67,11 @@ func TestServer_laterProofs(t *testing.T) {
 			t.Fatalf("after the first use: later proofs %v, want none made", f.Later)
 		}
 		for kind, prove := range [NumLater]func(context.Context) error{
-			LaterSets: srv.ProveSets, LaterSlots: srv.ProveSlots, LaterOnce: srv.ProveOnceRecords,
+			LaterSets: srv.ProveSets, LaterSlots: srv.ProveSlots, LaterOnce: srv.ProveOnceRecords, LaterSessions: srv.ProveSessions,
 		} {
-			if f := srv.Forms(); kind == LaterSets && f.RefusesSets() || kind == LaterSlots && f.SlotsRefusal() != "" {
-				continue // the Client refuses the kind there before its proof
+			if f := srv.Forms(); kind == LaterSets && f.RefusesSets() || kind == LaterSlots && f.SlotsRefusal() != "" ||
+				kind == LaterSessions && !srv.Sessions() {
+				continue // the Client refuses the kind there before its proof, or keeps no session
 			}
 			if err := prove(ctx); err != nil {
 				t.Fatalf("the %s proof: %v", LaterNames[kind], err)
@@ -82,6 +83,35 @@ func TestServer_laterProofs(t *testing.T) {
 			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&n); err != nil || n != 0 {
 				t.Errorf("after the %s proof: %d rows (%v), want 0", LaterNames[kind], n, err)
 			}
+		}
+	})
+}
+
+// provenOnce makes proof kind with prove on each server, unless skip names
+// a reason: the proof passes and is marked, leaves no row, and a second
+// call sends nothing (here, on a pool closed in between, it would fail if
+// it sent).
+func provenOnce(t *testing.T, kind int, skip func(*Server) string, prove func(*Server, context.Context) error) {
+	testdsn.Each(t, func(t *testing.T, s testdsn.Server) {
+		db, table, srv := usedServer(t, s)
+		ctx := testCtx(t)
+		if why := skip(srv); why != "" {
+			t.Skip(why)
+		}
+		if err := prove(srv, ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !srv.Forms().Later[kind] {
+			t.Fatalf("the %s proof passed, not marked", LaterNames[kind])
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"`").Scan(&n); err != nil || n != 0 {
+			t.Errorf("after the %s proof: %d rows (%v), want 0", LaterNames[kind], n, err)
+		}
+		srv.Close(ctx)
+		db.Close()
+		if err := prove(srv, ctx); err != nil {
+			t.Errorf("the second %s proof, on a closed pool: %v, want nothing sent", LaterNames[kind], err)
 		}
 	})
 }

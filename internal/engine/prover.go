@@ -151,6 +151,12 @@ func (p *prover) failed(stmt, step string, err error) error {
 				return p.s.cfg.Errorf("%w: the server (%s), or a layer between it and this Client, does not know a system variable statement %s reads (%s), which MySQL does: %w",
 					p.s.cfg.Errors.Unsupported, p.version, stmt, step, err)
 			}
+		case erNotSupportedYet:
+			// A layer that cannot run the statement as it is written
+			// (Vitess's sharded keyspace: a correlated subquery inside an
+			// expression, VT12001).
+			return p.s.cfg.Errorf("%w: the server (%s), or a layer between it and this Client, refused statement %s (%s) as not supported: %w",
+				p.s.cfg.Errors.Unsupported, p.version, stmt, step, err)
 		case erParse, fault.OutOfRange, erTruncated, erBadValue:
 			var mode sql.NullString
 			if qerr := p.conn.QueryRowContext(p.ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); qerr == nil {
@@ -175,6 +181,7 @@ const (
 	erBadValue  = 1366 // an incorrect value under a strict mode
 
 	erUnknownVariable = 1193 // a system variable the server does not have
+	erNotSupportedYet = 1235 // a statement the server does not support
 )
 
 // proveStatements runs the single-name steps of the proof (proof.go) on

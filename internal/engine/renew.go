@@ -66,7 +66,11 @@ func (s *Server) RenewMany(ttl time.Duration, lits []RenewLit) string {
 // live now, each by its Key (queries.sql, renew_found); the query is sent
 // again as fault.Transient allows.
 func (s *Server) RenewFound(ctx context.Context, lits []RenewLit) (map[string]bool, error) {
-	q := s.RenewFoundText(lits)
+	return s.found(ctx, s.RenewFoundText(lits))
+}
+
+// found runs q, which lists owner-and-name keys, and returns them.
+func (s *Server) found(ctx context.Context, q string) (map[string]bool, error) {
 	found := map[string]bool{}
 	err := fault.Transient(ctx, func() error {
 		clear(found)
@@ -144,4 +148,44 @@ func mariaDBAtLeast(version string, want ...int) bool {
 		}
 	}
 	return true
+}
+
+// Sessions reports whether the Client may keep sessions on this server
+// (queries.sql, Sessions): the two-row forms, proven, on a server that is
+// not one node of a cluster whose every node takes writes. A session's
+// renewal writes the session's row and a takeover only the lease's, so a
+// cluster that certifies written rows (Galera, Group Replication) would
+// not order the two across nodes; TiDB's and Vitess's one-row forms read
+// no session.
+func (s *Server) Sessions() bool {
+	f := s.Forms()
+	return f.Proven && !f.OneRow && !f.TiDB && !s.clustered.Load()
+}
+
+// SessionText returns session statement name (session_open, session_renew,
+// session_close) with the literals lits in place of its holes.
+func (s *Server) SessionText(name string, lits ...string) string {
+	return s.Forms().Text().Set(name, lits...)
+}
+
+// SessionAttach returns session_attach of the lease rows lits to the session
+// named session.
+func (s *Server) SessionAttach(session string, lits []RenewLit) string {
+	names, pairs := renewLists(lits)
+	h := sqltext.Hex(session)
+	return s.renewText("session_attach", h, h, names, pairs)
+}
+
+// SessionDetach returns session_detach of the lease rows lits.
+func (s *Server) SessionDetach(lits []RenewLit) string {
+	names, pairs := renewLists(lits)
+	return s.renewText("session_detach", names, pairs)
+}
+
+// SessionFound returns which of the lease rows lits are their owner's and
+// attached, each by its Key (queries.sql, session_found); the query is sent
+// again as fault.Transient allows.
+func (s *Server) SessionFound(ctx context.Context, lits []RenewLit) (map[string]bool, error) {
+	names, pairs := renewLists(lits)
+	return s.found(ctx, s.renewText("session_found", names, pairs))
 }

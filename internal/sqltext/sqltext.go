@@ -161,8 +161,13 @@ func Qualify(table, db string) (qualified, literal string, err error) {
 // Named returns statement name with the table's name in place of the
 // string 'sqllock' (TableNamed) and the database in place of DATABASE():
 // the statements that name the table in a string (the first use's reads
-// of information_schema, the wake-up channels' lock names).
+// of information_schema, the wake-up channels' lock names), and look. On
+// the one-row forms a statement that has a form of its own there (look's:
+// Vitess's sharded keyspace refuses its session read) is that form.
 func (f Forms) Named(name string) string {
+	if _, ok := f.Q[TiDBPrefix+name]; ok && f.OneRow {
+		name = TiDBPrefix + name
+	}
 	return f.Substitute(f.Q.TableNamed(name, f.Name))
 }
 
@@ -203,7 +208,7 @@ func (f Forms) AcquireSet(names []string, token, holder, us string) string {
 	for _, n := range names {
 		rows = append(rows, Bind(f.Q["all_acquire_fence_write"], n))
 	}
-	q := f.Set("all_acquire", strings.Join(rows, ",\n  "), token, holder, token, us)
+	q := f.Set("all_acquire", strings.Join(rows, ",\n  "), token, holder, us, token)
 	if f.LockWait {
 		// As the single acquire: a holder's Check holds a lease row for a
 		// second at most, and the set is then reported held.

@@ -1,0 +1,389 @@
+package sqllock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqllock/sqllock/internal/sqltext"
+)
+
+// An attached lease (queries.sql) ends with its holder's session, not by its
+// own expiry. This release writes none; these tests attach a Client's lease
+// by hand, as a release that writes them would, and hold every statement
+// that reads another owner's lease to the session's end: acquires of a name
+// and of a set take it only once the session has ended or is gone, and
+// write the taker's own expiry; Inspect, List and the frozen-holder watch
+// show the session's end; ForceRelease counts the change in the session,
+// with or without a lock-delay. A statement that read the lease's own
+// expiry instead would find it live for ever.
+
+// attach turns l's lease on name into an attached one, kept by the session
+// named by the first 16 characters of l's token, which ends in left
+// (negative: it has ended); it returns the session's name.
+func attach(t *testing.T, e *testEnv, table string, l *Lock, name string, left time.Duration) string {
+	t.Helper()
+	sid := l.Token()[:16]
+	ctx := testCtx(t)
+	if _, err := e.db.ExecContext(ctx, "INSERT INTO `"+table+"` (name, kind, owner, holder, fence, acquired_at, expires_at) "+
+		"VALUES (?, 'S', ?, '', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) "+
+		"ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)", sid, sid, left.Microseconds()); err != nil {
+		t.Fatalf("write session %s: %v", sid, err)
+	}
+	res, err := e.db.ExecContext(ctx, "UPDATE `"+table+"` SET expires_at = '9999-12-31 23:59:59.999999' WHERE name = ? AND kind = 'L' AND owner = ?", name, l.Token())
+	if n, _ := res.RowsAffected(); err != nil || n != 1 {
+		t.Fatalf("attach %s: %d rows, %v", name, n, err)
+	}
+	return sid
+}
+
+// endSession moves session sid's end to left from now, or deletes its row
+// when gone.
+func endSession(t *testing.T, e *testEnv, table, sid string, left time.Duration, gone bool) {
+	t.Helper()
+	q, args := "UPDATE `"+table+"` SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE name = ? AND kind = 'S'", []any{left.Microseconds(), sid}
+	if gone {
+		q, args = "DELETE FROM `"+table+"` WHERE name = ? AND kind = 'S'", []any{sid}
+	}
+	if _, err := e.db.ExecContext(testCtx(t), q, args...); err != nil {
+		t.Fatalf("session %s: %v", sid, err)
+	}
+}
+
+// sessionChanges returns session sid's count of changes by others.
+func sessionChanges(t *testing.T, e *testEnv, table, sid string) uint64 {
+	t.Helper()
+	var n uint64
+	if err := e.db.QueryRowContext(testCtx(t), "SELECT fence FROM `"+table+"` WHERE name = ? AND kind = 'S'", sid).Scan(&n); err != nil {
+		t.Fatalf("session %s: %v", sid, err)
+	}
+	return n
+}
+
+// eachAttachingEnv runs f on every server whose Client reads attached
+// leases: not the fake, where no statement writes one, nor TiDB's and
+// Vitess's one-row forms, which never read a session (docs/servers.md).
+func eachAttachingEnv(t *testing.T, f func(t *testing.T, e *testEnv)) {
+	eachServerEnv(t, attaching(f))
+}
+
+// eachAttachingVariant is eachAttachingEnv under every DSN variant
+// (eachEnv): isolation levels, sql_modes, clientFoundRows and the rest.
+func eachAttachingVariant(t *testing.T, f func(t *testing.T, e *testEnv)) {
+	eachEnv(t, attaching(f))
+}
+
+func attaching(f func(t *testing.T, e *testEnv)) func(t *testing.T, e *testEnv) {
+	return func(t *testing.T, e *testEnv) {
+		if e.server.Fake || e.oneRow() {
+			t.Skip("attached leases are read only by the two-row forms on a real server")
+		}
+		f(t, e)
+	}
+}
+
+// tableOfTwo returns a fresh table and two Clients on it, each with a
+// *sql.DB of its own, holding as "a" and "b".
+func tableOfTwo(t *testing.T, e *testEnv) (table string, a, b *Client) {
+	table = e.newTable(t)
+	return table, e.client(t, e.db, table, WithHolder("a")), e.client(t, e.openDB(t), table, WithHolder("b"))
+}
+
+func TestAttached_acquireWaitsForTheSession(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		table, a, b := tableOfTwo(t, e)
+		ctx := testCtx(t)
+		la := mustAcquire(t, a, "job", time.Minute)
+		sid := attach(t, e, table, la, "job", 30*time.Second)
+
+		// Live with its session: held, for the session's 30 s.
+		_, err := b.TryAcquire(ctx, "job", time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		_, err = b.TryAcquireSet(ctx, []string{"free", "job"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+		if info := inspect(t, b, "free"); info.Held {
+			t.Fatalf("free after a refused set: %+v, want untouched", info)
+		}
+		if info := inspect(t, b, "job"); !info.Held || info.Holder != "a" || info.Fence != la.Fence() || info.TTL > 30*time.Second || info.TTL < 20*time.Second {
+			t.Fatalf("Inspect: got %+v, want a's lease, its fence %d untouched by the refusals, with the session's 30 s left", info, la.Fence())
+		}
+		all, err := b.List(ctx)
+		if err != nil || len(all) != 1 || all[0].Name != "job" || all[0].TTL > 30*time.Second || all[0].TTL < 20*time.Second {
+			t.Fatalf("List: got %+v, %v, want job with the session's 30 s left", all, err)
+		}
+		var holder string
+		var past int64
+		if err := e.db.QueryRowContext(ctx, a.eng.Forms().Text().Named("frozen_lease"), "job").Scan(&holder, &past); err != nil ||
+			past > -20e6 || past < -30e6 {
+			t.Fatalf("frozen_lease: got %q, %d µs past, %v, want the session's 30 s ahead", holder, past, err)
+		}
+		look := a.eng.Forms().Text().Set("look", sqltext.Hex("job"))
+		if got := lookNames(t, e, look); len(got) != 1 {
+			t.Fatalf("look while the session lives: got %q, want job", got)
+		}
+
+		// The session ends: so has the lease, though its row says 9999.
+		endSession(t, e, table, sid, -time.Second, false)
+		if info := inspect(t, b, "job"); info.Held {
+			t.Fatalf("Inspect after the session ended: got %+v, want not held", info)
+		}
+		if all, err := b.List(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("List after the session ended: got %+v, %v, want none", all, err)
+		}
+		if got := lookNames(t, e, look); len(got) != 0 {
+			t.Fatalf("look after the session ended: got %q, want none", got)
+		}
+		lb := mustAcquire(t, b, "job", time.Minute)
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("fence of the takeover: got %d, want above %d", lb.Fence(), la.Fence())
+		}
+		// The taker's lease lasts its own ttl: not the 9999 it found, nor
+		// ended with the session it does not belong to.
+		if info := inspect(t, a, "job"); !info.Held || info.Holder != "b" || info.TTL > time.Minute || info.TTL < 50*time.Second {
+			t.Fatalf("after the takeover: got %+v, want b's lease with its own minute", info)
+		}
+		wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+	})
+}
+
+// A set takes an attached lease whose session row is gone, and each of its
+// names then lasts the set's own ttl.
+func TestAttached_setTakesALeaseWhoseSessionIsGone(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		if e.server.Vitess {
+			t.Skip("sets are refused through Vitess")
+		}
+		table, a, b := tableOfTwo(t, e)
+		la := mustAcquire(t, a, "d2", time.Minute)
+		sid := attach(t, e, table, la, "d2", 30*time.Second)
+		_, err := b.TryAcquireSet(testCtx(t), []string{"d1", "d2"}, time.Minute)
+		wantErrIs(t, err, ErrNotAcquired)
+
+		endSession(t, e, table, sid, 0, true)
+		ls := mustAcquireSet(t, b, time.Minute, "d1", "d2")
+		if ls.Fences()[1] <= la.Fence() {
+			t.Fatalf("fence of d2: got %d, want above %d", ls.Fences()[1], la.Fence())
+		}
+		for _, n := range []string{"d1", "d2"} {
+			if info := inspect(t, a, n); !info.Held || info.Holder != "b" || info.TTL > time.Minute || info.TTL < 50*time.Second {
+				t.Fatalf("%s after the set's takeover: got %+v, want b's lease with its own minute", n, info)
+			}
+		}
+	})
+}
+
+// ForceRelease of an attached lease takes the default lock-delay from what
+// the session has left, and counts the change in the session, so that its
+// holder's renewal is told; with no lock-delay it frees the name at once,
+// still counts it, and leaves no row, as for an unattached lease.
+func TestAttached_forceReleaseCountsTheChange(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		for _, delay := range []time.Duration{-1, 0} { // -1: the default
+			t.Run(map[bool]string{true: "default", false: "none"}[delay < 0], func(t *testing.T) {
+				table := e.newTable(t)
+				a := e.client(t, e.db, table, WithHolder("a"))
+				opts := []Option{WithHolder("ops")}
+				if delay >= 0 {
+					opts = append(opts, WithLockDelay(delay))
+				}
+				ops := e.client(t, e.openDB(t), table, opts...)
+				ctx := testCtx(t)
+				la := mustAcquire(t, a, "job", time.Hour)
+				sid := attach(t, e, table, la, "job", 30*time.Second)
+
+				got, err := ops.ForceRelease(ctx, "job")
+				if err != nil || got.Holder != "a" || !got.Held || got.TTL > 30*time.Second || got.TTL < 20*time.Second {
+					t.Fatalf("ForceRelease: got %+v, %v, want a's lease with the session's 30 s left", got, err)
+				}
+				want := time.Duration(0)
+				if delay < 0 {
+					want = defaultLockDelay(got.TTL)
+				}
+				if got.LockDelay > want || got.LockDelay < want-time.Second {
+					t.Fatalf("LockDelay: got %v, want %v for the session's %v", got.LockDelay, want, got.TTL)
+				}
+				if n := sessionChanges(t, e, table, sid); n != 1 {
+					t.Fatalf("the session's changes by others: got %d, want 1", n)
+				}
+				if info := inspect(t, ops, "job"); delay == 0 && info.Holder != "" {
+					// As for an unattached lease (force_release): the
+					// lock-delay of none that counted the change is
+					// deleted with the lease.
+					t.Fatalf("after ForceRelease with no lock-delay: got %+v, want no lease row", info)
+				}
+				wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+				lb, err := ops.TryAcquire(ctx, "job", time.Minute)
+				if delay < 0 {
+					wantErrIs(t, err, ErrNotAcquired)
+					return
+				}
+				if err != nil || lb.Fence() <= la.Fence() {
+					t.Fatalf("TryAcquire after: got %v, want the name free, its fence above %d", err, la.Fence())
+				}
+			})
+		}
+	})
+}
+
+// ForceRelease of an attached lease whose session has ended finds it not
+// live, as an expired lease: it deletes it, with no lock-delay.
+func TestAttached_forceReleaseOfAnEndedSession(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		ops := e.client(t, e.openDB(t), table, WithHolder("ops"))
+		la := mustAcquire(t, a, "job", time.Hour)
+		attach(t, e, table, la, "job", -time.Second)
+		got, err := ops.ForceRelease(testCtx(t), "job")
+		if err != nil || got.Holder != "a" || got.Held || got.LockDelay != 0 {
+			t.Fatalf("ForceRelease: got %+v, %v, want a's lease, not live, and no lock-delay", got, err)
+		}
+		if info := inspect(t, ops, "job"); info.Held || info.Holder != "" {
+			t.Fatalf("after: got %+v, want no lease", info)
+		}
+	})
+}
+
+// A Refresh of an attached lease detaches it: its own expiry becomes the
+// later of its session's end and now + ttl, and it lasts after the session
+// has ended. A Refresh of an attached lease whose session has ended finds
+// it lost. Check passes an attached lease while it is the token's.
+func TestAttached_refreshDetaches(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		table, a, b := tableOfTwo(t, e)
+		ctx := testCtx(t)
+		for _, c := range []struct {
+			name    string
+			session time.Duration
+			refresh time.Duration
+		}{{"short", 30 * time.Second, time.Second}, {"long", 30 * time.Second, time.Minute}} {
+			l := mustAcquire(t, a, c.name, time.Hour)
+			sid := attach(t, e, table, l, c.name, c.session)
+			if err := l.Refresh(ctx, c.refresh); err != nil {
+				t.Fatalf("Refresh %s: %v", c.name, err)
+			}
+			endSession(t, e, table, sid, 0, true)
+			want := max(c.session, c.refresh)
+			if info := inspect(t, b, c.name); !info.Held || info.TTL > want || info.TTL < want-10*time.Second {
+				t.Fatalf("%s after its session: got %+v, want it held for the later of %v and %v", c.name, info, c.session, c.refresh)
+			}
+			if _, err := b.TryAcquire(ctx, c.name, time.Minute); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire %s: got %v, want it held", c.name, err)
+			}
+		}
+
+		l := mustAcquire(t, a, "ended", time.Hour)
+		sid := attach(t, e, table, l, "ended", 30*time.Second)
+		tx := checkedTx(t, a, l)
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		endSession(t, e, table, sid, -time.Second, false)
+		tx = checkedTx(t, a, l) // by its owner alone
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		wantErrIs(t, l.Refresh(ctx, time.Minute), ErrNotHeld)
+		if _, err := b.TryAcquire(ctx, "ended", time.Minute); err != nil {
+			t.Fatalf("TryAcquire after the session ended and the refresh failed: %v", err)
+		}
+	})
+}
+
+// A kept-alive lease attached by hand to a session that lives goes on
+// being kept; one attached to a session that has ended is lost: its
+// keep-alive's context ends with ErrLockLost. (Each ttl has a session of
+// its own, whose name begins the tokens of its leases.)
+func TestAttached_keepAliveKeepsOrLoses(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		ctx := testCtx(t)
+		const ttl = 1500 * time.Millisecond
+
+		kept := mustAcquire(t, a, "kept", ttl)
+		attach(t, e, table, kept, "kept", 30*time.Second)
+		kctx := kept.KeepAlive(ctx)
+		lost := mustAcquire(t, a, "lost", ttl+100*time.Millisecond)
+		attach(t, e, table, lost, "lost", -time.Second)
+		lctx := lost.KeepAlive(ctx)
+
+		select {
+		case <-lctx.Done():
+			assertErrIs(t, context.Cause(lctx), ErrLockLost)
+		case <-time.After(5 * ttl):
+			t.Fatal("the keep-alive of a lease whose session ended did not end")
+		}
+		time.Sleep(2 * ttl) // a few rounds more
+		if err := kctx.Err(); err != nil {
+			t.Fatalf("the keep-alive of a lease whose session lives: %v", context.Cause(kctx))
+		}
+		if info := inspect(t, a, "kept"); !info.Held || info.Holder != "a" {
+			t.Fatalf("kept: got %+v, want it held", info)
+		}
+	})
+}
+
+// lookNames runs the look query q and returns the names it lists.
+func lookNames(t *testing.T, e *testEnv, q string) []string {
+	t.Helper()
+	rows, err := e.db.QueryContext(context.Background(), q)
+	if err != nil {
+		t.Fatalf("look: %v", err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n []byte
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, string(n))
+	}
+	if err := rows.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// A set's leases are attached as a name's: a Refresh of the set detaches
+// every one of them, for the later of the session's end and its own ttl;
+// once their session has ended the set is no longer held: Check passes by
+// its owner alone (as check, for the row lock it takes), a Refresh fails
+// and does not revive it, and another owner takes the names.
+func TestAttached_setRefreshDetaches(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		table, a, b := tableOfTwo(t, e)
+		ctx := testCtx(t)
+		l := mustAcquireSet(t, a, time.Hour, "r1", "r2")
+		sid := attach(t, e, table, l, "r1", 30*time.Second)
+		attach(t, e, table, l, "r2", 30*time.Second)
+		if err := l.Refresh(ctx, time.Minute); err != nil {
+			t.Fatalf("Refresh: %v", err)
+		}
+		if leases, _ := attachedCount(t, e, table); leases != 0 {
+			t.Fatalf("attached after the set's Refresh: %d leases, want none", leases)
+		}
+		endSession(t, e, table, sid, 0, true)
+		for _, n := range []string{"r1", "r2"} {
+			if info := inspect(t, b, n); !info.Held || info.TTL > time.Minute || info.TTL < 50*time.Second {
+				t.Fatalf("%s after its session: got %+v, want it held for the Refresh's minute", n, info)
+			}
+		}
+
+		l = mustAcquireSet(t, a, time.Hour, "e1", "e2")
+		sid = attach(t, e, table, l, "e1", 30*time.Second)
+		attach(t, e, table, l, "e2", 30*time.Second)
+		endSession(t, e, table, sid, -time.Second, false)
+		tx := checkedTx(t, a, l) // by its owner alone
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		wantErrIs(t, l.Refresh(ctx, time.Minute), ErrNotHeld)
+		if leases, _ := attachedCount(t, e, table); leases != 2 {
+			t.Fatalf("attached after the failed Refresh: %d leases, want the 2 of the set, as they were", leases)
+		}
+		mustAcquireSet(t, b, time.Minute, "e1", "e2")
+	})
+}
