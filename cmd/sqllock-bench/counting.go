@@ -157,15 +157,17 @@ func (cc *countingConnector) count(err error, query string) {
 		return
 	}
 	cc.stmts.Add(1)
-	if isRenewMany(query) {
+	if isRenewal(query) {
 		cc.renews.Add(1)
 	}
 }
 
-// isRenewMany reports whether query is the shared renewal's statement
-// (queries.sql, renew_many), by what no other statement holds.
-func isRenewMany(query string) bool {
-	return strings.Contains(query, "UPDATE") && strings.Contains(query, "CONCAT(owner, name) IN (")
+// isRenewal reports whether query is a statement of the shared renewal
+// (queries.sql): renew_many, or a session's renewal, session_renew, by what
+// no other statement holds.
+func isRenewal(query string) bool {
+	return strings.Contains(query, "UPDATE") &&
+		(strings.Contains(query, "CONCAT(owner, name) IN (") || strings.Contains(query, "AND kind = 'S' AND owner = "))
 }
 
 // A countedConn passes everything to the driver's connection, counting.

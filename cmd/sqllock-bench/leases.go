@@ -55,7 +55,7 @@ type leasesRow struct {
 	n, failed           int           // leases asked for, acquires that failed
 	acquire, release    time.Duration // for all of them
 	stmts               int64         // statements sent while holding
-	renews              int64         // of them the shared renewal's (renew_many)
+	renews              int64         // of them the shared renewal's (renew_many, session_renew)
 	minSec, maxSec      int64         // fewest and most in one second of it
 	held                time.Duration // how long the hold lasted
 	serverCPU           float64       // server CPU seconds while holding; -1 if unknown

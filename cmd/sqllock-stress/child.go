@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,9 +80,26 @@ func (n *node) stmts(ctx context.Context) (clock, write *sql.Stmt, err error) {
 	defer n.mu.Unlock()
 	if n.clock == nil {
 		// The lease row is read as schema.sql defines it, guarded by the
-		// owner token, so only this holder's own lease answers.
+		// owner token, so only this holder's own lease answers. A lease
+		// attached to its holder's session (expires_at 9999) ends with
+		// the session's row (queries.sql, the top): its end is that row's,
+		// or none with no row. TiDB's and Vitess's Clients attach no lease
+		// (their one-row forms), and vtgate cannot evaluate that reading
+		// on a sharded keyspace (1235): there the row's expiry is read as
+		// it is.
+		var version string
+		if err := n.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+			return nil, nil, err
+		}
+		t := "`" + n.cfg.table + "`"
+		end := "IF(l.expires_at = '9999-12-31 23:59:59.999999', COALESCE(s.expires_at, '1000-01-01'), l.expires_at)"
+		join := " LEFT JOIN " + t + " AS s ON l.expires_at = '9999-12-31 23:59:59.999999' AND s.name = LEFT(l.owner, 16) AND s.kind = 'S'"
+		if strings.Contains(version, "Vitess") || strings.Contains(version, "TiDB") {
+			end, join = "l.expires_at", ""
+		}
 		st, err := n.db.PrepareContext(ctx, "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)), "+
-			"(SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) FROM `"+n.cfg.table+"` WHERE name = ? AND kind = 'L' AND owner = ?)")
+			"(SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', "+end+") FROM "+t+" AS l"+join+
+			" WHERE l.name = ? AND l.kind = 'L' AND l.owner = ?)")
 		if err != nil {
 			return nil, nil, err
 		}

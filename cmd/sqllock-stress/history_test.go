@@ -27,6 +27,9 @@ func TestStress_history(t *testing.T) {
 			{"fenced", nil, []string{"acquire ok", "acquire refused", "refresh ok", "write ok", "write rejected", "release ok", "release notheld", "read ok"}},
 			{"checked", []string{"-check"}, []string{"acquire ok", "cwrite ok", "cwrite refused", "release ok", "read ok"}},
 			{"sets", []string{"-names", "4", "-set", "2"}, []string{"acquire ok", "write ok", "refresh ok", "release ok", "read ok"}},
+			// Sets kept alive, attached to their Client's session where
+			// the server keeps one.
+			{"setsKeptAlive", []string{"-names", "4", "-set", "2", "-keepalive"}, []string{"acquire ok", "write ok", "release ok", "read ok"}},
 			{"slots", []string{"-slots", "2"}, []string{"acquire ok", "acquire refused", "release ok"}},
 		} {
 			// At a load average of 20, 300 ms leases made runs that proved
@@ -78,7 +81,7 @@ func historyHas(t *testing.T, name, path string, kinds []string, last bool) bool
 		if op.Result == "ok" && op.Kind != "read" && op.Fence == 0 {
 			t.Errorf("%s: no fence in %q", name, sc.Text())
 		}
-		if name == "sets" && op.Kind != "read" && op.Set != 2 {
+		if sets := name == "sets" || name == "setsKeptAlive"; sets && op.Kind != "read" && op.Set != 2 {
 			t.Errorf("%s: set %d in %q, want 2", name, op.Set, sc.Text())
 		}
 		if name == "slots" && op.Result == "ok" && (op.Slot < 1 || op.Slot > 2 || op.Slots != 2) {
@@ -91,8 +94,8 @@ func historyHas(t *testing.T, name, path string, kinds []string, last bool) bool
 		t.Fatal(err)
 	}
 	// One read per name; the semaphore mode writes no register.
-	reads := map[string]int{"sets": 4, "slots": 0}[name]
-	if name != "sets" && name != "slots" {
+	reads, ok := map[string]int{"sets": 4, "setsKeptAlive": 4, "slots": 0}[name]
+	if !ok {
 		reads = 2
 	}
 	if seen["read ok"] != reads {

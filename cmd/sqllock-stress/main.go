@@ -234,8 +234,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.ttl < sqllock.MinTTL || cfg.duration <= 0 {
 		bad = append(bad, "-ttl must be at least 1ms and -duration positive")
 	}
-	if cfg.set < 0 || cfg.set == 1 || cfg.set > cfg.names || (cfg.set > 0 && (cfg.wakeups || cfg.checked || cfg.keepAlive)) {
-		bad = append(bad, "-set must be 0, or 2 to -names, and cannot go with -wakeups, -check or -keepalive")
+	if cfg.set < 0 || cfg.set == 1 || cfg.set > cfg.names || (cfg.set > 0 && (cfg.wakeups || cfg.checked)) {
+		bad = append(bad, "-set must be 0, or 2 to -names, and cannot go with -wakeups or -check")
 	}
 	if cfg.cutChannels < 0 || (cfg.cutChannels > 0 && !cfg.wakeups) {
 		bad = append(bad, "-cut-channels must be positive, and needs -wakeups")

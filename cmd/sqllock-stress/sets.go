@@ -38,7 +38,7 @@ func (w *worker) contendSet(ctx context.Context, g int) {
 		ret := stamp()
 		for i, name := range set {
 			op := histOp{Kind: "acquire", Name: name, Goroutine: g, Result: opResult(err, "refused"), Call: call, Return: ret,
-				TTL: int64(ttl), Set: len(set)}
+				TTL: int64(ttl), Set: len(set), KeepAlive: w.cfg.keepAlive}
 			if err == nil {
 				op.Name, op.Fence = l.Names()[i], l.Fences()[i]
 			}
@@ -140,9 +140,21 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	if err := writes(); err != nil {
 		return recs, "write", err
 	}
-	if stalled {
+	var kctx context.Context
+	switch {
+	case w.cfg.keepAlive:
+		// As section's: the keep-alive renews the set through the sleep,
+		// a stalled holder's too (attached to the Client's session, where
+		// the server keeps one); only a fault can make it lose the set.
+		kctx = l.KeepAlive(ctx)
+		if stalled {
+			time.Sleep(w.cfg.ttl + w.cfg.ttl/2)
+		} else {
+			time.Sleep(rand.N(w.cfg.ttl/2 + 1))
+		}
+	case stalled:
 		time.Sleep(w.cfg.ttl + w.cfg.ttl/2) // past the lease, without refreshing
-	} else {
+	default:
 		time.Sleep(rand.N(w.cfg.ttl/4 + 1))
 		w.count(func(r *childReport) { r.Refresh++ })
 		rctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -168,6 +180,16 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	}
 	if err := clock(false); err != nil {
 		return recs, "clock", err
+	}
+	if kctx != nil {
+		// A keep-alive that has not reported a loss by now claims every
+		// name of the set: the belief check holds it to that.
+		lost := kctx.Err() != nil
+		for i := range recs {
+			if recs[i].KeepAliveLost = lost; !lost {
+				recs[i].Belief = max(recs[i].Belief, time.Now().UnixMicro())
+			}
+		}
 	}
 	switch err := w.release(ctx, g, l); {
 	case errors.Is(err, sqllock.ErrNotHeld):
