@@ -309,6 +309,12 @@ func (l *Lock) release(ctx context.Context, minHold time.Duration, cause error) 
 	l.stopKeepAlive(ka)
 	sent := l.c.obsNow(l.c.obs.Released != nil || l.c.obs.HoldEnd != nil)
 	err := l.sendRelease(ctx, minHold)
+	if err != nil && ka != nil && !errors.Is(err, ErrNotHeld) {
+		// Attached, the lease would last as long as its session, which
+		// the Client renews for its other leases: the next round
+		// detaches it, so that it ends as its own lease would.
+		l.c.renewals.lost(l)
+	}
 	l.releaseDone(sent, err)
 	l.mu.Lock()
 	l.releaseUnderWay = false

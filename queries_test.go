@@ -120,7 +120,7 @@ func TestSplitQueries_statements(t *testing.T) {
 		"all_acquire": 5, "all_acquire_lease": 4, "all_acquire_fence_first": 1, "all_acquire_fence": 1,
 		"all_acquire_fence_write": 1, "all_refresh": 3, "renew_many": 3, "renew_found": 2, "all_release": 2, "all_release_at_least": 3,
 		"all_check": 2, "all_fences": 2, "tidb_all_acquire": 1,
-		"force_release": 2, "session_open": 4, "session_renew": 3, "session_attach": 4, "session_found": 2, "session_detach": 2, "session_close": 2, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
+		"force_release": 2, "session_open": 4, "session_renew": 3, "session_attach": 4, "session_found": 2, "session_detach": 2, "session_close": 3, "tidb_all_acquire_row": 4, "tidb_all_refresh": 3, "tidb_all_release": 2}
 	for name, stmt := range queries {
 		t.Run(name, func(t *testing.T) {
 			if got, want := strings.Count(stmt, "?"), wantArgs[name]; got != want {

@@ -163,8 +163,11 @@ func (r *renewals) leave(l *Lock) {
 	}
 }
 
-// rounds runs the rounds of cl until it has no member, or the
-// Client closes.
+// rounds runs the rounds of cl until the Client closes, or it has no
+// member and its session has ended: then it deletes the session's row.
+// Not before, for the row's end is that of every lease still attached to
+// it, which may be a holder's (renewing on its own, which detaches it)
+// or have a ValidUntil still to come (lost and not yet detached).
 func (r *renewals) rounds(c *Client, cl *renewClass) {
 	interval := cl.ttl / 3
 	t := time.NewTimer(renewDelay(interval))
@@ -184,12 +187,20 @@ func (r *renewals) rounds(c *Client, cl *renewClass) {
 			due = append(due, q)
 		}
 		if len(due) == 0 {
-			// Closing the session ends the leases of lost too.
-			cl.ticking, cl.lost = false, nil
 			s := r.sessions[cl.ttl]
+			if s != nil && s.open && time.Now().Before(s.endsBy) {
+				// The class waits, idle, for its session to end. A
+				// keep-alive that joins meanwhile renews it again.
+				r.mu.Unlock()
+				t.Reset(renewDelay(interval))
+				continue
+			}
+			cl.ticking, cl.lost = false, nil
 			delete(r.sessions, cl.ttl) // leases acquired from now on get a new one
 			r.mu.Unlock()
-			r.closeSession(c, s)
+			ctx, cancel := c.roundContext(time.Second)
+			r.closeSession(ctx, c, s, false)
+			cancel()
 			return
 		}
 		lost := cl.lost

@@ -56,6 +56,10 @@ type session struct {
 	open    bool   // its row was written (session_open)
 	changes uint64 // the count of changes by others its last renewal reported
 	rounds  int    // renewals so far (sessionLookEvery)
+	// endsBy is when the session will have ended: a ttl after the reply
+	// to its last renewal, or after its failure (a send of it that runs
+	// later still extends it: session_close reads the end itself).
+	endsBy time.Time
 }
 
 // token returns a fresh owner token for a lease of ttl: the name of the
@@ -277,6 +281,7 @@ func (r *renewals) renewSession(ctx context.Context, c *Client, ttl time.Duratio
 		r.mu.Unlock()
 		text := c.eng.SessionText("session_open", h, h, sqltext.Hex(c.holder), us)
 		_, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "session_open", Name: "session " + s.name, Text: text})
+		s.endsBy = time.Now().Add(ttl)
 		if n, ok := fault.Errno(err); ok && n == fault.DupEntry {
 			err = nil // a send before, whose reply was lost, wrote it
 		}
@@ -293,6 +298,7 @@ func (r *renewals) renewSession(ctx context.Context, c *Client, ttl time.Duratio
 	}
 	text := c.eng.SessionText("session_renew", us, h, h)
 	res, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "session_renew", Name: "session " + s.name, Text: text})
+	s.endsBy = time.Now().Add(ttl)
 	if err != nil {
 		return 0, false, err
 	}
@@ -399,17 +405,17 @@ func (r *renewals) sessionsOff(c *Client, err error) {
 
 // lost records that l's keep-alive ended lost: if its lease may be attached
 // to the session of its ttl (its token is the session's: it was attached,
-// or may have been by an attach whose answer was lost), the next round of
-// that ttl detaches it (detachLost). Its Lock may never be released:
-// attached, its lease would last as long as the session, which the Client
-// renews for its other leases, with no holder. A lease of a session that
-// has ended has ended too, and one whose class has stopped ends with the
-// session's row, which the class's last round deletes.
+// or may be by an attach whose answer was lost, or by the round under
+// way), the next round of that ttl detaches it (detachLost). Its Lock may
+// never be released: attached, its lease would last as long as the
+// session, which the Client renews for its other leases, with no holder.
+// A lease of a session that has ended has ended too, and one whose class
+// has stopped ends with its session, which is no longer renewed.
 func (r *renewals) lost(l *Lock) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cl, s := r.classes[l.ttl], r.sessions[l.ttl]
-	if cl == nil || !cl.ticking || s == nil || !s.open || r.sessOff || !strings.HasPrefix(l.token, s.name) {
+	if cl == nil || !cl.ticking || s == nil || r.sessOff || !strings.HasPrefix(l.token, s.name) {
 		return
 	}
 	cl.lost = append(cl.lost, newRenewReq(l))
@@ -471,30 +477,26 @@ func (r *renewals) closeSessions(ctx context.Context, c *Client) {
 	}
 	r.mu.Unlock()
 	for _, s := range open {
-		r.closeSessionCtx(ctx, c, s)
+		r.closeSession(ctx, c, s, true)
 	}
 }
 
-// closeSession deletes s's row, if it was opened, once no keep-alive of
-// its ttl is left: a lease still attached to it (one whose release failed)
-// ends with it. s may be nil.
-func (r *renewals) closeSession(c *Client, s *session) {
+// closeSession deletes s's row, if it was opened and has ended (rounds):
+// all says whether it is deleted whether or not it has. s may be nil.
+func (r *renewals) closeSession(ctx context.Context, c *Client, s *session, all bool) {
 	if s == nil {
 		return
 	}
-	ctx, cancel := c.roundContext(time.Second)
-	defer cancel()
-	r.closeSessionCtx(ctx, c, s)
-}
-
-func (r *renewals) closeSessionCtx(ctx context.Context, c *Client, s *session) {
 	r.mu.Lock()
 	open := s.open
 	r.mu.Unlock()
 	if !open {
 		return
 	}
-	h := sqltext.Hex(s.name)
+	h, flag := sqltext.Hex(s.name), "0"
+	if all {
+		flag = "1"
+	}
 	_, _, _ = c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "session_close", Name: "session " + s.name,
-		Text: c.eng.SessionText("session_close", h, h)})
+		Text: c.eng.SessionText("session_close", h, h, flag)})
 }

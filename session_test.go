@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -138,7 +139,8 @@ func TestSession_oneStatementARound(t *testing.T) {
 			}
 		}
 		// Released, every lease leaves the session, and the session's row
-		// goes with the last (the round finds no keep-alive left).
+		// goes once the session has ended after the last (the round finds
+		// no keep-alive left, and the session is no longer renewed).
 		for _, l := range locks {
 			if err := l.Release(testCtx(t)); err != nil {
 				t.Fatal(err)
@@ -648,6 +650,165 @@ func TestSession_detachFailed_sentAgain(t *testing.T) {
 			return err == nil
 		})
 		if err := context.Cause(kctx); err != nil && !lostForNoRenewal(err) {
+			t.Fatalf("the other lease's keep-alive ended: %v", err)
+		}
+	})
+}
+
+// A kept-alive lease lost for no renewal while attached (its session's
+// renewals refused, as through a server's crash), its Lock not released,
+// its keep-alive the last of its ttl. The session's row is the end of the
+// lease, and is not renewed any more; the class deletes it only once the
+// session has ended, never at its next round: the name stays the holder's
+// until the ValidUntil it was given, and is free after it, with no session
+// row left. A margin of two thirds of the ttl leaves two rounds between
+// the loss and the ValidUntil.
+func TestSession_lostLeaseLastsToItsValidUntil(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		ops := e.client(t, le.straight, le.table, WithHolder("ops"), WithLockDelay(0))
+		var (
+			mu       sync.Mutex
+			starving bool
+		)
+		le.lc.setDecide(func(string, []driver.NamedValue) lateAction {
+			mu.Lock()
+			defer mu.Unlock()
+			if starving {
+				return refuse
+			}
+			return pass
+		})
+		const ttl = 3 * time.Second
+		l := mustAcquire(t, le.c, "lost", ttl)
+		kctx := l.keepAlive(testCtx(t), ttl*2/3)
+		waitFor(t, 20*ttl, "the lease attached", func() bool {
+			_, attached, _ := le.attachState(t, "lost")
+			return attached
+		})
+		mu.Lock()
+		starving = true
+		mu.Unlock()
+		select {
+		case <-kctx.Done():
+		case <-time.After(3 * ttl):
+			t.Fatal("the keep-alive did not end while every statement was refused")
+		}
+		if cause := context.Cause(kctx); !lostForNoRenewal(cause) {
+			t.Fatalf("the keep-alive ended with %v, want lost for no renewal", cause)
+		}
+		mu.Lock()
+		starving = false
+		mu.Unlock()
+		until := l.ValidUntil()
+		for time.Until(until) > 50*time.Millisecond {
+			if o, err := ops.TryAcquire(testCtx(t), "lost", time.Minute); err == nil {
+				t.Fatalf("taken %v before the holder's ValidUntil (fence %d)", time.Until(until), o.Fence())
+			} else if !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		waitFor(t, 3*ttl, "the name free after its ValidUntil", func() bool {
+			_, err := ops.TryAcquire(testCtx(t), "lost", time.Minute)
+			return err == nil
+		})
+		waitFor(t, 3*ttl, "the session's row deleted", func() bool {
+			_, sessions := attachedCount(t, e, le.table)
+			return sessions == 0
+		})
+	})
+}
+
+// A keep-alive lost while the round that carries it opens the Client's
+// first session (its proof stalled): the round attaches the lease all the
+// same, and the session, which the Client renews for its other lease,
+// would keep it with no holder. The loss is recorded for the session that
+// is opening too, and the next round detaches the lease: the name is free
+// soon after, while the other lease stays kept.
+func TestSession_lostWhileTheSessionOpens(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		ops := e.client(t, le.straight, le.table, WithHolder("ops"), WithLockDelay(0))
+		var (
+			mu      sync.Mutex
+			stalled = true
+		)
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			mu.Lock()
+			defer mu.Unlock()
+			proof := isProofs(q)
+			for i := range args {
+				proof = proof || strings.HasPrefix(arg(args, i), engine.ProofPrefix)
+			}
+			if stalled && proof {
+				return refuse
+			}
+			return pass
+		})
+		const ttl = 3 * time.Second
+		kept := mustAcquire(t, le.c, "kept", ttl)
+		kctx := kept.KeepAlive(testCtx(t))
+		l := mustAcquire(t, le.c, "lost", ttl)
+		lctx := l.keepAlive(testCtx(t), ttl*2/3)
+		select {
+		case <-lctx.Done():
+		case <-time.After(3 * ttl):
+			t.Fatal("the keep-alive did not end while the session's proof was refused")
+		}
+		if cause := context.Cause(lctx); !lostForNoRenewal(cause) {
+			t.Fatalf("the keep-alive ended with %v, want lost for no renewal", cause)
+		}
+		mu.Lock()
+		stalled = false
+		mu.Unlock()
+		waitFor(t, 5*ttl, "the other lease attached", func() bool {
+			_, attached, _ := le.attachState(t, "kept")
+			return attached
+		})
+		waitFor(t, 4*ttl, "the lost lease's name free", func() bool {
+			_, err := ops.TryAcquire(testCtx(t), "lost", time.Minute)
+			return err == nil
+		})
+		if err := context.Cause(kctx); err != nil {
+			t.Fatalf("the other lease's keep-alive ended: %v", err)
+		}
+	})
+}
+
+// A Release of an attached lease that fails (the statement refused until
+// Release gives up) stops its keep-alive, while the Client's session, which
+// it renews for its other lease, would keep the lease for as long as the
+// Client lives, with no holder. The next round detaches it: the name is
+// free within about a ttl, and the other lease stays kept.
+func TestSession_failedReleaseDetached(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		ops := e.client(t, le.straight, le.table, WithHolder("ops"), WithLockDelay(0))
+		const ttl = 1500 * time.Millisecond
+		kept := mustAcquire(t, le.c, "kept", ttl)
+		kctx := kept.KeepAlive(testCtx(t))
+		l := mustAcquire(t, le.c, "released", ttl)
+		l.KeepAlive(testCtx(t))
+		waitFor(t, 20*ttl, "both leases attached", func() bool {
+			leases, _ := attachedCount(t, e, le.table)
+			return leases == 2
+		})
+		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+			if le.is(q, qRelease) && arg(args, 0) == "released" {
+				return refuse
+			}
+			return pass
+		})
+		le.c.releaseTimeout = 300 * time.Millisecond // Release gives up sooner
+		if err := l.Release(testCtx(t)); err == nil || errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Release with every send refused: %v, want an error of unknown outcome", err)
+		}
+		waitFor(t, 4*ttl, "the name free", func() bool {
+			_, err := ops.TryAcquire(testCtx(t), "released", time.Minute)
+			return err == nil
+		})
+		if err := context.Cause(kctx); err != nil {
 			t.Fatalf("the other lease's keep-alive ended: %v", err)
 		}
 	})

@@ -838,9 +838,13 @@ WHERE l.kind = 'L' AND l.name IN (?) AND CONCAT(l.owner, l.name) IN (?)
   AND l.expires_at = '9999-12-31 23:59:59.999999';
 
 -- name: session_close
--- Holes: session, session. Deletes the session's row once it keeps no
--- lease: its Client's keep-alives of that ttl have all ended.
-DELETE FROM `sqllock` WHERE name = ? AND kind = 'S' AND owner = ?;
+-- Holes: session, session, all (1 or 0). Deletes the session's row once
+-- its Client's keep-alives of that ttl have all ended: with all 0, only if
+-- the session has ended by the server's clock, for its end is that of
+-- every lease still attached to it (one lost and not detached, one whose
+-- release failed), whose holder was given a ValidUntil up to it; with 1
+-- (Client.Close, which releases every lease, and the proof), at once.
+DELETE FROM `sqllock` WHERE name = ? AND kind = 'S' AND owner = ? AND (? OR expires_at <= UTC_TIMESTAMP(6));
 
 -- name: all_release
 -- Holes: token, the names. Affected rows: how many of the set's leases were

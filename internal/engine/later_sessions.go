@@ -77,7 +77,7 @@ func (s *Server) ProveSessions(ctx context.Context) error {
 		if err := p.wantFound(found, "the lease detached", 0); err != nil {
 			return err
 		}
-		return p.wantRows("session_close", "close the session", s.SessionText("session_close", sess, sess), 1)
+		return p.wantRows("session_close", "close the session", s.SessionText("session_close", sess, sess, "1"), 1)
 	})
 }
 
