@@ -53,20 +53,34 @@ type record struct {
 	// TakenOver: Release reported ErrNotHeld, so the next holder of the
 	// name took the lease over before it was released.
 	TakenOver bool `json:"to,omitempty"`
+	// Released is when the holder of a section an error cut short called
+	// Release, on this machine's clock (µs since 1970), which the servers
+	// on it share: it worked under the lease no longer, whether or not the
+	// release reached the server (0: not cut short).
+	Released int64 `json:"rl,omitempty"`
+}
+
+// end is when the section ended as its holder saw it: End, or when it
+// released the lease after an error cut it short; 0 when neither is known.
+func (r record) end() int64 {
+	if r.End != 0 {
+		return r.End
+	}
+	return r.Released
 }
 
 // live returns the part of the critical section during which the holder's
 // lease was live by the server's clock, and false when there was none or
 // its start is unknown. A section cut short by an error before it read the
-// clock again counts as live until its lease expired: the holder may have
-// gone on working until then.
+// clock again ends when its holder released the lease, or when the lease
+// expired if it did not: the holder may have gone on working until then.
 func (r record) live() (from, to int64, ok bool) {
 	if r.Start == 0 {
 		return 0, 0, false
 	}
 	to = r.Expiry
-	if r.End != 0 {
-		to = min(r.End, r.Expiry)
+	if end := r.end(); end != 0 {
+		to = min(end, r.Expiry)
 	}
 	return r.Start, to, to > r.Start
 }
@@ -199,8 +213,8 @@ func beliefs(name string, live []record) []string {
 			continue
 		}
 		to := r.Belief
-		if r.End != 0 {
-			to = min(to, r.End)
+		if end := r.end(); end != 0 {
+			to = min(to, end)
 		}
 		if next := live[i+1]; next.Start < to && next.Start > r.Start {
 			bad = append(bad, fmt.Sprintf("%q: %s (fence %d) believed it held the name until %d, %dµs into the section %s (fence %d) began at %d",

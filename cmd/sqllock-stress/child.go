@@ -388,6 +388,7 @@ func (w *worker) section(ctx context.Context, n *node, g int, l *sqllock.Lock) (
 		if err != nil {
 			// A section cut short ends all the same; a release that
 			// cannot reach the server leaves the lease to expire.
+			rec.Released = time.Now().UnixMicro()
 			w.release(ctx, g, l)
 		}
 	}()

@@ -28,10 +28,16 @@ func TestCheck_beliefs(t *testing.T) {
 		{"unknown belief", []record{sec(1, 1, 10, 0, 100, 0), sec(2, 2, 100, 120, 200, 190)}, 0},
 		{"believed past the next start", []record{sec(1, 1, 10, 0, 100, 130), sec(2, 2, 100, 120, 200, 190)}, 1},
 		{"believed past it, section ended later", []record{sec(1, 1, 10, 140, 100, 130), sec(2, 2, 100, 150, 200, 190)}, 1},
+		{"cut short, released before the next start", []record{released(sec(1, 1, 10, 0, 130, 130), 90), sec(2, 2, 100, 150, 200, 190)}, 0},
+		{"cut short, released after the next start", []record{released(sec(1, 1, 10, 0, 130, 130), 110), sec(2, 2, 100, 150, 200, 190)}, 1},
+		{"cut short, not released", []record{sec(1, 1, 10, 0, 130, 130), sec(2, 2, 100, 150, 200, 190)}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := check(tt.records)
+			if got := len(f.Overlaps); strings.HasPrefix(tt.name, "cut short") && got != tt.want {
+				t.Errorf("overlaps: got %d (%q), want %d", got, f.Overlaps, tt.want)
+			}
 			if got := len(f.Beliefs); got != tt.want {
 				t.Errorf("beliefs violated: got %d (%q), want %d", got, f.Beliefs, tt.want)
 			}
@@ -40,6 +46,12 @@ func TestCheck_beliefs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// released is r with the time its holder released it after an error.
+func released(r record, at int64) record {
+	r.Released = at
+	return r
 }
 
 // Recovery is measured from the heal to each name's first section after

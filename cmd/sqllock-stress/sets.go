@@ -85,6 +85,9 @@ func (w *worker) sectionSet(ctx context.Context, n *node, g int, l *sqllock.Lock
 	}
 	defer func() {
 		if err != nil {
+			for i := range recs {
+				recs[i].Released = time.Now().UnixMicro()
+			}
 			w.release(ctx, g, l)
 		}
 	}()
