@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/sqltext"
 )
 
@@ -385,5 +386,53 @@ func TestAttached_setRefreshDetaches(t *testing.T) {
 			t.Fatalf("attached after the failed Refresh: %d leases, want the 2 of the set, as they were", leases)
 		}
 		mustAcquireSet(t, b, time.Minute, "e1", "e2")
+	})
+}
+
+// session_close deletes a session's row at once with all 1 (Client.Close,
+// the proof), and with all 0 (the last round of a Client's keep-alives of
+// a ttl) only once the session has ended by the server's clock: its end is
+// that of every lease still attached to it, whose holder was given a
+// ValidUntil up to it. Under every DSN variant.
+func TestAttached_sessionCloseWaitsForTheEnd(t *testing.T) {
+	eachAttachingVariant(t, func(t *testing.T, e *testEnv) {
+		table, a, b := tableOfTwo(t, e)
+		closeSession := func(sid, all string) int64 {
+			t.Helper()
+			h := sqltext.Hex(sid)
+			res, _, err := a.eng.Exec(testCtx(t), engine.Send{Stmt: engine.Text, Label: "session_close", Name: "session " + sid,
+				Text: a.eng.SessionText("session_close", h, h, all)})
+			if err != nil {
+				t.Fatalf("session_close %s: %v", all, err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		heldByA := func(name string) {
+			t.Helper()
+			if _, err := b.TryAcquire(testCtx(t), name, time.Minute); !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("%s: another Client's TryAcquire: %v, want it held", name, err)
+			}
+		}
+		sid := attach(t, e, table, mustAcquire(t, a, "n", time.Minute), "n", time.Minute)
+		if n := closeSession(sid, "0"); n != 0 {
+			t.Fatalf("session_close 0 of a live session deleted %d rows", n)
+		}
+		heldByA("n")
+		endSession(t, e, table, sid, -time.Millisecond, false)
+		if n := closeSession(sid, "0"); n != 1 {
+			t.Fatalf("session_close 0 of an ended session deleted %d rows, want 1", n)
+		}
+		mustAcquire(t, b, "n", time.Minute)
+
+		sid = attach(t, e, table, mustAcquire(t, a, "m", time.Minute), "m", time.Minute)
+		heldByA("m")
+		if n := closeSession(sid, "1"); n != 1 {
+			t.Fatalf("session_close 1 of a live session deleted %d rows, want 1", n)
+		}
+		mustAcquire(t, b, "m", time.Minute)
 	})
 }
