@@ -52,9 +52,9 @@ type renewals struct {
 	sessOff  bool
 	sessSaid bool // noSessions said so
 	// closed: Close deletes the sessions' rows, and no session opens from
-	// then on; opening counts the session_open statements under way.
-	closed  bool
-	opening int
+	// then on; busy counts the rounds under way, which Close waits for.
+	closed bool
+	busy   int
 }
 
 // own runs refresh, a keep-alive's renewal on its own, in one of the
@@ -205,12 +205,23 @@ func (r *renewals) rounds(c *Client, cl *renewClass) {
 		}
 		lost := cl.lost
 		cl.lost = nil
+		r.busy++
 		r.mu.Unlock()
 		began := time.Now()
 		r.round(c, cl.ttl, due)
 		// After the round, whose renewals have deadlines: a lease that
 		// ended lost is its holder's no more, whenever it is detached.
-		r.detachLost(c, cl.ttl, lost)
+		// Those not detached are tried again by the next round.
+		ctx, cancel := c.roundContext(cl.ttl)
+		left := r.detachLost(ctx, c, lost)
+		cancel()
+		on := r.sessionsOn(c)
+		r.mu.Lock()
+		if on {
+			cl.lost = append(cl.lost, left...)
+		}
+		r.busy--
+		r.mu.Unlock()
 		next := renewDelay(interval)
 		if time.Since(began) >= interval {
 			// The round ran past the next instant (many leases on a busy
@@ -218,6 +229,45 @@ func (r *renewals) rounds(c *Client, cl *renewClass) {
 			next = 0
 		}
 		t.Reset(next)
+	}
+}
+
+// closeSessions deletes the row of each session the Client opened, when it
+// closes, after its leases were released. A round under way opens no
+// session from then on, and is waited for (within ctx): a session it was
+// opening is deleted too. The leases lost and not detached yet are
+// detached first, to end when the session would have; if that fails, the
+// row is deleted only if the session has ended.
+func (r *renewals) closeSessions(ctx context.Context, c *Client) {
+	r.mu.Lock()
+	r.closed = true
+	for r.busy > 0 && ctx.Err() == nil {
+		r.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		r.mu.Lock()
+	}
+	type closing struct {
+		s    *session
+		ttl  time.Duration
+		lost []*renewReq
+	}
+	var open []closing
+	for ttl, s := range r.sessions {
+		if s.open {
+			cs := closing{s: s, ttl: ttl}
+			if cl := r.classes[ttl]; cl != nil {
+				cs.lost, cl.lost = cl.lost, nil
+			}
+			open = append(open, cs)
+		}
+		delete(r.sessions, ttl)
+	}
+	r.mu.Unlock()
+	for _, cs := range open {
+		dctx, cancel := context.WithTimeout(ctx, renewTimeout(cs.ttl))
+		left := r.detachLost(dctx, c, cs.lost)
+		cancel()
+		r.closeSession(ctx, c, cs.s, len(left) == 0)
 	}
 }
 

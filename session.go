@@ -17,24 +17,23 @@ import (
 // share a session: one row, renewed once a round, that keeps alive every
 // lease attached to it, however many. A lease on one name or on a set is
 // attached in the round after renew_many first extends it, if its token
-// begins with the session's name (every token the Client draws for a
-// name's or a set's lease of that ttl does: renewals.token), and stays
-// attached until its Lock refreshes it (which detaches it: queries.sql,
-// refresh, all_refresh) or it is released: a set's leases all together
-// (renewReq.allFound). From then
-// on a round sends one statement for all of them: session_renew. Its answer
-// moves each attached lease's deadline as renew_many's does; it carries
-// the count of changes others made to the session's leases (a forced
-// release), and when that moves, session_found tells which lease went, and
-// that keep-alive alone is told, to refresh on its own. When the session
-// has ended, every attached keep-alive is told so, and refreshes on its own,
-// which finds its lease lost: no lease is held past what its holder was
-// told, as each keep-alive's deadline still ends its contexts a margin
-// before its ValidUntil if no renewal comes back. A semaphore's slots are
-// not attached (semaphore.go draws their tokens): they renew with
-// renew_many. Where the server
-// keeps no session (engine.Sessions: TiDB, Vitess, Galera, Group
-// Replication), or refuses one, every lease renews with renew_many.
+// begins with the session's name (every token the Client draws for a name's
+// or a set's lease of that ttl does: renewals.token), and stays attached
+// until its Lock refreshes it (which detaches it: queries.sql, refresh,
+// all_refresh) or it is released: a set's leases all together
+// (renewReq.allFound). From then on a round sends one statement for all of
+// them: session_renew. Its answer moves each attached lease's deadline as
+// renew_many's does; it carries the count of changes others made to the
+// session's leases (a forced release), and when that moves, session_found
+// tells which lease went, and that keep-alive alone is told, to refresh on
+// its own. When the session has ended, every attached keep-alive is told so,
+// and refreshes on its own, which finds its lease lost: no lease is held
+// past what its holder was told, as each keep-alive's deadline still ends
+// its contexts a margin before its ValidUntil if no renewal comes back. A
+// semaphore's slots are not attached (semaphore.go draws their tokens): they
+// renew with renew_many. Where the server keeps no session (engine.Sessions:
+// TiDB, Vitess, Galera, Group Replication), or refuses one, every lease
+// renews with renew_many.
 
 // sessionChars is how many hex digits name a session: the first of each
 // token the Client draws for a lease of the session's ttl.
@@ -277,7 +276,6 @@ func (r *renewals) renewSession(ctx context.Context, c *Client, ttl time.Duratio
 			r.mu.Unlock()
 			return 0, false, ErrClosed
 		}
-		r.opening++
 		r.mu.Unlock()
 		text := c.eng.SessionText("session_open", h, h, sqltext.Hex(c.holder), us)
 		_, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "session_open", Name: "session " + s.name, Text: text})
@@ -286,7 +284,6 @@ func (r *renewals) renewSession(ctx context.Context, c *Client, ttl time.Duratio
 			err = nil // a send before, whose reply was lost, wrote it
 		}
 		r.mu.Lock()
-		r.opening--
 		// Also when it failed: a send whose reply was lost may have
 		// written the row, which Close then deletes.
 		s.open = true
@@ -422,63 +419,32 @@ func (r *renewals) lost(l *Lock) {
 }
 
 // detachLost detaches the leases of lost (queries.sql, session_detach), in
-// statements cut as renew_many's. The leases of a statement that failed
-// are detached by the class's next round: until then they last as long as
-// the session, and at the latest end with it, when the Client's
-// keep-alives of their ttl have all ended or the Client closes. (A detach
-// run twice changes nothing the first did not.)
-func (r *renewals) detachLost(c *Client, ttl time.Duration, lost []*renewReq) {
+// statements cut as renew_many's, and returns those it did not: of a
+// statement that failed and the ones after it, or all of them when the
+// Client keeps no session. Until detached they last as long as the
+// session. (A detach run twice changes nothing the first did not.)
+func (r *renewals) detachLost(ctx context.Context, c *Client, lost []*renewReq) []*renewReq {
 	if len(lost) == 0 || !r.sessionsOn(c) {
-		return
+		return lost
 	}
-	ctx, cancel := c.roundContext(ttl)
-	defer cancel()
 	sts := renewStatements(lost, r.limits(c))
 	for i, st := range sts {
 		lits := litsOf(st.qs)
 		_, _, err := c.eng.Exec(ctx, engine.Send{Stmt: engine.Text, Label: "session_detach",
 			Name: strconv.Itoa(len(lits)) + " leases", Text: c.eng.SessionDetach(lits)})
-		switch {
-		case err == nil:
-		case renewalCannotPass(err):
+		if err == nil {
+			continue
+		}
+		if renewalCannotPass(err) {
 			r.sessionsOff(c, err)
-			return
-		default:
-			r.mu.Lock()
-			if cl := r.classes[ttl]; cl != nil && cl.ticking {
-				for _, st := range sts[i:] {
-					cl.lost = append(cl.lost, st.qs...)
-				}
-			}
-			r.mu.Unlock()
-			return
 		}
-	}
-}
-
-// closeSessions deletes the row of each session the Client opened, when it
-// closes, after its leases were released. A round under way opens no
-// session from then on, and one it is opening is waited for (within ctx),
-// so that its row is deleted too.
-func (r *renewals) closeSessions(ctx context.Context, c *Client) {
-	r.mu.Lock()
-	r.closed = true
-	for r.opening > 0 && ctx.Err() == nil {
-		r.mu.Unlock()
-		time.Sleep(time.Millisecond)
-		r.mu.Lock()
-	}
-	var open []*session
-	for ttl, s := range r.sessions {
-		if s.open {
-			open = append(open, s)
+		var left []*renewReq
+		for _, st := range sts[i:] {
+			left = append(left, st.qs...)
 		}
-		delete(r.sessions, ttl)
+		return left
 	}
-	r.mu.Unlock()
-	for _, s := range open {
-		r.closeSession(ctx, c, s, true)
-	}
+	return nil
 }
 
 // closeSession deletes s's row, if it was opened and has ended (rounds):

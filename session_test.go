@@ -814,6 +814,75 @@ func TestSession_failedReleaseDetached(t *testing.T) {
 	})
 }
 
+// Client.Close deletes its sessions' rows at once, after releasing its
+// leases: a lease lost for no renewal and not released (not the Client's
+// to release: its holder was told) would end with it, before the
+// ValidUntil its holder was given. Close detaches it first; when that
+// fails too (every session_detach refused here), it deletes the row only
+// if the session has ended. The name stays the holder's until its
+// ValidUntil either way; the lease Close released is free at once.
+func TestSession_closeKeepsALostLeaseToItsValidUntil(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		le := newLateEnv(t, e)
+		ops := e.client(t, le.straight, le.table, WithHolder("ops"), WithLockDelay(0))
+		var (
+			mu       sync.Mutex
+			starving bool
+		)
+		le.lc.setDecide(func(q string, _ []driver.NamedValue) lateAction {
+			mu.Lock()
+			defer mu.Unlock()
+			if starving || isDetach(q) {
+				return refuse
+			}
+			return pass
+		})
+		const ttl = 3 * time.Second
+		kept := mustAcquire(t, le.c, "kept", ttl)
+		kctx := kept.KeepAlive(testCtx(t))
+		l := mustAcquire(t, le.c, "lost", ttl)
+		lctx := l.keepAlive(testCtx(t), ttl*2/3)
+		waitFor(t, 20*ttl, "both leases attached", func() bool {
+			leases, _ := attachedCount(t, e, le.table)
+			return leases == 2
+		})
+		mu.Lock()
+		starving = true
+		mu.Unlock()
+		select {
+		case <-lctx.Done():
+		case <-time.After(3 * ttl):
+			t.Fatal("the keep-alive did not end while every statement was refused")
+		}
+		mu.Lock()
+		starving = false
+		mu.Unlock()
+		if cause := context.Cause(lctx); !lostForNoRenewal(cause) {
+			t.Fatalf("the keep-alive ended with %v, want lost for no renewal", cause)
+		}
+		if err := context.Cause(kctx); err != nil {
+			t.Fatalf("the other lease's keep-alive ended: %v", err)
+		}
+		if err := le.c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		mustAcquire(t, ops, "kept", time.Minute)
+		until := l.ValidUntil()
+		for time.Until(until) > 50*time.Millisecond {
+			if o, err := ops.TryAcquire(testCtx(t), "lost", time.Minute); err == nil {
+				t.Fatalf("taken %v before the holder's ValidUntil (fence %d)", time.Until(until), o.Fence())
+			} else if !errors.Is(err, ErrNotAcquired) {
+				t.Fatalf("TryAcquire: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		waitFor(t, 3*ttl, "the name free after its ValidUntil", func() bool {
+			_, err := ops.TryAcquire(testCtx(t), "lost", time.Minute)
+			return err == nil
+		})
+	})
+}
+
 // Close racing the rounds of many kept-alive leases leaves nothing behind:
 // no lease (Close releases them) and no session row, whatever statement of
 // a round is under way when it starts (a round that begins after Close
