@@ -680,7 +680,7 @@ func TestSession_lostLeaseLastsToItsValidUntil(t *testing.T) {
 			return pass
 		})
 		const ttl = 3 * time.Second
-		l, kctx, name := le.keptAttached(t, "lost", ttl, ttl*2/3)
+		l, kctx := le.keptAttached(t, "lost", ttl, ttl*2/3)
 		mu.Lock()
 		starving = true
 		mu.Unlock()
@@ -695,19 +695,7 @@ func TestSession_lostLeaseLastsToItsValidUntil(t *testing.T) {
 		mu.Lock()
 		starving = false
 		mu.Unlock()
-		until := l.ValidUntil()
-		for time.Until(until) > 50*time.Millisecond {
-			if o, err := ops.TryAcquire(testCtx(t), name, time.Minute); err == nil {
-				t.Fatalf("taken %v before the holder's ValidUntil (fence %d)", time.Until(until), o.Fence())
-			} else if !errors.Is(err, ErrNotAcquired) {
-				t.Fatalf("TryAcquire: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		waitFor(t, 3*ttl, "the name free after its ValidUntil", func() bool {
-			_, err := ops.TryAcquire(testCtx(t), name, time.Minute)
-			return err == nil
-		})
+		heldToValidUntil(t, ops, l, 3*ttl)
 		waitFor(t, 3*ttl, "the session's row deleted", func() bool {
 			_, sessions := attachedCount(t, e, le.table)
 			return sessions == 0
@@ -835,7 +823,7 @@ func TestSession_closeKeepsALostLeaseToItsValidUntil(t *testing.T) {
 		const ttl = 3 * time.Second
 		kept := mustAcquire(t, le.c, "kept", ttl)
 		kctx := kept.KeepAlive(testCtx(t))
-		l, lctx, name := le.keptAttached(t, "lost", ttl, ttl*2/3)
+		l, lctx := le.keptAttached(t, "lost", ttl, ttl*2/3)
 		waitFor(t, 20*ttl, "the other lease attached", func() bool {
 			_, attached, _ := le.attachState(t, "kept")
 			return attached
@@ -861,19 +849,32 @@ func TestSession_closeKeepsALostLeaseToItsValidUntil(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 		mustAcquire(t, ops, "kept", time.Minute)
-		until := l.ValidUntil()
-		for time.Until(until) > 50*time.Millisecond {
-			if o, err := ops.TryAcquire(testCtx(t), name, time.Minute); err == nil {
-				t.Fatalf("taken %v before the holder's ValidUntil (fence %d)", time.Until(until), o.Fence())
-			} else if !errors.Is(err, ErrNotAcquired) {
-				t.Fatalf("TryAcquire: %v", err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		heldToValidUntil(t, ops, l, 3*ttl)
+	})
+}
+
+// heldToValidUntil tries ops's TryAcquire of l's name until just before
+// l's ValidUntil, each refused, then until it succeeds, within limit. A
+// success whose reply came before the ValidUntil fails the test; one whose
+// reply came after may have run after it, and ends the first part.
+func heldToValidUntil(t *testing.T, ops *Client, l *Lock, limit time.Duration) {
+	t.Helper()
+	until := l.ValidUntil()
+	for time.Until(until) > 50*time.Millisecond {
+		o, err := ops.TryAcquire(testCtx(t), l.Name(), time.Minute)
+		switch {
+		case err == nil && time.Now().Before(until):
+			t.Fatalf("taken %v before the holder's ValidUntil (fence %d)", time.Until(until), o.Fence())
+		case err == nil:
+			return
+		case !errors.Is(err, ErrNotAcquired):
+			t.Fatalf("TryAcquire: %v", err)
 		}
-		waitFor(t, 3*ttl, "the name free after its ValidUntil", func() bool {
-			_, err := ops.TryAcquire(testCtx(t), name, time.Minute)
-			return err == nil
-		})
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitFor(t, limit, "the name free after its ValidUntil", func() bool {
+		_, err := ops.TryAcquire(testCtx(t), l.Name(), time.Minute)
+		return err == nil
 	})
 }
 
@@ -881,9 +882,8 @@ func TestSession_closeKeepsALostLeaseToItsValidUntil(t *testing.T) {
 // margin until a round attaches its lease. A margin that leaves about a
 // round between a renewal and the deadline can lose the lease, on a
 // loaded machine, before any round attaches it: then a new name is tried
-// (name-2, name-3). It returns the Lock, its keep-alive's context and its
-// name.
-func (le *lateEnv) keptAttached(t *testing.T, name string, ttl, margin time.Duration) (*Lock, context.Context, string) {
+// (name-2, name-3). It returns the Lock and its keep-alive's context.
+func (le *lateEnv) keptAttached(t *testing.T, name string, ttl, margin time.Duration) (*Lock, context.Context) {
 	t.Helper()
 	for i := 1; ; i++ {
 		n := name
@@ -898,7 +898,7 @@ func (le *lateEnv) keptAttached(t *testing.T, name string, ttl, margin time.Dura
 			return attached || lctx.Err() != nil
 		})
 		if attached && lctx.Err() == nil {
-			return l, lctx, n
+			return l, lctx
 		}
 		if i == 3 {
 			t.Fatalf("%s: three keep-alives ended before a round attached their lease: %v", name, context.Cause(lctx))
