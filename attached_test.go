@@ -2,9 +2,15 @@ package sqllock
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqllock/sqllock/internal/engine"
 	"github.com/sqllock/sqllock/internal/sqltext"
@@ -145,6 +151,125 @@ func TestAttached_acquireWaitsForTheSession(t *testing.T) {
 			t.Fatalf("after the takeover: got %+v, want b's lease with its own minute", info)
 		}
 		wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+	})
+}
+
+// acquireCounter connects to the environment's server and counts the
+// sends of acquire and of acquire_attached, told apart by the mark their
+// update starts with (queries.sql).
+type acquireCounter struct {
+	driver.Connector
+	plain, attached atomic.Int64
+}
+
+func (ac *acquireCounter) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := ac.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return acquireCountedConn{passConn{c}, ac}, nil
+}
+
+// counts returns the sends of acquire and of acquire_attached so far.
+func (ac *acquireCounter) counts() (plain, attached int64) {
+	return ac.plain.Load(), ac.attached.Load()
+}
+
+type acquireCountedConn struct {
+	passConn
+	ac *acquireCounter
+}
+
+func (c acquireCountedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := c.Conn.(driver.ConnPrepareContext).PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.Contains(query, "LAST_INSERT_ID(IF(expires_at = '9999-12-31 23:59:59.999999', 3,"):
+		return acquireCountedStmt{passStmt{st}, &c.ac.plain}, nil
+	case strings.Contains(query, "LAST_INSERT_ID(IF(owner = ?, 2, IF(IF(expires_at = '9999-12-31 23:59:59.999999'"):
+		return acquireCountedStmt{passStmt{st}, &c.ac.attached}, nil
+	}
+	return st, nil
+}
+
+type acquireCountedStmt struct {
+	passStmt
+	n *atomic.Int64
+}
+
+func (s acquireCountedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	s.n.Add(1)
+	return s.Stmt.(driver.StmtExecContext).ExecContext(ctx, args)
+}
+
+// An acquire that finds the lease attached sends acquire_attached after
+// it; the Client then remembers the name, and its next acquires of it send
+// acquire_attached alone, one statement, which still decides every lease
+// rightly: an attached lease held while its session lives and taken once
+// it has ended, a lease detached since (unattached) held while it lasts.
+// Once the Client has taken the name, it forgets it: the next acquire is
+// acquire alone again.
+func TestAttached_acquireFoundAttachedSendsOneStatementAfter(t *testing.T) {
+	eachAttachingVariant(t, func(t *testing.T, e *testEnv) {
+		table := e.newTable(t)
+		a := e.client(t, e.db, table, WithHolder("a"))
+		ac := &acquireCounter{Connector: e.quietConnector(t, func(*mysql.Config) {})}
+		db := sql.OpenDB(ac)
+		t.Cleanup(func() { db.Close() })
+		b := e.client(t, db, table, WithHolder("b"))
+		warm(t, b)
+		ctx := testCtx(t)
+		var plain0, attached0 int64
+		try := func(name string, want string, plain, attached int64) *Lock {
+			t.Helper()
+			p0, a0 := ac.counts()
+			l, err := b.TryAcquire(ctx, name, time.Minute)
+			if want == "held" {
+				wantErrIs(t, err, ErrNotAcquired)
+			} else if err != nil {
+				t.Fatalf("TryAcquire %s: %v, want it taken", name, err)
+			}
+			p, at := ac.counts()
+			if p-p0 != plain || at-a0 != attached {
+				t.Fatalf("TryAcquire %s (%s): sent %d acquire and %d acquire_attached, want %d and %d", name, want, p-p0, at-a0, plain, attached)
+			}
+			return l
+		}
+		plain0, attached0 = ac.counts()
+		if plain0 == 0 || attached0 != 0 {
+			t.Fatalf("the warm-up sent %d acquire, %d acquire_attached: the counter does not tell them apart", plain0, attached0)
+		}
+
+		la := mustAcquire(t, a, "job", time.Minute)
+		sid := attach(t, e, table, la, "job", 30*time.Second)
+		try("job", "held", 1, 1) // found attached: both
+		try("job", "held", 0, 1) // remembered: acquire_attached alone
+		try("job", "held", 0, 1)
+		endSession(t, e, table, sid, -time.Second, false)
+		lb := try("job", "taken", 0, 1) // the session has ended
+		if lb.Fence() <= la.Fence() {
+			t.Fatalf("fence of the takeover: got %d, want above %d", lb.Fence(), la.Fence())
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		try("job", "taken", 1, 0).Release(ctx) // taken: forgotten
+
+		// Remembered, then detached by its holder's Refresh: its own
+		// expiry holds it, and acquire_attached reads that as acquire.
+		lo := mustAcquire(t, a, "other", time.Minute)
+		attach(t, e, table, lo, "other", 30*time.Second)
+		try("other", "held", 1, 1)
+		if err := lo.Refresh(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		try("other", "held", 0, 1)
+		if err := lo.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		try("other", "taken", 0, 1)
 	})
 }
 

@@ -121,7 +121,9 @@
 --    unchanged; when 0 it changes nothing, so a refused attempt writes nothing.
 -- An attached lease (the top of this file), whoever's, sets the mark 3 and
 -- nothing is written: the insert id is 3, and the Client sends
--- acquire_attached, which reads the session and decides. This statement
+-- acquire_attached, which reads the session and decides; it sends that
+-- alone for a name it found attached before, until it takes it
+-- (internal/engine/attached.go). This statement
 -- reads no session, so it opens the table once: a subquery on it, even
 -- one never evaluated, costs every acquire a second open of the table
 -- (docs/performance.md, holding many leases). The

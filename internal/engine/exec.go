@@ -145,6 +145,7 @@ type Server struct {
 	// clustered: the proof found a node of a cluster whose every node may
 	// take writes (facts.go), where the Client keeps no session (Sessions).
 	clustered atomic.Bool
+	attached  attachedSeen // names an acquire found attached; attached.go
 }
 
 // New returns a Server with cfg that has prepared nothing.
@@ -433,6 +434,9 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 		return nil, 0, err
 	}
 	stmt := Acquire
+	if s.attached.has(name) {
+		stmt = AcquireAttached // found attached last time (attached.go)
+	}
 	for resends := 0; ; resends++ {
 		w := s.watchFrozen(ctx, name)
 		r, u, err := s.Exec(ctx, Send{Stmt: stmt, Args: args})
@@ -442,8 +446,12 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 			// acquire does not read: acquire_attached decides. acquire
 			// wrote nothing.
 			w.stop()
+			s.attached.add(name)
 			stmt, resends = AcquireAttached, -1
 			continue
+		}
+		if err == nil && stmt == AcquireAttached && takenMark(r) {
+			s.attached.drop(name)
 		}
 		if !w.stop() || resends == frozenResends {
 			return r, unknown, err
@@ -459,6 +467,13 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 func attachedMark(r sql.Result) bool {
 	id, err := r.LastInsertId()
 	return err == nil && id == 3
+}
+
+// takenMark reports whether an acquire answered a fence (above 3): it took
+// the name, or its lease was ours already.
+func takenMark(r sql.Result) bool {
+	id, err := r.LastInsertId()
+	return err == nil && uint64(id) > 3
 }
 
 // watchFrozen starts the watch of a send of an acquire of name, under
