@@ -33,6 +33,7 @@ type leasesConfig struct {
 	pool      int // the *sql.DB's open and idle connections
 	workers   int // goroutines acquiring and releasing
 	serverPID int // the server's pid when its pid file cannot be read here
+	slots     int // each lease a slot of a semaphore of this many; 0: names
 
 	acquireLimit time.Duration // acquiring stops after it; 0: none
 }
@@ -102,7 +103,11 @@ func runLeases(cfg leasesConfig) error {
 	fmt.Fprintf(w, "# sqllock many leases, one Client: go run ./cmd/sqllock-bench %s\n", strings.Join(os.Args[1:], " "))
 	fmt.Fprintf(w, "# machine: %d CPUs, %s, %s\n", runtime.NumCPU(), cpuModel(), runtime.Version())
 	fmt.Fprintf(w, "# server: %s (pid %d), code at %s\n", version, pid, gitHead())
-	fmt.Fprintf(w, "# ttl %v, hold %v, pool of %d connections, %d goroutines acquiring and releasing\n\n", cfg.ttl, cfg.hold, cfg.pool, cfg.workers)
+	fmt.Fprintf(w, "# ttl %v, hold %v, pool of %d connections, %d goroutines acquiring and releasing\n", cfg.ttl, cfg.hold, cfg.pool, cfg.workers)
+	if cfg.slots > 0 {
+		fmt.Fprintf(w, "# each lease a slot of a semaphore of %d slots\n", cfg.slots)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| leases | acquire all (s) | statements/s holding (min–max in a second) | statements per lease held per ttl | shared renewal's statements per ttl/3 | server CPU s/min, all | server CPU s/min, the Client's connections | client CPU s/min | lost | Go heap (MiB) |")
 	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	var notes []string
@@ -172,7 +177,13 @@ func leasesRun(ctx context.Context, db, mon *sql.DB, cc *countingConnector, cfg 
 			failed.Add(1)
 			return
 		}
-		l, err := c.TryAcquire(actx, fmt.Sprintf("lease-%07d", i), cfg.ttl)
+		var l *sqllock.Lock
+		var err error
+		if cfg.slots > 0 {
+			l, err = c.Semaphore(fmt.Sprintf("sem-%06d", i/cfg.slots), cfg.slots).TryAcquire(actx, cfg.ttl)
+		} else {
+			l, err = c.TryAcquire(actx, fmt.Sprintf("lease-%07d", i), cfg.ttl)
+		}
 		if err != nil {
 			failed.Add(1)
 			errOnce.Do(func() { firstErr = err })

@@ -55,6 +55,7 @@ func main() {
 	flag.IntVar(&lc.pool, "pool", 32, "with -leases: the *sql.DB's open (and idle) connections")
 	flag.IntVar(&lc.workers, "workers", 32, "with -leases: goroutines acquiring and releasing")
 	flag.DurationVar(&lc.acquireLimit, "acquire-limit", 0, "with -leases: stop acquiring after this long and hold what was acquired (0: no limit)")
+	flag.IntVar(&lc.slots, "slots", 0, "with -leases: hold each lease as a slot of a semaphore of this many slots (at most 64), not a name of its own")
 	flag.IntVar(&lc.serverPID, "server-pid", 0, "with -leases: the server's `pid`, for its CPU time, when its @@pid_file cannot be read here")
 	cpuProfile := flag.String("cpuprofile", "", "with -leases: write this process's CPU profile to `file`")
 	flag.Parse()
