@@ -273,6 +273,54 @@ func TestAttached_acquireFoundAttachedSendsOneStatementAfter(t *testing.T) {
 	})
 }
 
+// A semaphore's slot attached to a live session is held: refused to
+// another token, shown held with the session's time left (Inspect), and
+// counted live by the check of a new slot count (which refuses to resize
+// while a slot is held). Once the session has ended (or its row is gone),
+// the slot is taken over, and lasts the taker's own ttl.
+func TestAttached_slotWaitsForTheSession(t *testing.T) {
+	eachAttachingVariant(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		table, a, b := tableOfTwo(t, e)
+		ctx := testCtx(t)
+		for _, c := range []struct {
+			sem  string
+			gone bool
+		}{{"one", false}, {"two", true}} {
+			la := mustSlot(t, a, c.sem, 1, time.Minute)
+			sid := attach(t, e, table, la, slotName(c.sem, 1), 30*time.Second)
+
+			_, err := b.Semaphore(c.sem, 1).TryAcquire(ctx, time.Minute)
+			wantErrIs(t, err, ErrNotAcquired)
+			_, err = b.Semaphore(c.sem, 2).TryAcquire(ctx, time.Minute) // the check of n = 2
+			wantErrIs(t, err, ErrSlotCount)
+			infos, err := b.Semaphore(c.sem, 1).Inspect(ctx)
+			if err != nil || len(infos) != 1 || !infos[0].Held || infos[0].Holder != "a" || infos[0].TTL > 30*time.Second || infos[0].TTL < 20*time.Second {
+				t.Fatalf("%s: Inspect while the session lives: got %+v, %v, want a's slot with the session's 30 s left", c.sem, infos, err)
+			}
+
+			endSession(t, e, table, sid, -time.Second, c.gone)
+			infos, err = b.Semaphore(c.sem, 1).Inspect(ctx)
+			if err != nil || len(infos) != 1 || infos[0].Held {
+				t.Fatalf("%s: Inspect after the session ended: got %+v, %v, want the slot not held", c.sem, infos, err)
+			}
+			n := 1
+			if c.gone {
+				n = 2 // the check: every slot free, so the count becomes 2
+			}
+			lb, err := b.Semaphore(c.sem, n).TryAcquire(ctx, time.Minute)
+			if err != nil || lb.Fence() <= la.Fence() {
+				t.Fatalf("%s: TryAcquire of %d slots after the session ended: got %v, want a slot, its fence above %d", c.sem, n, err, la.Fence())
+			}
+			infos, err = a.Semaphore(c.sem, n).Inspect(ctx)
+			if err != nil || len(infos) != n || !infos[lb.Slot()-1].Held || infos[lb.Slot()-1].Holder != "b" || infos[lb.Slot()-1].TTL > time.Minute || infos[lb.Slot()-1].TTL < 50*time.Second {
+				t.Fatalf("%s after the takeover: got %+v, %v, want b's slot %d with its own minute", c.sem, infos, err, lb.Slot())
+			}
+			wantErrIs(t, la.Refresh(ctx, time.Minute), ErrNotHeld)
+		}
+	})
+}
+
 // A set takes an attached lease whose session row is gone, and each of its
 // names then lasts the set's own ttl.
 func TestAttached_setTakesALeaseWhoseSessionIsGone(t *testing.T) {

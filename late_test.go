@@ -349,15 +349,7 @@ func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
 		le := newLateEnv(t, e)
 		ctx := testCtx(t)
 		first := mustSlot(t, le.witness, "mv", 2, time.Minute)
-		sends := 0
-		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) && !aboutProof(args) {
-				if sends++; sends == 1 {
-					return hold
-				}
-			}
-			return pass
-		})
+		firstSlotSend(le, hold)
 		l, err := le.c.Semaphore("mv", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 2 {
 			t.Fatalf("Semaphore.TryAcquire, first send held: got %v, %v, want slot 2", l, err)
@@ -381,6 +373,49 @@ func TestLate_slotSendRunsLate_lockKeepsItsSlot(t *testing.T) {
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// A slot acquire whose first send is held back, and runs only after the
+// slot its resend took was attached to the Client's session, finds the slot
+// its own and live: it leaves it attached (its expiry 9999, the session's
+// to keep), neither detached to the send's own ttl nor ended.
+func TestLate_slotSendRunsLateOnItsAttachedSlot(t *testing.T) {
+	eachAttachingEnv(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		le := newLateEnv(t, e)
+		ctx := testCtx(t)
+		warm(t, le.c)
+		firstSlotSend(le, hold)
+		const ttl = 1500 * time.Millisecond
+		l, err := le.c.Semaphore("att", 1).TryAcquire(ctx, ttl)
+		if err != nil {
+			t.Fatalf("Semaphore.TryAcquire, first send held: %v", err)
+		}
+		le.lc.setDecide(nil)
+		kctx := l.KeepAlive(ctx)
+		row := slotName("att", 1)
+		attached := func() bool {
+			var yes bool
+			if err := le.straight.QueryRowContext(ctx, "SELECT expires_at = '9999-12-31 23:59:59.999999' FROM `"+le.table+"` WHERE name = ? AND kind = 'L'", row).Scan(&yes); err != nil {
+				t.Fatal(err)
+			}
+			return yes
+		}
+		waitFor(t, 20*ttl, "the slot attached", attached)
+		if n := le.lc.runHeld(t, le.straight); n != 1 {
+			t.Fatalf("held sends: got %d, want 1", n)
+		}
+		if owner, _ := le.owner(t, row); owner != l.Token() || !attached() {
+			t.Fatalf("after the late send: owner %q (the Lock's %q), attached %v; want the Lock's, attached", owner, l.Token(), attached())
+		}
+		time.Sleep(2 * ttl)
+		if err := context.Cause(kctx); err != nil && !lostForNoRenewal(err) {
+			t.Fatalf("the keep-alive after the late send: %v", err)
+		}
+		if kctx.Err() == nil && !attached() {
+			t.Fatal("two ttl after the late send: the slot is no longer attached")
 		}
 	})
 }

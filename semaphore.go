@@ -189,7 +189,7 @@ func (c *Client) newSlotCall(name string, n int, ttl time.Duration) (*slotCall, 
 	if err := checkSlotArgs(name, n, ttl); err != nil {
 		return nil, err
 	}
-	token, err := newToken()
+	token, err := c.renewals.token(ttl) // a slot is attached as a name is (session.go)
 	if err != nil {
 		return nil, fmt.Errorf("sqllock: token: %w", err)
 	}

@@ -398,6 +398,22 @@ func raceSlots(t *testing.T, clients []*Client, n, rounds int) {
 
 func isSlotAcquire(q string) bool { return strings.Contains(q, "RIGHT(name, 2)") }
 
+// firstSlotSend makes the first slot_acquire that le's Client sends (not a
+// proof's) meet action, and lets every other pass; it returns how many
+// were sent so far.
+func firstSlotSend(le *lateEnv, action lateAction) (sent func() int) {
+	sends := 0
+	le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
+		if isSlotAcquire(q) && !aboutProof(args) {
+			if sends++; sends == 1 {
+				return action
+			}
+		}
+		return pass
+	})
+	return func() int { return sends }
+}
+
 // aboutProof reports whether a statement's arguments name a proof's rows
 // (internal/engine/later.go): the semaphore statements' proof passes the layers that
 // lose the Client's own.
@@ -592,21 +608,13 @@ func TestSemaphore_TryAcquire_sentTwice_releaseRemembersToken(t *testing.T) {
 		slotServer(t, e)
 		le := newLateEnv(t, e)
 		ctx := testCtx(t)
-		sends := 0
-		le.lc.setDecide(func(q string, args []driver.NamedValue) lateAction {
-			if isSlotAcquire(q) && !aboutProof(args) {
-				if sends++; sends == 1 {
-					return lose
-				}
-			}
-			return pass
-		})
+		sends := firstSlotSend(le, lose)
 		l, err := le.c.Semaphore("twice", 2).TryAcquire(ctx, time.Minute)
 		if err != nil || l.Slot() != 1 {
 			t.Fatalf("got %v, %v, want slot 1", l, err)
 		}
-		if sends != 2 {
-			t.Fatalf("sends: got %d, want 2", sends)
+		if sends() != 2 {
+			t.Fatalf("sends: got %d, want 2", sends())
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)

@@ -15,10 +15,10 @@ import (
 
 // A Client's sessions (queries.sql, Sessions). The keep-alives of one ttl
 // share a session: one row, renewed once a round, that keeps alive every
-// lease attached to it, however many. A lease on one name or on a set is
-// attached in the round after renew_many first extends it, if its token
-// begins with the session's name (every token the Client draws for a name's
-// or a set's lease of that ttl does: renewals.token), and stays attached
+// lease attached to it, however many. A lease on one name, on a set or on
+// a semaphore's slot is attached in the round after renew_many first
+// extends it, if its token begins with the session's name (every token the
+// Client draws for a lease of that ttl does: renewals.token), and stays attached
 // until its Lock refreshes it (which detaches it: queries.sql, refresh,
 // all_refresh) or it is released: a set's leases all together
 // (renewReq.allFound). From then on a round sends one statement for all of
@@ -29,9 +29,8 @@ import (
 // its own. When the session has ended, every attached keep-alive is told so,
 // and refreshes on its own, which finds its lease lost: no lease is held
 // past what its holder was told, as each keep-alive's deadline still ends
-// its contexts a margin before its ValidUntil if no renewal comes back. A
-// semaphore's slots are not attached (semaphore.go draws their tokens): they
-// renew with renew_many. Where the server keeps no session (engine.Sessions:
+// its contexts a margin before its ValidUntil if no renewal comes back.
+// Where the server keeps no session (engine.Sessions:
 // TiDB, Vitess, Galera, Group Replication), or refuses one, every lease
 // renews with renew_many.
 
@@ -108,8 +107,7 @@ func (r *renewals) sessionsOn(c *Client) bool {
 }
 
 // attachable reports whether q's lease may be attached to the session
-// named name: a name's or a set's, whose token begins with name (a
-// semaphore's slot draws a token of no session).
+// named name: its token begins with name.
 func (q *renewReq) attachable(name string) bool {
 	return strings.HasPrefix(q.l.token, name)
 }

@@ -78,10 +78,12 @@ func (e *testEnv) countedTextDB(t *testing.T) (*sql.DB, *textCounter) {
 }
 
 // attachedCount returns how many lease rows of table are attached, and how
-// many session rows it has.
+// many session rows it has. The leases of a session proof under way
+// (engine.ProveSessions) are not counted; its session is.
 func attachedCount(t *testing.T, e *testEnv, table string) (leases, sessions int) {
 	t.Helper()
-	if err := e.db.QueryRowContext(testCtx(t), "SELECT COALESCE(SUM(kind = 'L' AND expires_at = '9999-12-31 23:59:59.999999'), 0), COALESCE(SUM(kind = 'S'), 0) FROM `"+table+"`").Scan(&leases, &sessions); err != nil {
+	if err := e.db.QueryRowContext(testCtx(t), "SELECT COALESCE(SUM(kind = 'L' AND expires_at = '9999-12-31 23:59:59.999999' AND LEFT(name, ?) <> ?), 0), COALESCE(SUM(kind = 'S'), 0) FROM `"+table+"`",
+		len(engine.ProofPrefix), engine.ProofPrefix).Scan(&leases, &sessions); err != nil {
 		t.Fatal(err)
 	}
 	return leases, sessions
@@ -602,6 +604,72 @@ func TestSession_setsAttached(t *testing.T) {
 			_, err := ops.TryAcquire(testCtx(t), "s1-a", time.Minute)
 			return err == nil
 		})
+	})
+}
+
+// A semaphore's slots kept alive are attached to the session as names and
+// sets are, and a round then renews them with the session's one statement:
+// renew_many is sent no more. A forced release of one slot ends that
+// slot's keep-alive alone, with the others, of the same semaphore and of
+// another, kept; the slot is free once its lock-delay of none is done.
+func TestSession_slotsAttached(t *testing.T) {
+	eachAttachingVariant(t, func(t *testing.T, e *testEnv) {
+		slotServer(t, e)
+		db, tc := e.countedTextDB(t)
+		table := e.newTable(t)
+		c := e.client(t, db, table, WithHolder("a"))
+		ops := e.client(t, e.openDB(t), table, WithHolder("ops"), WithLockDelay(0))
+		warm(t, c, ops)
+		const ttl = 1500 * time.Millisecond
+		var (
+			locks []*Lock
+			ctxs  []context.Context
+		)
+		for _, sem := range []string{"sa", "sa", "sb"} {
+			l := mustSlot(t, c, sem, 2, ttl)
+			locks, ctxs = append(locks, l), append(ctxs, l.KeepAlive(testCtx(t)))
+		}
+		waitFor(t, 20*ttl, "every slot attached", func() bool {
+			leases, _ := attachedCount(t, e, table)
+			return leases == len(locks)
+		})
+		s0, own0 := tc.counts()
+		time.Sleep(2 * ttl)
+		if s1, own1 := tc.counts(); own1 != own0 || s1-s0 < 3 {
+			t.Fatalf("over two ttl with every slot attached: %d session renewals and %d renew_many, want 3 or more and none", s1-s0, own1-own0)
+		}
+		if _, err := ops.Semaphore("sa", 2).TryAcquire(testCtx(t), time.Minute); !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("a slot of sa, both attached: got %v, want ErrNotAcquired", err)
+		}
+
+		lost := locks[1]
+		if info, err := ops.Semaphore("sa", 2).ForceRelease(testCtx(t), lost.Slot()); err != nil || !info.Held {
+			t.Fatalf("ForceRelease of slot %d: %+v, %v", lost.Slot(), info, err)
+		}
+		select {
+		case <-ctxs[1].Done():
+			assertErrIs(t, context.Cause(ctxs[1]), ErrLockLost)
+		case <-time.After(5 * ttl):
+			t.Fatalf("the keep-alive of the slot forced off did not end")
+		}
+		time.Sleep(2 * ttl) // rounds after the one that found it
+		for _, i := range []int{0, 2} {
+			err := context.Cause(ctxs[i])
+			if err != nil && !lostForNoRenewal(err) {
+				t.Fatalf("slot lock %d: keep-alive ended beside the forced one: %v", i, err)
+			}
+			if err != nil {
+				continue // starved past its deadline on a loaded machine
+			}
+			infos, ierr := ops.Semaphore(locks[i].Name(), 2).Inspect(testCtx(t))
+			if ierr != nil || !infos[locks[i].Slot()-1].Held || infos[locks[i].Slot()-1].Holder != "a" {
+				t.Fatalf("slot lock %d: Inspect got %+v, %v, want slot %d held by a", i, infos, ierr, locks[i].Slot())
+			}
+		}
+		l, err := ops.Semaphore("sa", 2).TryAcquire(testCtx(t), time.Minute)
+		if err != nil || l.Slot() != lost.Slot() {
+			t.Fatalf("a slot of sa after the forced release: got %v, %v, want slot %d", l, err, lost.Slot())
+		}
 	})
 }
 

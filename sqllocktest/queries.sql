@@ -34,8 +34,9 @@
 -- the transaction ends). A set's leases are attached as a name's is: its
 -- all_refresh reads the session and detaches them, all_check passes them
 -- by their owner, as check, and its releases need no expiry. A semaphore's
--- slots are never attached (their tokens name no session), and its own
--- statements read none. A Client writes its sessions
+-- slots are attached as a name's lease is (a slot row is a lease row):
+-- slot_acquire and slot_list read the session of an attached slot, and
+-- slot_release needs no expiry. A Client writes its sessions
 -- and attaches its leases with the statements under Sessions, below.
 --
 -- Time always comes from the server: UTC_TIMESTAMP(6) is fixed for the whole
@@ -1122,16 +1123,21 @@ WHERE kind = 'L' AND owner = ? AND name IN (?);
 --    taken, with token, holder and expiry. Found (the update), the slot's
 --    number is read back from its name (its last two bytes, digits): mark
 --    128 + i then came from this row's VALUES, and the slot is taken if it is free
---    (owner '' or expired by the server's clock) or already ours (a retry
---    after an unknown outcome), else the mark falls back to 128. A slot
+--    (owner '' or ended by the server's clock: an attached slot's end is
+--    its session's, the top of this file) or already ours (a retry after
+--    an unknown outcome), else the mark falls back to 128. A slot
 --    before it taken (128 + j, j < i) leaves it alone, even when it is
 --    ours: a send that runs late must not free the slot a later send of
 --    the token took and returned, so a retry that finds an earlier slot
 --    free holds two, and the Go side deletes the one it does not report
 --    (slotCall.taken). A slot taken again that was ours keeps its
---    acquired_at, which release_at_least counts from, and a later expiry
---    (GREATEST, as in acquire: a free slot's has passed). In check mode a live
---    slot (ours counts) turns 256 into 384; a new slot row is inserted free.
+--    acquired_at, which release_at_least counts from, and, while it lives,
+--    its own expiry when later (GREATEST, as in acquire_attached: an
+--    attached slot's 9999, so it stays attached); a slot taken that had
+--    ended, attached or not, gets now + ttl. In check mode a live slot
+--    (ours counts; an attached one by its session) turns 256 into 384; a
+--    new slot row is inserted free. Reading the session costs every slot
+--    acquire a second open of the table (docs/performance.md).
 -- 3. The fence row again (the same key: the update meets the row as step 1
 --    left it). Its VALUES part adds 65536 to the mark, which tells the update
 --    this is the second visit. A slot taken: the fence becomes the greater
@@ -1165,8 +1171,8 @@ VALUES
 ON DUPLICATE KEY UPDATE
   fence = IF(kind = 'L',
              LAST_INSERT_ID(IF(LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED),
-                               IF(owner = '' OR owner = ? OR expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(), 128),
-                               IF(LAST_INSERT_ID() = 256 AND owner <> '' AND expires_at > UTC_TIMESTAMP(6), 384, LAST_INSERT_ID()))) * 0,
+                               IF(owner = '' OR owner = ? OR IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) <= UTC_TIMESTAMP(6), LAST_INSERT_ID(), 128),
+                               IF(LAST_INSERT_ID() = 256 AND owner <> '' AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6), 384, LAST_INSERT_ID()))) * 0,
           IF(LAST_INSERT_ID() < 65536,
              LAST_INSERT_ID(IF(owner = ?, ?, IF(CAST(owner AS UNSIGNED) <= ?, 256, 512 + CAST(owner AS UNSIGNED)))) * 0 + fence,
           IF(LAST_INSERT_ID() BETWEEN 65536 + 129 AND 65536 + 192,
@@ -1181,7 +1187,8 @@ ON DUPLICATE KEY UPDATE
                    UTC_TIMESTAMP(6), acquired_at),
   holder = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
               holder),
-  expires_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+  expires_at = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), GREATEST(IF(IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6), expires_at, '1000-01-01'),
+                           UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
                   expires_at),
   owner = IF(IF(kind = 'L', LAST_INSERT_ID() = 128 + CAST(RIGHT(name, 2) AS UNSIGNED), FALSE), ?,
              IF(kind = 'F' AND LAST_INSERT_ID() = 1, ?, owner));
@@ -1198,11 +1205,11 @@ DELETE FROM `sqllock` WHERE name > ? AND name < ? AND kind = 'L' AND owner = ?;
 -- name: slot_list
 -- Args: P, Q. The semaphore's rows in name order: the fence row
 -- first (its owner is the slot count), then each slot row with its holder,
--- whether it is held (an owner, and live by the server's clock) and the
--- lease left.
+-- whether it is held (an owner, and live by the server's clock; an
+-- attached slot by its session's end) and the lease left.
 SELECT name, kind, IF(kind = 'F', owner, holder), fence,
-       owner <> '' AND expires_at > UTC_TIMESTAMP(6),
-       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)
+       owner <> '' AND IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at) > UTC_TIMESTAMP(6),
+       TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), IF(expires_at = '9999-12-31 23:59:59.999999', COALESCE((SELECT s.expires_at FROM `sqllock` AS s WHERE s.name = LEFT(`sqllock`.owner, 16) AND s.kind = 'S'), '1000-01-01'), expires_at))
 FROM `sqllock`
 WHERE name >= ? AND name < ?
 ORDER BY name, kind;

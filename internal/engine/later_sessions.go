@@ -16,31 +16,40 @@ const sessionChars = 16
 // opens its first session (Sessions): what a session keeps alive rests on
 // each of them answering as queries.sql says, on this server, and a lease
 // renewed by a session that is not would be held by two. On the proof name,
-// whose token a begins with the name of a session of the proof's own:
-// session_open writes the session; session_attach attaches the lease of a;
-// another owner's acquire finds it attached (3) and acquire_attached
-// refuses it, the session being live; session_renew reports the session
-// live with no change by others (1), and a session that has no row ended
-// (0); session_found finds the lease attached; session_detach detaches it,
-// and session_found no longer finds it; session_close deletes the session.
+// whose token a begins with the name of a session of the proof's own, and
+// on the one slot of a semaphore of that name, taken by a: session_open
+// writes the session; session_attach attaches the two leases of a; another
+// owner's acquire finds the name's attached (3), and acquire_attached and
+// slot_acquire refuse each, the session being live; session_renew reports
+// the session live with no change by others (1), and a session that has no
+// row ended (0); session_found finds the leases attached; session_detach
+// detaches them, and session_found no longer finds them; session_close
+// deletes the session. Slots are proven here only where the Client keeps
+// sessions, which are the servers whose semaphores ProveSlots proves.
 func (s *Server) ProveSessions(ctx context.Context) error {
 	session := func(name string) string { return name[len(ProofPrefix):][:sessionChars] }
-	rows := func(name string) []string { return []string{name, session(name)} }
+	rows := func(name string) []string { return []string{name, session(name), SlotRows(name), SlotName(name, 1)} }
 	return s.proveLater(ctx, LaterSessions, rows, func(p *prover, name, a, b string) error {
 		f := s.Forms()
 		sess, other := sqltext.Hex(session(name)), sqltext.Hex(b[:sessionChars])
 		us := strconv.FormatInt(proofTTL.Microseconds(), 10)
-		lits := []RenewLit{NewRenewLit(name, a)}
+		lits := []RenewLit{NewRenewLit(name, a), NewRenewLit(SlotName(name, 1), a)}
 		names, pairs := renewLists(lits)
 		if id, err := p.id("acquire", "take a free name", f.SQL[Acquire], s.acquireArgs(name, a, proofTTL.Microseconds())...); err != nil {
 			return err
 		} else if id == 0 || id == 3 {
 			return p.unsupported("acquire", "an acquire of a free name reported %d", id)
 		}
+		takeSlot := func(step, token string) (uint64, error) { return s.proofTakeSlot(p, name, step, token) }
+		if id, err := takeSlot("take the slot of a new semaphore of one", a); err != nil {
+			return err
+		} else if id < SlotTaken {
+			return p.unsupported("slot_acquire", "taking the free slot of a semaphore of one reported %d", id)
+		}
 		if _, err := p.execText("session_open", "open a session", s.SessionText("session_open", sess, sess, sqltext.Hex(s.cfg.Holder), us)); err != nil {
 			return err
 		}
-		if err := p.wantRows("session_attach", "attach the lease", s.renewText("session_attach", sess, sess, names, pairs), 1); err != nil {
+		if err := p.wantRows("session_attach", "attach the leases", s.renewText("session_attach", sess, sess, names, pairs), 2); err != nil {
 			return err
 		}
 		if id, err := p.id("acquire", "take an attached lease", f.SQL[Acquire], s.acquireArgs(name, b, proofTTL.Microseconds())...); err != nil {
@@ -52,6 +61,11 @@ func (s *Server) ProveSessions(ctx context.Context) error {
 			return err
 		} else if id != 0 {
 			return p.unsupported("acquire_attached", "an acquire of a lease attached to a live session reported %d, not 0 (held)", id)
+		}
+		if id, err := takeSlot("take a slot attached to a live session", b); err != nil {
+			return err
+		} else if id != 0 {
+			return p.unsupported("slot_acquire", "taking a slot attached to a live session reported %d, not 0 (all held)", id)
 		}
 		for _, step := range []struct {
 			sess, what string
@@ -68,13 +82,13 @@ func (s *Server) ProveSessions(ctx context.Context) error {
 			}
 		}
 		found := s.renewText("session_found", names, pairs)
-		if err := p.wantFound(found, "the attached lease", 1); err != nil {
+		if err := p.wantFound(found, "the attached leases", 2); err != nil {
 			return err
 		}
-		if err := p.wantRows("session_detach", "detach the lease", s.renewText("session_detach", names, pairs), 1); err != nil {
+		if err := p.wantRows("session_detach", "detach the leases", s.renewText("session_detach", names, pairs), 2); err != nil {
 			return err
 		}
-		if err := p.wantFound(found, "the lease detached", 0); err != nil {
+		if err := p.wantFound(found, "the leases detached", 0); err != nil {
 			return err
 		}
 		return p.wantRows("session_close", "close the session", s.SessionText("session_close", sess, sess, "1"), 1)

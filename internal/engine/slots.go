@@ -74,15 +74,7 @@ func (s *Server) ProveSlots(ctx context.Context) error {
 	rows := func(sem string) []string { return []string{SlotRows(sem), SlotName(sem, 1)} }
 	return s.proveLater(ctx, LaterSlots, rows, func(p *prover, name, a, b string) error {
 		sem := name
-		text := s.SlotAcquire(1)
-		take := func(step, token string) (uint64, error) {
-			args := SlotArgs(sem, 1, 1, token, s.cfg.Holder, proofTTL.Microseconds())
-			id, err := p.id("slot_acquire", step, text, args...)
-			if err == nil && id == SlotResized {
-				id, err = p.id("slot_acquire", step+", after recording the slot count", text, args...)
-			}
-			return id, err
-		}
+		take := func(step, token string) (uint64, error) { return s.proofTakeSlot(p, sem, step, token) }
 		id, err := take("take the slot of a new semaphore of one", a)
 		if err != nil {
 			return err
@@ -116,4 +108,16 @@ func (s *Server) ProveSlots(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// proofTakeSlot sends slot_acquire, as step of a proof, for token's slot
+// of the semaphore of one sem, and again when the first send recorded the
+// slot count; it returns the insert id.
+func (s *Server) proofTakeSlot(p *prover, sem, step, token string) (uint64, error) {
+	text, args := s.SlotAcquire(1), SlotArgs(sem, 1, 1, token, s.cfg.Holder, proofTTL.Microseconds())
+	id, err := p.id("slot_acquire", step, text, args...)
+	if err == nil && id == SlotResized {
+		id, err = p.id("slot_acquire", step+", after recording the slot count", text, args...)
+	}
+	return id, err
 }
