@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"database/sql"
 	"sync"
 	"sync/atomic"
 )
@@ -62,4 +63,18 @@ func (a *attachedSeen) drop(name string) {
 	defer a.mu.Unlock()
 	delete(a.names, name)
 	a.n.Store(int32(len(a.names)))
+}
+
+// attachedMark reports whether an acquire answered 3: the lease it found is
+// attached (queries.sql, acquire).
+func attachedMark(r sql.Result) bool {
+	id, err := r.LastInsertId()
+	return err == nil && id == 3
+}
+
+// takenMark reports whether an acquire answered a fence (above 3): it took
+// the name, or its lease was ours already.
+func takenMark(r sql.Result) bool {
+	id, err := r.LastInsertId()
+	return err == nil && uint64(id) > 3
 }

@@ -462,20 +462,6 @@ func (s *Server) Acquire(ctx context.Context, name string, args ...any) (res sql
 	}
 }
 
-// attachedMark reports whether an acquire answered 3: the lease it found is
-// attached (queries.sql, acquire).
-func attachedMark(r sql.Result) bool {
-	id, err := r.LastInsertId()
-	return err == nil && id == 3
-}
-
-// takenMark reports whether an acquire answered a fence (above 3): it took
-// the name, or its lease was ours already.
-func takenMark(r sql.Result) bool {
-	id, err := r.LastInsertId()
-	return err == nil && uint64(id) > 3
-}
-
 // watchFrozen starts the watch of a send of an acquire of name, under
 // ctx; nil (which stop accepts) where the Client does not watch: TiDB and
 // Vitess (one-row forms), MySQL 5.7, and before the first use has found
