@@ -397,18 +397,15 @@ func TestLate_slotSendRunsLateOnItsAttachedSlot(t *testing.T) {
 		kctx := l.KeepAlive(ctx)
 		row := slotName("att", 1)
 		attached := func() bool {
-			var yes bool
-			if err := le.straight.QueryRowContext(ctx, "SELECT expires_at = '9999-12-31 23:59:59.999999' FROM `"+le.table+"` WHERE name = ? AND kind = 'L'", row).Scan(&yes); err != nil {
-				t.Fatal(err)
-			}
+			_, yes, _ := le.attachState(t, row)
 			return yes
 		}
 		waitFor(t, 20*ttl, "the slot attached", attached)
 		if n := le.lc.runHeld(t, le.straight); n != 1 {
 			t.Fatalf("held sends: got %d, want 1", n)
 		}
-		if owner, _ := le.owner(t, row); owner != l.Token() || !attached() {
-			t.Fatalf("after the late send: owner %q (the Lock's %q), attached %v; want the Lock's, attached", owner, l.Token(), attached())
+		if owner, yes, _ := le.attachState(t, row); owner != l.Token() || !yes {
+			t.Fatalf("after the late send: owner %q (the Lock's %q), attached %v; want the Lock's, attached", owner, l.Token(), yes)
 		}
 		time.Sleep(2 * ttl)
 		if err := context.Cause(kctx); err != nil && !lostForNoRenewal(err) {
